@@ -1,0 +1,109 @@
+// Package layout is the striping arithmetic of the parallel file system: how a
+// file's bytes map onto its I/O servers' objects (PVFS round-robin striping).
+//
+// A file with stripe size s and servers d_0..d_{n-1} is cut into stripe units
+// of s bytes; unit u lives on server d_{u mod n} at object offset
+// (u div n)*s. Each server's object is therefore dense: it holds the units it
+// owns back to back, so an object's size follows from the file's size alone.
+package layout
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits on layouts. A stripe smaller than 4 KiB only adds round trips; one
+// larger than 64 MiB would not fit the wire protocol's frames.
+const (
+	MinStripeSize = 4 << 10
+	MaxStripeSize = 64 << 20
+	MaxServers    = 256
+	// DefaultStripeSize is PVFS2's default stripe unit.
+	DefaultStripeSize = 64 << 10
+)
+
+// Layout says where a regular file's bytes live.
+type Layout struct {
+	// StripeSize is the stripe unit in bytes.
+	StripeSize uint32
+	// Servers are the I/O server IDs in stripe order; len(Servers) is the
+	// stripe count.
+	Servers []uint32
+}
+
+// Validate reports what is wrong with l, if anything.
+func (l Layout) Validate() error {
+	if err := ValidStripeSize(int64(l.StripeSize)); err != nil {
+		return err
+	}
+	if len(l.Servers) == 0 {
+		return errors.New("layout has no servers")
+	}
+	if len(l.Servers) > MaxServers {
+		return fmt.Errorf("layout has %d servers, more than the limit of %d", len(l.Servers), MaxServers)
+	}
+	seen := make(map[uint32]bool, len(l.Servers))
+	for _, s := range l.Servers {
+		if seen[s] {
+			return fmt.Errorf("layout names server %d twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// ValidStripeSize checks a stripe size against the limits.
+func ValidStripeSize(s int64) error {
+	if s < MinStripeSize || s > MaxStripeSize {
+		return fmt.Errorf("stripe size %d out of range [%d, %d]", s, MinStripeSize, MaxStripeSize)
+	}
+	if s%512 != 0 {
+		return fmt.Errorf("stripe size %d is not a multiple of 512", s)
+	}
+	return nil
+}
+
+// Locate maps a file offset to (index into Servers, offset inside that
+// server's object).
+func (l Layout) Locate(off int64) (server int, objOff int64) {
+	s := int64(l.StripeSize)
+	n := int64(len(l.Servers))
+	unit := off / s
+	return int(unit % n), (unit/n)*s + off%s
+}
+
+// ObjectSize is the size of server index k's object for a file of size size.
+func (l Layout) ObjectSize(k int, size int64) int64 {
+	s := int64(l.StripeSize)
+	n := int64(len(l.Servers))
+	full := size / (s * n)
+	rem := size%(s*n) - int64(k)*s
+	rem = max(0, min(rem, s))
+	return full*s + rem
+}
+
+// Chunk is one contiguous piece of a file range that lives on one server.
+type Chunk struct {
+	Server  int   // index into Layout.Servers
+	ObjOff  int64 // offset inside the server's object
+	FileOff int64 // offset in the file
+	Len     int64
+}
+
+// Chunks splits the file range [off, off+n) into per-server pieces, in file
+// order, each no longer than one stripe unit. Adjacent units on the same
+// server are not merged: a unit is the natural request size.
+func (l Layout) Chunks(off, n int64) []Chunk {
+	if n <= 0 {
+		return nil
+	}
+	s := int64(l.StripeSize)
+	out := make([]Chunk, 0, n/s+2)
+	for end := off + n; off < end; {
+		k, obj := l.Locate(off)
+		ln := min(s-off%s, end-off)
+		out = append(out, Chunk{Server: k, ObjOff: obj, FileOff: off, Len: ln})
+		off += ln
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package proto
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Enc appends little-endian fields to a buffer.
+type Enc struct{ B []byte }
+
+func (e *Enc) U8(v uint8)   { e.B = append(e.B, v) }
+func (e *Enc) U32(v uint32) { e.B = binary.LittleEndian.AppendUint32(e.B, v) }
+func (e *Enc) U64(v uint64) { e.B = binary.LittleEndian.AppendUint64(e.B, v) }
+func (e *Enc) I64(v int64)  { e.U64(uint64(v)) }
+func (e *Enc) Bool(v bool) {
+	if v {
+		e.U8(1)
+	} else {
+		e.U8(0)
+	}
+}
+func (e *Enc) Str(s string) { e.U32(uint32(len(s))); e.B = append(e.B, s...) }
+func (e *Enc) Bytes(b []byte) {
+	e.U32(uint32(len(b)))
+	e.B = append(e.B, b...)
+}
+func (e *Enc) U32s(v []uint32) {
+	e.U32(uint32(len(v)))
+	for _, x := range v {
+		e.U32(x)
+	}
+}
+
+// ErrShort is returned when a payload ends before its fields do.
+var ErrShort = errors.New("payload truncated")
+
+// Dec reads fields written by Enc. The first error sticks: later reads return
+// zero values, and Err reports it, so decoders read every field and check once.
+type Dec struct {
+	B   []byte
+	err error
+}
+
+func (d *Dec) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if n < 0 || len(d.B) < n {
+		d.err = ErrShort
+		return false
+	}
+	return true
+}
+
+func (d *Dec) U8() uint8 {
+	if !d.need(1) {
+		return 0
+	}
+	v := d.B[0]
+	d.B = d.B[1:]
+	return v
+}
+func (d *Dec) U32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.B)
+	d.B = d.B[4:]
+	return v
+}
+func (d *Dec) U64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.B)
+	d.B = d.B[8:]
+	return v
+}
+func (d *Dec) I64() int64 { return int64(d.U64()) }
+func (d *Dec) Bool() bool {
+	v := d.U8()
+	if v > 1 && d.err == nil {
+		d.err = fmt.Errorf("bad boolean %d", v)
+	}
+	return v == 1
+}
+
+// Bytes returns a slice aliasing the payload (no copy: write data is large).
+func (d *Dec) Bytes() []byte {
+	n := d.U32()
+	if !d.need(int(n)) {
+		return nil
+	}
+	v := d.B[:n:n]
+	d.B = d.B[n:]
+	return v
+}
+
+// Str limits strings to MaxString bytes: names and paths, never data.
+func (d *Dec) Str() string {
+	n := d.U32()
+	if n > MaxString {
+		if d.err == nil {
+			d.err = fmt.Errorf("string of %d bytes exceeds limit %d", n, MaxString)
+		}
+		return ""
+	}
+	if !d.need(int(n)) {
+		return ""
+	}
+	v := string(d.B[:n])
+	d.B = d.B[n:]
+	return v
+}
+
+func (d *Dec) U32s() []uint32 {
+	n := d.U32()
+	if !d.need(int(n) * 4) {
+		return nil
+	}
+	v := make([]uint32, n)
+	for i := range v {
+		v[i] = d.U32()
+	}
+	return v
+}
+
+// Count reads a slice length and checks that at least min bytes per element
+// remain, so a forged count cannot make the decoder allocate wildly.
+func (d *Dec) Count(minElem int) int {
+	n := d.U32()
+	if !d.need(int(n) * minElem) {
+		return 0
+	}
+	return int(n)
+}
+
+// Err reports the first decoding error, or trailing bytes.
+func (d *Dec) Err() error {
+	if d.err == nil && len(d.B) != 0 {
+		return fmt.Errorf("%d trailing bytes", len(d.B))
+	}
+	return d.err
+}

@@ -1,0 +1,88 @@
+// Package proto is the wire protocol between Corral's file-system clients, its
+// metadata server and its I/O servers: length-prefixed, versioned frames
+// carrying one message each, multiplexed by request ID over a TCP connection.
+// docs/pfs-protocol.md describes the bytes.
+package proto
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Frame header: magic "CR", version, op, request ID (u32), payload length
+// (u32), all little-endian.
+const (
+	Version    = 1
+	HeaderLen  = 12
+	MaxPayload = 64<<20 + 4096 // one 64 MiB stripe unit plus its fields
+	MaxString  = 4096          // PATH_MAX: names, paths, link targets, messages
+	// MaxIO is the largest byte range one Read or Write may carry.
+	MaxIO = 64 << 20
+)
+
+var (
+	// ErrBadMagic means the peer does not speak this protocol.
+	ErrBadMagic = errors.New("bad magic (not a corral peer?)")
+	// ErrVersion means the peer speaks another protocol version.
+	ErrVersion = errors.New("unsupported protocol version")
+	// ErrTooBig means a frame announced a payload over MaxPayload.
+	ErrTooBig = errors.New("frame too large")
+)
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// AppendFrame encodes m as one frame with request id onto buf.
+func AppendFrame(buf []byte, id uint32, m Msg) []byte {
+	start := len(buf)
+	buf = append(buf, 'C', 'R', Version, byte(m.Op()), 0, 0, 0, 0, 0, 0, 0, 0)
+	binary.LittleEndian.PutUint32(buf[start+4:], id)
+	e := Enc{B: buf}
+	m.Encode(&e)
+	binary.LittleEndian.PutUint32(e.B[start+8:], uint32(len(e.B)-start-HeaderLen))
+	return e.B
+}
+
+// WriteFrame writes one frame to w.
+func WriteFrame(w io.Writer, id uint32, m Msg) error {
+	bp := bufPool.Get().(*[]byte)
+	b := AppendFrame((*bp)[:0], id, m)
+	_, err := w.Write(b)
+	if cap(b) <= 4<<20 { // do not pin huge buffers in the pool
+		*bp = b[:0]
+		bufPool.Put(bp)
+	}
+	return err
+}
+
+// ReadFrame reads one frame's header and payload. The payload is freshly
+// allocated (messages alias it).
+func ReadFrame(r *bufio.Reader) (op Op, id uint32, payload []byte, err error) {
+	var h [HeaderLen]byte
+	if _, err = io.ReadFull(r, h[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	if h[0] != 'C' || h[1] != 'R' {
+		return 0, 0, nil, ErrBadMagic
+	}
+	if h[2] != Version {
+		return 0, 0, nil, fmt.Errorf("%w %d (want %d)", ErrVersion, h[2], Version)
+	}
+	op = Op(h[3])
+	id = binary.LittleEndian.Uint32(h[4:])
+	n := binary.LittleEndian.Uint32(h[8:])
+	if n > MaxPayload {
+		return 0, 0, nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooBig, n, MaxPayload)
+	}
+	payload = make([]byte, n)
+	if _, err = io.ReadFull(r, payload); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, 0, nil, fmt.Errorf("payload of %d bytes: %w", n, err)
+	}
+	return op, id, payload, nil
+}

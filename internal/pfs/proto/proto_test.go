@@ -1,0 +1,250 @@
+package proto
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// samples has one filled-in value of every message type.
+func samples() []Msg {
+	a := Attr{Ino: 7, Mode: 0o100644, Uid: 1, Gid: 2, Nlink: 1, Size: 1 << 40, Atime: 1, Mtime: -2, Ctime: 3,
+		StripeSize: 65536, StripeCount: 3, Servers: []uint32{1, 2, 3}}
+	return []Msg{
+		&OK{}, &Error{Errno: 2, Msg: "x: no such file"}, &AttrReply{Attr: a, Created: true},
+		&EntriesReply{Entries: []Entry{{Name: "a", Attr: a}, {Name: "bb", Attr: Attr{Servers: []uint32{}}}}, More: true},
+		&TargetReply{Target: "../t"}, &StatfsReply{1, 2, 3, 4},
+		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7}}},
+		&DataReply{Data: []byte("hello")}, &SizeReply{Size: 9},
+		&Lookup{1, "n"}, &Walk{"/a/b"}, &GetAttr{3}, &SetAttr{1, SetSize | SetMode, 0o755, 1, 2, 3, 4, 5},
+		&Create{1, "f", 0o644, 1, 2, true, 65536, 2}, &Mkdir{1, "d", 0o755, 0, 0},
+		&Symlink{1, "l", "/t", 0, 0}, &Link{5, 1, "h"}, &Unlink{1, "u"}, &Rmdir{1, "r"},
+		&Rename{1, "a", 2, "b", RenameNoReplace}, &Readdir{1, "m", 100}, &Readlink{4},
+		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50}, &Servers{},
+		&Read{1, 2, 3}, &Write{1, 2, []byte("data")}, &Truncate{1, 9}, &Sync{1}, &Remove{1}, &ObjStat{1},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	seen := map[Op]bool{}
+	for _, m := range samples() {
+		seen[m.Op()] = true
+		var buf bytes.Buffer
+		if err := WriteFrame(&buf, 42, m); err != nil {
+			t.Fatal(err)
+		}
+		op, id, payload, err := ReadFrame(bufio.NewReader(&buf))
+		if err != nil || op != m.Op() || id != 42 {
+			t.Fatalf("%T: op %d id %d err %v", m, op, id, err)
+		}
+		got, err := Decode(op, payload)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if !reflect.DeepEqual(got, m) {
+			t.Errorf("%T: got %+v want %+v", m, got, m)
+		}
+		// Every strict prefix of a payload is rejected, never accepted or panicking.
+		for i := 0; i < len(payload); i++ {
+			if _, err := Decode(op, payload[:i]); err == nil && len(payload) > 0 {
+				t.Errorf("%T: prefix of %d/%d bytes decoded", m, i, len(payload))
+			}
+		}
+		if _, err := Decode(op, append(payload, 0)); err == nil {
+			t.Errorf("%T: trailing byte accepted", m)
+		}
+	}
+	for op := Op(0); op < 255; op++ {
+		if New(op) != nil && !seen[op] {
+			t.Errorf("op %d has no sample", op)
+		}
+	}
+}
+
+func TestFrameErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{"magic", []byte("GET / HTTP/1.1\r\n\r\n"), ErrBadMagic},
+		{"version", []byte{'C', 'R', 9, 1, 0, 0, 0, 0, 0, 0, 0, 0}, ErrVersion},
+		{"too big", []byte{'C', 'R', 1, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, ErrTooBig},
+	}
+	for _, c := range cases {
+		_, _, _, err := ReadFrame(bufio.NewReader(bytes.NewReader(c.in)))
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v want %v", c.name, err, c.want)
+		}
+	}
+	// truncated payload
+	_, _, _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{'C', 'R', 1, 1, 0, 0, 0, 0, 10, 0, 0, 0, 1})))
+	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
+		t.Errorf("truncated: %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	e := ErrorReply(Errorf(syscall.ENOTEMPTY, "rmdir /a: directory not empty")).Err()
+	if !errors.Is(e, syscall.ENOTEMPTY) || e.Error() != "rmdir /a: directory not empty" {
+		t.Errorf("got %v", e)
+	}
+	if e := ErrorReply(fs.ErrNotExist).Err(); !errors.Is(e, fs.ErrNotExist) {
+		t.Errorf("ENOENT lost: %v", e)
+	}
+	if e := ErrorReply(errors.New("boom")).Err(); !errors.Is(e, syscall.EIO) {
+		t.Errorf("default errno: %v", e)
+	}
+}
+
+type echo struct{}
+
+func (echo) Handle(ctx context.Context, req Msg) (Msg, error) {
+	switch r := req.(type) {
+	case *Read:
+		if r.Len == 0 {
+			<-ctx.Done() // never answers: for the timeout test
+			return nil, ctx.Err()
+		}
+		return &DataReply{Data: bytes.Repeat([]byte{byte(r.Off)}, int(r.Len))}, nil
+	case *Unlink:
+		return nil, Errorf(syscall.ENOENT, r.Name+": no such file or directory")
+	}
+	return nil, nil
+}
+
+func startServer(t *testing.T) (string, *bytes.Buffer) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s := &Server{Handler: echo{}, Log: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs}, nil))}
+	go s.Serve(l)
+	t.Cleanup(s.Close)
+	return l.Addr().String(), &logs
+}
+
+func TestServerCalls(t *testing.T) {
+	addr, _ := startServer(t)
+	var p Pool
+	defer p.Close()
+	ctx := context.Background()
+	// many concurrent pipelined calls on the pooled connections
+	errs := make(chan error, 100)
+	for i := range 100 {
+		go func() {
+			m, err := p.Call(ctx, addr, &Read{Handle: 1, Off: uint64(i), Len: 1000})
+			if err == nil && !bytes.Equal(m.(*DataReply).Data, bytes.Repeat([]byte{byte(i)}, 1000)) {
+				err = errors.New("wrong data")
+			}
+			errs <- err
+		}()
+	}
+	for range 100 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := p.Call(ctx, addr, &Unlink{Parent: 1, Name: "x"})
+	if !errors.Is(err, fs.ErrNotExist) || err.Error() != "x: no such file or directory" {
+		t.Errorf("remote error: %v", err)
+	}
+}
+
+func TestServerTimeoutNamesServer(t *testing.T) {
+	addr, _ := startServer(t)
+	c, err := Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = c.Call(ctx, &Read{Handle: 1, Len: 0})
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("timeout error should name %s: %v", addr, err)
+	}
+}
+
+func TestDialFailureNamesServer(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	var p Pool
+	_, err := p.Call(context.Background(), addr, &Statfs{})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), addr) {
+		t.Errorf("got %v", err)
+	}
+}
+
+// TestServerGarbage: garbage closes that connection with a logged reason and
+// the server goes on serving others.
+func TestServerGarbage(t *testing.T) {
+	addr, logs := startServer(t)
+	inputs := map[string][]byte{
+		"bad magic":    []byte("GET / HTTP/1.0\r\n\r\n"),
+		"version":      {'C', 'R', 7, 20, 0, 0, 0, 0, 0, 0, 0, 0},
+		"too large":    {'C', 'R', 1, 20, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"unknown op":   {'C', 'R', 1, 200, 1, 0, 0, 0, 0, 0, 0, 0},
+		"reply as req": {'C', 'R', 1, byte(OpOK), 1, 0, 0, 0, 0, 0, 0, 0},
+		"short body":   {'C', 'R', 1, byte(OpLookup), 1, 0, 0, 0, 2, 0, 0, 0, 1, 2},
+	}
+	for name, in := range inputs {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Write(in)
+		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := nc.Read(make([]byte, 1))
+		if n != 0 || err == nil {
+			t.Errorf("%s: connection not closed (n=%d err=%v)", name, n, err)
+		}
+		nc.Close()
+	}
+	var p Pool
+	defer p.Close()
+	if _, err := p.Call(context.Background(), addr, &Read{Handle: 1, Off: 1, Len: 1}); err != nil {
+		t.Fatalf("server stopped serving after garbage: %v", err)
+	}
+	for _, want := range []string{"bad magic", "unsupported protocol version", "frame too large", "unknown op", "reply op", "truncated"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, m := range samples() {
+		var buf bytes.Buffer
+		WriteFrame(&buf, 1, m)
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		op, id, payload, err := ReadFrame(bufio.NewReader(bytes.NewReader(b)))
+		if err != nil {
+			return
+		}
+		m, err := Decode(op, payload)
+		if err != nil {
+			return
+		}
+		// what decodes must re-encode to the same bytes
+		var buf bytes.Buffer
+		WriteFrame(&buf, id, m)
+		if !bytes.Equal(buf.Bytes(), b[:HeaderLen+len(payload)]) {
+			t.Fatalf("re-encoding differs for %T", m)
+		}
+	})
+}
