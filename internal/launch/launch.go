@@ -1,0 +1,189 @@
+// Package launch starts corral roles as child processes and waits until they
+// serve: `corral up` and the integration tests and benchmarks share it.
+package launch
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// readyMarker is what a daemon prints on stdout once it accepts connections:
+// "corral ROLE: listening on ADDR".
+const readyMarker = ": listening on "
+
+// Proc is a running role.
+type Proc struct {
+	Name string
+	Addr string // the address it announced
+	Log  string // file collecting its output
+	Args []string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start runs bin with args, sending its output to logPath, and waits (at most
+// 20 s) for its readiness line.
+func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Proc, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	// The child dies with us, so a crashed test or up leaves no daemons.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, Log: logPath, Args: args, cmd: cmd, done: make(chan struct{})}
+	addrc := make(chan string, 1)
+	go func() {
+		br := bufio.NewReader(out)
+		announced := false
+		for {
+			line, err := br.ReadString('\n')
+			if !announced {
+				if i := strings.Index(line, readyMarker); i >= 0 {
+					addrc <- strings.TrimSpace(line[i+len(readyMarker):])
+					announced = true
+				}
+			}
+			logf.WriteString(line)
+			if err != nil {
+				break
+			}
+		}
+		io.Copy(logf, out)
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t := time.NewTimer(20 * time.Second)
+	defer t.Stop()
+	select {
+	case p.Addr = <-addrc:
+		return p, nil
+	case <-p.done:
+		return nil, fmt.Errorf("%s exited before serving (%v): %s", name, p.err, Tail(logPath, 5))
+	case <-t.C:
+		p.Kill()
+		return nil, fmt.Errorf("%s did not announce readiness within 20s: %s", name, Tail(logPath, 5))
+	case <-ctx.Done():
+		p.Kill()
+		return nil, ctx.Err()
+	}
+}
+
+// Pid is the process ID.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Stop asks the process to end (SIGTERM) and kills it after 10 s.
+func (p *Proc) Stop() error {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.Kill()
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) && ee.ExitCode() == -1 {
+		return nil // ended by our signal
+	}
+	return p.err
+}
+
+// Kill ends the process at once (SIGKILL), as a crash would, and waits.
+func (p *Proc) Kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Tail returns the last n lines of a log file, joined by " | ".
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// FS is a file system: one metadata server and its I/O servers.
+type FS struct {
+	Bin, Data string
+	Meta      *Proc
+	IODs      []*Proc
+	mu        sync.Mutex
+}
+
+// StartFS runs a metadata server on metaListen and one I/O server per entry
+// of iodListens, with data and logs under data. Port 0 picks free ports.
+func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []string) (*FS, error) {
+	f := &FS{Bin: bin, Data: data}
+	var err error
+	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
+		return nil, err
+	}
+	for i, l := range iodListens {
+		p, err := f.StartIOD(ctx, i, l)
+		if err != nil {
+			f.Stop()
+			return nil, err
+		}
+		f.IODs = append(f.IODs, p)
+	}
+	return f, nil
+}
+
+// StartMeta (re)starts the metadata server.
+func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
+	return Start(ctx, "meta", f.Bin, filepath.Join(f.Data, "logs", "meta.log"),
+		"meta", "--listen", listen, "--data", filepath.Join(f.Data, "meta"))
+}
+
+// StartIOD (re)starts I/O server i.
+func (f *FS) StartIOD(ctx context.Context, i int, listen string) (*Proc, error) {
+	name := fmt.Sprintf("iod%d", i+1)
+	return Start(ctx, name, f.Bin, filepath.Join(f.Data, "logs", name+".log"),
+		"iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr)
+}
+
+// Stop ends the I/O servers, then the metadata server.
+func (f *FS) Stop() {
+	var wg sync.WaitGroup
+	for _, p := range f.IODs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop() }()
+	}
+	wg.Wait()
+	if f.Meta != nil {
+		f.Meta.Stop()
+	}
+}

@@ -1,0 +1,424 @@
+// Package client is the file system's client library: name-space calls to the
+// metadata server and striped, parallel, pipelined data transfer straight to
+// the I/O servers (PVFS: ask the metadata server once, then move data
+// directly).
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// Client talks to one file system. It is safe for concurrent use.
+type Client struct {
+	meta string
+	pool *proto.Pool
+	// Uid and Gid own what this client creates.
+	Uid, Gid uint32
+
+	mu      sync.Mutex
+	servers map[uint32]string
+}
+
+// New returns a client of the metadata server at meta. No connection is made
+// until the first call.
+func New(meta string) *Client {
+	return &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}}
+}
+
+// Meta is the metadata server's address.
+func (c *Client) Meta() string { return c.meta }
+
+// Close drops every connection.
+func (c *Client) Close() { c.pool.Close() }
+
+func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	return c.pool.Call(ctx, c.meta, req)
+}
+
+func (c *Client) attr(ctx context.Context, req proto.Msg) (proto.Attr, error) {
+	r, err := c.call(ctx, req)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	ar, ok := r.(*proto.AttrReply)
+	if !ok {
+		return proto.Attr{}, unexpected(c.meta, r)
+	}
+	return ar.Attr, nil
+}
+
+func unexpected(addr string, r proto.Msg) error {
+	return fmt.Errorf("%s: unexpected reply op %d", addr, r.Op())
+}
+
+// Inode-level calls, as the FUSE file system needs them.
+
+func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (proto.Attr, error) {
+	return c.attr(ctx, &proto.Lookup{Parent: parent, Name: name})
+}
+
+func (c *Client) GetAttr(ctx context.Context, ino uint64) (proto.Attr, error) {
+	return c.attr(ctx, &proto.GetAttr{Ino: ino})
+}
+
+func (c *Client) SetAttr(ctx context.Context, m *proto.SetAttr) (proto.Attr, error) {
+	return c.attr(ctx, m)
+}
+
+// CreateOpts are the optional parts of a create.
+type CreateOpts struct {
+	Excl        bool
+	StripeSize  uint32 // 0: the directory's policy
+	StripeCount uint32 // 0: the directory's policy
+}
+
+// Create makes (or, without Excl, opens) a regular file; created says which.
+func (c *Client) Create(ctx context.Context, parent uint64, name string, mode uint32, o CreateOpts) (a proto.Attr, created bool, err error) {
+	r, err := c.call(ctx, &proto.Create{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid,
+		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount})
+	if err != nil {
+		return a, false, err
+	}
+	ar, ok := r.(*proto.AttrReply)
+	if !ok {
+		return a, false, unexpected(c.meta, r)
+	}
+	return ar.Attr, ar.Created, nil
+}
+
+func (c *Client) Mkdir(ctx context.Context, parent uint64, name string, mode uint32) (proto.Attr, error) {
+	return c.attr(ctx, &proto.Mkdir{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid})
+}
+
+func (c *Client) Symlink(ctx context.Context, parent uint64, name, target string) (proto.Attr, error) {
+	return c.attr(ctx, &proto.Symlink{Parent: parent, Name: name, Target: target, Uid: c.Uid, Gid: c.Gid})
+}
+
+func (c *Client) Link(ctx context.Context, ino, parent uint64, name string) (proto.Attr, error) {
+	return c.attr(ctx, &proto.Link{Ino: ino, Parent: parent, Name: name})
+}
+
+func (c *Client) Unlink(ctx context.Context, parent uint64, name string) error {
+	_, err := c.call(ctx, &proto.Unlink{Parent: parent, Name: name})
+	return err
+}
+
+func (c *Client) Rmdir(ctx context.Context, parent uint64, name string) error {
+	_, err := c.call(ctx, &proto.Rmdir{Parent: parent, Name: name})
+	return err
+}
+
+func (c *Client) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
+	_, err := c.call(ctx, &proto.Rename{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName, Flags: flags})
+	return err
+}
+
+func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
+	r, err := c.call(ctx, &proto.Readlink{Ino: ino})
+	if err != nil {
+		return "", err
+	}
+	tr, ok := r.(*proto.TargetReply)
+	if !ok {
+		return "", unexpected(c.meta, r)
+	}
+	return tr.Target, nil
+}
+
+// Readdir lists a whole directory, sorted by name, with attributes.
+func (c *Client) Readdir(ctx context.Context, ino uint64) ([]proto.Entry, error) {
+	var out []proto.Entry
+	after := ""
+	for {
+		r, err := c.call(ctx, &proto.Readdir{Ino: ino, After: after})
+		if err != nil {
+			return nil, err
+		}
+		er, ok := r.(*proto.EntriesReply)
+		if !ok {
+			return nil, unexpected(c.meta, r)
+		}
+		out = append(out, er.Entries...)
+		if !er.More || len(er.Entries) == 0 {
+			return out, nil
+		}
+		after = er.Entries[len(er.Entries)-1].Name
+	}
+}
+
+func (c *Client) SetLayout(ctx context.Context, ino uint64, stripeSize, stripeCount uint32) (proto.Attr, error) {
+	return c.attr(ctx, &proto.SetLayout{Ino: ino, StripeSize: stripeSize, StripeCount: stripeCount})
+}
+
+func (c *Client) Statfs(ctx context.Context) (*proto.StatfsReply, error) {
+	r, err := c.call(ctx, &proto.Statfs{})
+	if err != nil {
+		return nil, err
+	}
+	sr, ok := r.(*proto.StatfsReply)
+	if !ok {
+		return nil, unexpected(c.meta, r)
+	}
+	return sr, nil
+}
+
+// Servers lists the I/O servers the metadata server knows.
+func (c *Client) Servers(ctx context.Context) ([]proto.ServerInfo, error) {
+	r, err := c.call(ctx, &proto.Servers{})
+	if err != nil {
+		return nil, err
+	}
+	sr, ok := r.(*proto.ServersReply)
+	if !ok {
+		return nil, unexpected(c.meta, r)
+	}
+	c.mu.Lock()
+	for _, s := range sr.Servers {
+		c.servers[s.ID] = s.Addr
+	}
+	c.mu.Unlock()
+	return sr.Servers, nil
+}
+
+// addrs maps a layout's server IDs to addresses, asking meta on a miss.
+func (c *Client) addrs(ctx context.Context, ids []uint32) ([]string, error) {
+	for try := 0; ; try++ {
+		out := make([]string, len(ids))
+		missing := uint32(0)
+		c.mu.Lock()
+		for i, id := range ids {
+			a, ok := c.servers[id]
+			if !ok {
+				missing = id
+			}
+			out[i] = a
+		}
+		c.mu.Unlock()
+		if missing == 0 {
+			return out, nil
+		}
+		if try > 0 {
+			return nil, fmt.Errorf("I/O server %d is not known to the metadata server %s", missing, c.meta)
+		}
+		if _, err := c.Servers(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Path-level calls. Errors are *fs.PathError carrying the path and an errno,
+// so errors.Is(err, fs.ErrNotExist) works and messages read like coreutils'.
+
+func pathErr(op, p string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return err
+	}
+	var re *proto.RemoteError
+	if errors.As(err, &re) {
+		switch re.Errno {
+		case syscall.ENOENT, syscall.EEXIST, syscall.ENOTDIR, syscall.EISDIR, syscall.ENOTEMPTY,
+			syscall.ELOOP, syscall.ENAMETOOLONG, syscall.EPERM, syscall.EACCES:
+			// The errno says it all once the path is in front of it.
+			err = re.Errno
+		}
+	}
+	return &fs.PathError{Op: op, Path: p, Err: err}
+}
+
+func clean(p string) string { return path.Clean("/" + p) }
+
+// Lstat resolves p without following a final symbolic link: one round trip.
+func (c *Client) Lstat(ctx context.Context, p string) (proto.Attr, error) {
+	a, err := c.attr(ctx, &proto.Walk{Path: clean(p)})
+	return a, pathErr("lstat", p, err)
+}
+
+// Stat resolves p following symbolic links.
+func (c *Client) Stat(ctx context.Context, p string) (proto.Attr, error) {
+	q := clean(p)
+	for i := 0; i < 40; i++ {
+		a, err := c.attr(ctx, &proto.Walk{Path: q})
+		if err != nil {
+			return a, pathErr("stat", p, err)
+		}
+		if a.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			return a, nil
+		}
+		t, err := c.Readlink(ctx, a.Ino)
+		if err != nil {
+			return a, pathErr("stat", p, err)
+		}
+		if strings.HasPrefix(t, "/") {
+			q = clean(t)
+		} else {
+			q = clean(path.Join(path.Dir(q), t))
+		}
+	}
+	return proto.Attr{}, pathErr("stat", p, syscall.ELOOP)
+}
+
+// parent resolves p's directory and returns it with p's last name.
+func (c *Client) parent(ctx context.Context, op, p string) (uint64, string, error) {
+	q := clean(p)
+	if q == "/" {
+		return 0, "", pathErr(op, p, syscall.EEXIST)
+	}
+	dir, name := path.Split(q)
+	a, err := c.Stat(ctx, dir)
+	if err != nil {
+		return 0, "", pathErr(op, p, errors.Unwrap(err))
+	}
+	if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return 0, "", pathErr(op, p, syscall.ENOTDIR)
+	}
+	return a.Ino, name, nil
+}
+
+// Mkdir makes directory p.
+func (c *Client) MkdirPath(ctx context.Context, p string, mode uint32) error {
+	parent, name, err := c.parent(ctx, "mkdir", p)
+	if err != nil {
+		return err
+	}
+	_, err = c.Mkdir(ctx, parent, name, mode)
+	return pathErr("mkdir", p, err)
+}
+
+// MkdirAll makes p and any missing parents, like mkdir -p.
+func (c *Client) MkdirAll(ctx context.Context, p string, mode uint32) error {
+	q := clean(p)
+	if a, err := c.Stat(ctx, q); err == nil {
+		if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			return pathErr("mkdir", p, syscall.ENOTDIR)
+		}
+		return nil
+	}
+	if q != "/" {
+		if err := c.MkdirAll(ctx, path.Dir(q), mode); err != nil {
+			return err
+		}
+	}
+	err := c.MkdirPath(ctx, q, mode)
+	if errors.Is(err, fs.ErrExist) {
+		return nil // made meanwhile by someone else
+	}
+	return err
+}
+
+// ReadDir lists directory p.
+func (c *Client) ReadDir(ctx context.Context, p string) ([]proto.Entry, error) {
+	a, err := c.Stat(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := c.Readdir(ctx, a.Ino)
+	return ents, pathErr("readdir", p, err)
+}
+
+// Remove removes a file, symbolic link or empty directory.
+func (c *Client) Remove(ctx context.Context, p string) error {
+	parent, name, err := c.parent(ctx, "remove", p)
+	if err != nil {
+		return err
+	}
+	err = c.Unlink(ctx, parent, name)
+	if errors.Is(err, syscall.EISDIR) {
+		err = c.Rmdir(ctx, parent, name)
+	}
+	return pathErr("remove", p, err)
+}
+
+// RemoveAll removes p and everything below it, like rm -r.
+func (c *Client) RemoveAll(ctx context.Context, p string) error {
+	a, err := c.Lstat(ctx, p)
+	if err != nil {
+		return err
+	}
+	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		ents, err := c.Readdir(ctx, a.Ino)
+		if err != nil {
+			return pathErr("readdir", p, err)
+		}
+		for _, e := range ents {
+			if err := c.RemoveAll(ctx, path.Join(clean(p), e.Name)); err != nil {
+				return err
+			}
+		}
+	}
+	return c.Remove(ctx, p)
+}
+
+// RenamePath moves oldp to newp, replacing newp if it exists (rename(2)).
+// When newp is an existing directory and into is set, oldp moves inside it,
+// as mv does.
+func (c *Client) RenamePath(ctx context.Context, oldp, newp string, into bool) error {
+	op, on, err := c.parent(ctx, "rename", oldp)
+	if err != nil {
+		return err
+	}
+	if into {
+		if a, err := c.Stat(ctx, newp); err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			newp = path.Join(clean(newp), on)
+		}
+	}
+	np, nn, err := c.parent(ctx, "rename", newp)
+	if err != nil {
+		return err
+	}
+	return pathErr("rename", oldp, c.Rename(ctx, op, on, np, nn, 0))
+}
+
+// SymlinkPath makes p a symbolic link to target.
+func (c *Client) SymlinkPath(ctx context.Context, target, p string) error {
+	parent, name, err := c.parent(ctx, "symlink", p)
+	if err != nil {
+		return err
+	}
+	_, err = c.Symlink(ctx, parent, name, target)
+	return pathErr("symlink", p, err)
+}
+
+// Open opens an existing regular file for reading and writing.
+func (c *Client) Open(ctx context.Context, p string) (*File, error) {
+	a, err := c.Stat(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.OpenAttr(ctx, a)
+	return f, pathErr("open", p, err)
+}
+
+// CreatePath creates (or truncates, unless o.Excl) regular file p.
+func (c *Client) CreatePath(ctx context.Context, p string, mode uint32, o CreateOpts) (*File, error) {
+	parent, name, err := c.parent(ctx, "create", p)
+	if err != nil {
+		return nil, err
+	}
+	a, created, err := c.Create(ctx, parent, name, mode, o)
+	if err != nil {
+		return nil, pathErr("create", p, err)
+	}
+	f, err := c.OpenAttr(ctx, a)
+	if err != nil {
+		return nil, pathErr("create", p, err)
+	}
+	if !created && a.Size > 0 {
+		if err := f.Truncate(ctx, 0); err != nil {
+			return nil, pathErr("truncate", p, err)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,453 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/layout"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// Tuning of the data path.
+const (
+	// WriteWindow bounds the bytes of writes in flight per open file: enough
+	// to keep every server's link busy, small enough to bound memory.
+	WriteWindow = 64 << 20
+	// maxReq caps one request so that a 64 MiB stripe unit still pipelines.
+	maxReq = 4 << 20
+)
+
+// File is an open regular file. ReadAt and WriteAt may be called
+// concurrently. Writes are buffered and sent behind the caller's back
+// (write-behind); Sync or Close makes them durable and publishes the size.
+// Errors of background writes are reported by the next WriteAt, Sync or
+// Close.
+type File struct {
+	c     *Client
+	ino   uint64
+	lay   layout.Layout
+	addrs []string
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	size     int64 // size including our writes
+	metaSize int64 // size the metadata server last told or was told
+	dirty    bool
+	touched  []bool // servers written since the last sync
+	pend     []byte // coalescing buffer: contiguous writes inside one request
+	pendOff  int64
+	inflight []span
+	flying   int64 // bytes in flight
+	werr     error
+
+	ra readahead
+}
+
+type span struct{ off, end int64 }
+
+// OpenAttr opens the regular file described by a (from Lookup, Create, Stat).
+func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
+	if a.Mode&0o170000 != 0o100000 {
+		if a.Mode&0o170000 == 0o040000 {
+			return nil, fmt.Errorf("inode %d: is a directory", a.Ino)
+		}
+		return nil, fmt.Errorf("inode %d: not a regular file", a.Ino)
+	}
+	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers}
+	if err := lay.Validate(); err != nil {
+		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
+	}
+	addrs, err := c.addrs(ctx, a.Servers)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{c: c, ino: a.Ino, lay: lay, addrs: addrs, size: int64(a.Size), metaSize: int64(a.Size),
+		touched: make([]bool, len(addrs))}
+	f.cond = sync.NewCond(&f.mu)
+	f.ra.f = f
+	return f, nil
+}
+
+// Ino is the file's inode number.
+func (f *File) Ino() uint64 { return f.ino }
+
+// Layout is the file's striping.
+func (f *File) Layout() layout.Layout { return f.lay }
+
+// Addrs are the addresses of the file's I/O servers, in stripe order.
+func (f *File) Addrs() []string { return f.addrs }
+
+// Size is the file's size as this handle sees it.
+func (f *File) Size() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size
+}
+
+func (f *File) unit() int64 { return min(int64(f.lay.StripeSize), maxReq) }
+
+// boundary is the first request boundary after off: the end of its stripe
+// unit, or of its maxReq-sized piece of a larger unit.
+func (f *File) boundary(off int64) int64 {
+	s, u := int64(f.lay.StripeSize), f.unit()
+	return min((off/s+1)*s, (off/u+1)*u)
+}
+
+// WriteAt writes p at off. It returns once p is copied; the data travels in
+// the background.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.werr != nil {
+		return 0, f.werr
+	}
+	f.ra.reset()
+	for done := 0; done < len(p); {
+		o := off + int64(done)
+		end := f.boundary(o)
+		n := int(min(int64(len(p)-done), end-o))
+		chunk := p[done : done+n]
+		// The buffer never holds a boundary, so a contiguous write extends it.
+		if len(f.pend) > 0 && o == f.pendOff+int64(len(f.pend)) {
+			f.pend = append(f.pend, chunk...)
+		} else {
+			f.flushPend()
+			f.waitOverlap(o, o+int64(n))
+			f.pend = append(make([]byte, 0, max(n, int(min(end-o, 1<<20)))), chunk...)
+			f.pendOff = o
+		}
+		if o+int64(n) == end {
+			f.flushPend()
+		}
+		done += n
+	}
+	f.size = max(f.size, off+int64(len(p)))
+	f.dirty = true
+	return len(p), nil
+}
+
+// waitOverlap waits until no write in flight overlaps [off, end), so that
+// two writes to the same bytes land in the order they were made.
+func (f *File) waitOverlap(off, end int64) {
+	for {
+		busy := false
+		for _, s := range f.inflight {
+			if s.off < end && off < s.end {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		f.cond.Wait()
+	}
+}
+
+// flushPend sends the coalescing buffer. Called with f.mu held.
+func (f *File) flushPend() {
+	if len(f.pend) == 0 {
+		return
+	}
+	data, off := f.pend, f.pendOff
+	f.pend = nil
+	for f.flying > 0 && f.flying+int64(len(data)) > WriteWindow {
+		f.cond.Wait()
+	}
+	k, objOff := f.lay.Locate(off)
+	f.touched[k] = true
+	sp := span{off, off + int64(len(data))}
+	f.inflight = append(f.inflight, sp)
+	f.flying += int64(len(data))
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
+		_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Off: uint64(objOff), Data: data})
+		cancel()
+		f.mu.Lock()
+		for i, s := range f.inflight {
+			if s == sp {
+				f.inflight = append(f.inflight[:i], f.inflight[i+1:]...)
+				break
+			}
+		}
+		f.flying -= int64(len(data))
+		if err != nil && f.werr == nil {
+			f.werr = fmt.Errorf("write to %s: %w", f.addrs[k], err)
+		}
+		f.cond.Broadcast()
+		f.mu.Unlock()
+	}()
+}
+
+// drain sends buffered writes and waits for all in flight. Called with f.mu
+// held.
+func (f *File) drain() error {
+	f.flushPend()
+	for len(f.inflight) > 0 {
+		f.cond.Wait()
+	}
+	return f.werr
+}
+
+// Flush sends buffered writes and waits for them, without forcing them to
+// disk.
+func (f *File) Flush() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.drain()
+}
+
+// ReadAt reads len(p) bytes at off; short only at the end of the file
+// (io.EOF). Holes read as zeros. Sequential readers get read-ahead.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	f.mu.Lock()
+	if len(f.pend) > 0 || len(f.inflight) > 0 {
+		if err := f.drain(); err != nil {
+			f.mu.Unlock()
+			return 0, err
+		}
+	}
+	size := f.size
+	f.mu.Unlock()
+	if off >= size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), size-off))
+	var err error
+	if f.ra.sequential(off, size) {
+		err = f.ra.read(p[:n], off, size)
+	} else {
+		err = f.readDirect(p[:n], off)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readDirect fetches [off, off+len(p)) from all the servers holding it at
+// once.
+func (f *File) readDirect(p []byte, off int64) error {
+	chunks := f.lay.Chunks(off, int64(len(p)))
+	if len(chunks) == 1 {
+		return f.readChunk(p, chunks[0])
+	}
+	errs := make([]error, len(chunks))
+	var wg sync.WaitGroup
+	for i, ch := range chunks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f.readChunk(p[ch.FileOff-off:ch.FileOff-off+ch.Len], ch)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
+	ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
+	defer cancel()
+	for done := int64(0); done < ch.Len; {
+		n := min(ch.Len-done, maxReq)
+		r, err := f.c.pool.Call(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Off: uint64(ch.ObjOff + done), Len: uint32(n)})
+		if err != nil {
+			return fmt.Errorf("read from %s: %w", f.addrs[ch.Server], err)
+		}
+		dr, ok := r.(*proto.DataReply)
+		if !ok {
+			return unexpected(f.addrs[ch.Server], r)
+		}
+		got := copy(dst[done:done+n], dr.Data)
+		clear(dst[done+int64(got) : done+n]) // past the object's end: a hole
+		done += n
+	}
+	return nil
+}
+
+// Truncate sets the file's size, cutting or zero-extending each object.
+func (f *File) Truncate(ctx context.Context, size int64) error {
+	if size < 0 {
+		return errors.New("negative size")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.drain(); err != nil {
+		return err
+	}
+	f.ra.reset()
+	errs := make([]error, len(f.addrs))
+	var wg sync.WaitGroup
+	for k, a := range f.addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.c.pool.Call(ctx, a, &proto.Truncate{Handle: f.ino, Size: uint64(f.lay.ObjectSize(k, size))})
+			if err != nil {
+				errs[k] = fmt.Errorf("truncate on %s: %w", a, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if _, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)}); err != nil {
+		return err
+	}
+	f.size, f.metaSize = size, size
+	return nil
+}
+
+// Sync makes every write durable on the I/O servers, then records the size
+// and modification time with the metadata server.
+func (f *File) Sync(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.drain(); err != nil {
+		return err
+	}
+	if !f.dirty {
+		return nil
+	}
+	errs := make([]error, len(f.addrs))
+	var wg sync.WaitGroup
+	for k, a := range f.addrs {
+		if !f.touched[k] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.c.pool.Call(ctx, a, &proto.Sync{Handle: f.ino}); err != nil {
+				errs[k] = fmt.Errorf("sync on %s: %w", a, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	m := &proto.SetAttr{Ino: f.ino, Mask: proto.SetMtime, Mtime: time.Now().UnixNano()}
+	if f.size > f.metaSize {
+		m.Mask |= proto.SetSizeExtend
+		m.Size = uint64(f.size)
+	}
+	a, err := f.c.SetAttr(ctx, m)
+	if err != nil {
+		return err
+	}
+	clear(f.touched)
+	f.dirty = false
+	f.metaSize = int64(a.Size)
+	f.size = max(f.size, f.metaSize)
+	return nil
+}
+
+// Close syncs the file. The File must not be used afterwards.
+func (f *File) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
+	defer cancel()
+	return f.Sync(ctx)
+}
+
+// readahead keeps whole request-sized blocks of a sequentially read file,
+// fetching a window ahead of the reader from all servers at once.
+type readahead struct {
+	f      *File
+	mu     sync.Mutex
+	next   int64 // where a sequential reader reads next
+	blocks map[int64]*block
+}
+
+type block struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+func (r *readahead) reset() {
+	r.mu.Lock()
+	r.blocks = nil
+	r.next = 0
+	r.mu.Unlock()
+}
+
+// sequential reports whether a read at off continues the previous one.
+func (r *readahead) sequential(off, size int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if off == r.next || (r.blocks != nil && r.blocks[off/r.f.unit()] != nil) {
+		return true
+	}
+	r.blocks = nil
+	return false
+}
+
+func (r *readahead) window() int64 {
+	u := r.f.unit()
+	return min(max(8<<20, 2*u*int64(len(r.f.addrs))), 64<<20)
+}
+
+func (r *readahead) read(p []byte, off, size int64) error {
+	u := r.f.unit()
+	first, last := off/u, (off+int64(len(p))-1)/u
+	ahead := (off + int64(len(p)) + r.window() - 1) / u
+	maxBlock := (size - 1) / u
+	r.mu.Lock()
+	if r.blocks == nil {
+		r.blocks = map[int64]*block{}
+	}
+	for b := range r.blocks {
+		if b < first-1 {
+			delete(r.blocks, b)
+		}
+	}
+	want := make([]*block, 0, last-first+1)
+	for b := first; b <= min(ahead, maxBlock); b++ {
+		blk := r.blocks[b]
+		if blk == nil {
+			blk = &block{done: make(chan struct{})}
+			r.blocks[b] = blk
+			go r.fetch(blk, b*u, min(u, size-b*u))
+		}
+		if b <= last {
+			want = append(want, blk)
+		}
+	}
+	r.next = off + int64(len(p))
+	r.mu.Unlock()
+	for i, blk := range want {
+		<-blk.done
+		if blk.err != nil {
+			r.mu.Lock()
+			r.blocks = nil // retry afresh next time
+			r.mu.Unlock()
+			return blk.err
+		}
+		bstart := (first + int64(i)) * u
+		lo := max(off, bstart)
+		hi := min(off+int64(len(p)), bstart+int64(len(blk.data)))
+		copy(p[lo-off:hi-off], blk.data[lo-bstart:hi-bstart])
+	}
+	return nil
+}
+
+func (r *readahead) fetch(blk *block, off, n int64) {
+	defer close(blk.done)
+	blk.data = make([]byte, n)
+	blk.err = r.f.readDirect(blk.data, off)
+}

@@ -1,0 +1,188 @@
+package meta
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Buckets of the bbolt store. Keys are big-endian so cursors walk in order.
+var (
+	bInode   = []byte("inode")   // ino -> record (attr, symlink target, parent)
+	bDirent  = []byte("dirent")  // parent ino + name -> child ino
+	bSys     = []byte("sys")     // counters and file-system defaults
+	bIOD     = []byte("iod")     // server id -> proto.ServerInfo
+	bReclaim = []byte("reclaim") // ino -> servers still holding its objects
+
+	kNextIno = []byte("nextino")
+	kNextIOD = []byte("nextiod")
+)
+
+// RootIno is the root directory's inode number.
+const RootIno = 1
+
+// inode is the stored form of one file, directory or symbolic link.
+type inode struct {
+	proto.Attr
+	Target string // symlink target
+	Parent uint64 // directories only: the one directory holding this one
+}
+
+func (n *inode) encode() []byte {
+	e := proto.Enc{B: make([]byte, 0, 96+len(n.Target)+4*len(n.Servers))}
+	n.Attr.Encode(&e)
+	e.Str(n.Target)
+	e.U64(n.Parent)
+	return e.B
+}
+
+func decodeInode(b []byte) (*inode, error) {
+	d := proto.Dec{B: b}
+	n := &inode{}
+	n.Attr.Decode(&d)
+	n.Target = d.Str()
+	n.Parent = d.U64()
+	if err := d.Err(); err != nil {
+		return nil, fmt.Errorf("corrupt inode record: %w", err)
+	}
+	return n, nil
+}
+
+func (n *inode) isDir() bool  { return n.Mode&sIFMT == sIFDIR }
+func (n *inode) isReg() bool  { return n.Mode&sIFMT == sIFREG }
+func (n *inode) isLink() bool { return n.Mode&sIFMT == sIFLNK }
+
+// File type bits as in stat(2).
+const (
+	sIFMT  = 0o170000
+	sIFDIR = 0o040000
+	sIFREG = 0o100000
+	sIFLNK = 0o120000
+)
+
+func u64key(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func direntKey(parent uint64, name string) []byte {
+	return append(u64key(parent), name...)
+}
+
+// tx wraps a bbolt transaction with the store's typed accessors.
+type tx struct {
+	*bolt.Tx
+	now int64
+}
+
+func (t tx) inode(ino uint64) (*inode, error) {
+	b := t.Bucket(bInode).Get(u64key(ino))
+	if b == nil {
+		return nil, proto.Errorf(errnoNoEnt, fmt.Sprintf("inode %d: no such file or directory", ino))
+	}
+	return decodeInode(b)
+}
+
+func (t tx) dir(ino uint64) (*inode, error) {
+	n, err := t.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isDir() {
+		return nil, proto.Errorf(errnoNotDir, fmt.Sprintf("inode %d: not a directory", ino))
+	}
+	return n, nil
+}
+
+func (t tx) put(n *inode) error { return t.Bucket(bInode).Put(u64key(n.Ino), n.encode()) }
+
+func (t tx) child(parent uint64, name string) (uint64, bool) {
+	v := t.Bucket(bDirent).Get(direntKey(parent, name))
+	if v == nil {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+func (t tx) lookup(parent uint64, name string) (*inode, error) {
+	ino, ok := t.child(parent, name)
+	if !ok {
+		return nil, proto.Errorf(errnoNoEnt, fmt.Sprintf("%s: no such file or directory", name))
+	}
+	return t.inode(ino)
+}
+
+func (t tx) setChild(parent uint64, name string, ino uint64) error {
+	return t.Bucket(bDirent).Put(direntKey(parent, name), u64key(ino))
+}
+
+func (t tx) delChild(parent uint64, name string) error {
+	return t.Bucket(bDirent).Delete(direntKey(parent, name))
+}
+
+func (t tx) empty(dir uint64) bool {
+	c := t.Bucket(bDirent).Cursor()
+	k, _ := c.Seek(u64key(dir))
+	return k == nil || binary.BigEndian.Uint64(k[:8]) != dir
+}
+
+func (t tx) nextIno() (uint64, error) {
+	b := t.Bucket(bSys)
+	v := b.Get(kNextIno)
+	next := uint64(RootIno + 1)
+	if v != nil {
+		next = binary.BigEndian.Uint64(v)
+	}
+	return next, b.Put(kNextIno, u64key(next+1))
+}
+
+// drop removes one link to n; the last link frees the inode and queues its
+// objects for reclaim on the I/O servers, in the same transaction.
+func (t tx) drop(n *inode) error {
+	if n.isDir() {
+		return t.Bucket(bInode).Delete(u64key(n.Ino))
+	}
+	n.Nlink--
+	n.Ctime = t.now
+	if n.Nlink > 0 {
+		return t.put(n)
+	}
+	if err := t.Bucket(bInode).Delete(u64key(n.Ino)); err != nil {
+		return err
+	}
+	if n.isReg() && len(n.Servers) > 0 {
+		e := proto.Enc{}
+		e.U32s(n.Servers)
+		return t.Bucket(bReclaim).Put(u64key(n.Ino), e.B)
+	}
+	return nil
+}
+
+func openDB(path string) (*bolt.DB, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: locked by another process (is a metadata server already running on this directory?)", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(btx *bolt.Tx) error {
+		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim} {
+			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		t := tx{Tx: btx, now: time.Now().UnixNano()}
+		if _, err := t.inode(RootIno); err == nil {
+			return nil
+		}
+		root := &inode{Attr: proto.Attr{Ino: RootIno, Mode: sIFDIR | 0o755, Nlink: 2, Atime: t.now, Mtime: t.now, Ctime: t.now}, Parent: RootIno}
+		return t.put(root)
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise %s: %w", path, err)
+	}
+	return db, nil
+}
