@@ -36,7 +36,7 @@ const (
 	errnoNotDir = syscall.ENOTDIR
 
 	// LiveWindow: an I/O server heard from within this long gets new files.
-	LiveWindow = 30 * time.Second
+	LiveWindow  = 30 * time.Second
 	maxSymlinks = 40
 	maxName     = 255
 	readdirMax  = 4096
