@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/fusefs"
+	"github.com/spf13/cobra"
+)
+
+func mountCmd() *cobra.Command {
+	var metaAddr string
+	var readOnly, unmount, debug bool
+	var attrTimeout time.Duration
+	c := &cobra.Command{
+		Use:   "mount [--meta HOST:PORT] [--read-only] MOUNTPOINT",
+		Short: "Mount the file system with FUSE (runs until unmounted or Ctrl-C)",
+		Long: `Mount the parallel file system at MOUNTPOINT so that ordinary tools work on
+it. The command stays in the foreground serving the mount; Ctrl-C or SIGTERM
+unmounts. A mount whose process was killed leaves a dead mount point: clean it
+with 'corral mount --unmount MOUNTPOINT'.
+
+Consistency is close-to-open: what one client wrote and closed, another sees
+when it next opens the file. As root the mount is made directly (no
+fusermount) and open to every user, with permissions checked by the kernel;
+otherwise fusermount3 (Debian package fuse3) is needed.`,
+		Example: `  mkdir -p /mnt/corral
+  corral mount --meta 127.0.0.10:7400 /mnt/corral
+  corral mount --unmount /mnt/corral`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			if unmount {
+				return forceUnmount(dir)
+			}
+			if fi, err := os.Stat(dir); err != nil {
+				if errors.Is(err, syscall.ENOTCONN) {
+					return fmt.Errorf("%s: a dead mount is still there; run 'corral mount --unmount %s' first", dir, dir)
+				}
+				return err
+			} else if !fi.IsDir() {
+				return fmt.Errorf("%s: not a directory", dir)
+			}
+			cl := client.New(metaAddr)
+			defer cl.Close()
+			ctx, stop := signalContext()
+			defer stop()
+			if _, err := cl.Statfs(ctx); err != nil {
+				return fmt.Errorf("metadata server: %w", err)
+			}
+			srv, err := fusefs.Mount(dir, cl, fusefs.Options{ReadOnly: readOnly, AttrTimeout: attrTimeout, Debug: debug, Log: daemonLog("mount")})
+			if err != nil {
+				return fmt.Errorf("mount %s: %w", dir, err)
+			}
+			ready("mount", dir)
+			done := make(chan struct{})
+			go func() { srv.Wait(); close(done) }()
+			select {
+			case <-done:
+				return nil
+			case <-ctx.Done():
+			}
+			if err := srv.Unmount(); err != nil {
+				// Busy (a shell sits in it): detach it lazily.
+				fmt.Fprintf(os.Stderr, "corral mount: %v; detaching lazily\n", err)
+				if err := forceUnmount(dir); err != nil {
+					return err
+				}
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+			}
+			return nil
+		},
+	}
+	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
+	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
+	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
+	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	return c
+}
+
+// forceUnmount detaches a mount, live or dead.
+func forceUnmount(dir string) error {
+	if syscall.Geteuid() == 0 {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+		return nil
+	}
+	for _, prog := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(prog); err == nil {
+			out, err := exec.Command(p, "-u", "-z", dir).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%s -u %s: %v: %s", prog, dir, err, out)
+			}
+			return nil
+		}
+	}
+	return errors.New("unmount needs root or fusermount3 (apt-get install fuse3)")
+}

@@ -1,0 +1,472 @@
+// Package fusefs mounts the parallel file system with FUSE, so that ordinary
+// tools work on it (PVFS's "transparent access").
+//
+// Consistency is close-to-open, as NFS: close(2) (FUSE flush) pushes the
+// data to the I/O servers, syncs it and publishes the size; open revalidates
+// attributes (timeouts default to 0) and drops the kernel's cached pages.
+// All open descriptors of one inode share one client.File, so their writes
+// and sizes agree. A file unlinked while open is renamed to a hidden name and
+// removed on its last close, as NFS clients do.
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Options configure a mount.
+type Options struct {
+	ReadOnly bool
+	// AttrTimeout is how long the kernel may cache attributes and names
+	// (0: ask the metadata server every time; strict close-to-open).
+	AttrTimeout time.Duration
+	Debug       bool
+	Log         *slog.Logger
+}
+
+// Mount mounts the file system of c at dir and returns the FUSE server; call
+// Wait on it, and Unmount to end.
+func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	root := &node{fsys: &filesystem{c: c, opts: o}}
+	t := o.AttrTimeout
+	root.fsys.rootIno = 1
+	mo := fuse.MountOptions{
+		FsName:        "corral:" + c.Meta(),
+		Name:          "corral",
+		MaxWrite:      1 << 20,
+		MaxReadAhead:  1 << 20,
+		MaxBackground: 64,
+		Options:       []string{"default_permissions"},
+		Debug:         o.Debug,
+	}
+	if syscall.Geteuid() == 0 {
+		// As root: mount(2) directly (no fusermount needed) and let every
+		// user in, with the kernel checking permissions.
+		mo.DirectMount = true
+		mo.AllowOther = true
+	}
+	if o.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+	}
+	return fs.Mount(dir, root, &fs.Options{
+		MountOptions:    mo,
+		AttrTimeout:     &t,
+		EntryTimeout:    &t,
+		NegativeTimeout: &t,
+		RootStableAttr:  &fs.StableAttr{Ino: 1},
+	})
+}
+
+type filesystem struct {
+	c       *client.Client
+	opts    Options
+	rootIno uint64
+}
+
+// node is one inode of the file system.
+type node struct {
+	fs.Inode
+	fsys *filesystem
+
+	mu     sync.Mutex
+	file   *client.File // shared by every open descriptor
+	refs   int
+	hidden *hiddenName // set when unlinked while open
+}
+
+type hiddenName struct {
+	parent uint64
+	name   string
+}
+
+var (
+	_ fs.NodeLookuper   = (*node)(nil)
+	_ fs.NodeGetattrer  = (*node)(nil)
+	_ fs.NodeSetattrer  = (*node)(nil)
+	_ fs.NodeReaddirer  = (*node)(nil)
+	_ fs.NodeMkdirer    = (*node)(nil)
+	_ fs.NodeRmdirer    = (*node)(nil)
+	_ fs.NodeUnlinker   = (*node)(nil)
+	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeCreater    = (*node)(nil)
+	_ fs.NodeOpener     = (*node)(nil)
+	_ fs.NodeSymlinker  = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeLinker     = (*node)(nil)
+	_ fs.NodeStatfser   = (*node)(nil)
+)
+
+func (n *node) ino() uint64 { return n.StableAttr().Ino }
+
+// errno maps a client error to what the kernel expects.
+func (n *node) errno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	n.fsys.opts.Log.Warn("I/O error", "op", op, "ino", n.ino(), "err", err)
+	return syscall.EIO
+}
+
+func (n *node) rofs() bool { return n.fsys.opts.ReadOnly }
+
+func fillAttr(a *proto.Attr, out *fuse.Attr) {
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = (a.Size + 511) / 512
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.Uid, a.Gid
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+	out.Blksize = 1 << 16
+	if a.StripeSize != 0 {
+		out.Blksize = a.StripeSize
+	}
+}
+
+// child wraps a looked-up or created inode.
+func (n *node) child(ctx context.Context, a *proto.Attr, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(a, &out.Attr)
+	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+}
+
+// openSize is the size including writes not yet published by an open file.
+func (n *node) withOpenSize(a *proto.Attr) {
+	n.mu.Lock()
+	if n.file != nil {
+		a.Size = max(a.Size, uint64(n.file.Size()))
+	}
+	n.mu.Unlock()
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
+	if err != nil {
+		return nil, n.errno("lookup", err)
+	}
+	ch := n.child(ctx, &a, out)
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.withOpenSize(&a)
+		out.Attr.Size = a.Size
+	}
+	return ch, 0
+}
+
+func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.fsys.c.GetAttr(ctx, n.ino())
+	if err != nil {
+		return n.errno("getattr", err)
+	}
+	n.withOpenSize(&a)
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.rofs() {
+		return syscall.EROFS
+	}
+	if size, ok := in.GetSize(); ok {
+		if err := n.truncate(ctx, int64(size)); err != 0 {
+			return err
+		}
+	}
+	m := &proto.SetAttr{Ino: n.ino()}
+	if mode, ok := in.GetMode(); ok {
+		m.Mask |= proto.SetMode
+		m.Mode = mode
+	}
+	if uid, ok := in.GetUID(); ok {
+		m.Mask |= proto.SetUid
+		m.Uid = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		m.Mask |= proto.SetGid
+		m.Gid = gid
+	}
+	if t, ok := in.GetATime(); ok {
+		m.Mask |= proto.SetAtime
+		m.Atime = t.UnixNano()
+	}
+	if t, ok := in.GetMTime(); ok {
+		m.Mask |= proto.SetMtime
+		m.Mtime = t.UnixNano()
+	}
+	var a proto.Attr
+	var err error
+	if m.Mask != 0 {
+		a, err = n.fsys.c.SetAttr(ctx, m)
+	} else {
+		a, err = n.fsys.c.GetAttr(ctx, n.ino())
+	}
+	if err != nil {
+		return n.errno("setattr", err)
+	}
+	n.withOpenSize(&a)
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
+	n.mu.Lock()
+	f := n.file
+	n.mu.Unlock()
+	if f == nil {
+		a, err := n.fsys.c.GetAttr(ctx, n.ino())
+		if err != nil {
+			return n.errno("truncate", err)
+		}
+		if f, err = n.fsys.c.OpenAttr(ctx, a); err != nil {
+			return n.errno("truncate", err)
+		}
+	}
+	return n.errno("truncate", f.Truncate(ctx, size))
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ents, err := n.fsys.c.Readdir(ctx, n.ino())
+	if err != nil {
+		return nil, n.errno("readdir", err)
+	}
+	out := make([]fuse.DirEntry, len(ents))
+	for i, e := range ents {
+		out[i] = fuse.DirEntry{Name: e.Name, Ino: e.Attr.Ino, Mode: e.Attr.Mode}
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func caller(ctx context.Context) (uint32, uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.rofs() {
+		return nil, syscall.EROFS
+	}
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.AttrCall(ctx, &proto.Mkdir{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, n.errno("mkdir", err)
+	}
+	return n.child(ctx, &a, out), 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.rofs() {
+		return syscall.EROFS
+	}
+	return n.errno("rmdir", n.fsys.c.Rmdir(ctx, n.ino(), name))
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.rofs() {
+		return syscall.EROFS
+	}
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			cn.mu.Lock()
+			open := cn.refs > 0 && cn.hidden == nil
+			cn.mu.Unlock()
+			if open {
+				// Keep the data for the open descriptors: hide the name,
+				// remove it on the last close.
+				hidden := fmt.Sprintf(".corral-hidden-%d", cn.ino())
+				if err := n.fsys.c.Rename(ctx, n.ino(), name, n.ino(), hidden, 0); err != nil {
+					return n.errno("unlink", err)
+				}
+				cn.mu.Lock()
+				cn.hidden = &hiddenName{parent: n.ino(), name: hidden}
+				cn.mu.Unlock()
+				return 0
+			}
+		}
+	}
+	return n.errno("unlink", n.fsys.c.Unlink(ctx, n.ino(), name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.rofs() {
+		return syscall.EROFS
+	}
+	np := newParent.EmbeddedInode().StableAttr().Ino
+	return n.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.rofs() {
+		return nil, syscall.EROFS
+	}
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.AttrCall(ctx, &proto.Symlink{Parent: n.ino(), Name: name, Target: target, Uid: uid, Gid: gid})
+	if err != nil {
+		return nil, n.errno("symlink", err)
+	}
+	return n.child(ctx, &a, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.fsys.c.Readlink(ctx, n.ino())
+	if err != nil {
+		return nil, n.errno("readlink", err)
+	}
+	return []byte(t), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.rofs() {
+		return nil, syscall.EROFS
+	}
+	a, err := n.fsys.c.Link(ctx, target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
+	if err != nil {
+		return nil, n.errno("link", err)
+	}
+	return n.child(ctx, &a, out), 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s, err := n.fsys.c.Statfs(ctx)
+	if err != nil {
+		return n.errno("statfs", err)
+	}
+	const bs = 4096
+	out.Bsize, out.Frsize = bs, bs
+	out.Blocks, out.Bfree, out.Bavail = s.Capacity/bs, s.Free/bs, s.Free/bs
+	out.Files = s.Files
+	out.Ffree = 1 << 40
+	out.NameLen = 255
+	return 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.rofs() {
+		return nil, nil, 0, syscall.EROFS
+	}
+	uid, gid := caller(ctx)
+	r, err := n.fsys.c.Call(ctx, &proto.Create{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid, Excl: flags&syscall.O_EXCL != 0})
+	ar, ok := r.(*proto.AttrReply)
+	if err != nil || !ok {
+		return nil, nil, 0, n.errno("create", errors.Join(err, errors.New("unexpected reply")))
+	}
+	ch := n.child(ctx, &ar.Attr, out)
+	cn := ch.Operations().(*node)
+	h, errno := cn.open(ctx, &ar.Attr)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if !ar.Created && flags&syscall.O_TRUNC != 0 && ar.Attr.Size > 0 {
+		if errno := cn.truncate(ctx, 0); errno != 0 {
+			h.Release(ctx)
+			return nil, nil, 0, errno
+		}
+		out.Attr.Size = 0
+	}
+	return ch, h, 0, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.rofs() && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	a, err := n.fsys.c.GetAttr(ctx, n.ino())
+	if err != nil {
+		return nil, 0, n.errno("open", err)
+	}
+	h, errno := n.open(ctx, &a)
+	return h, 0, errno
+}
+
+// open takes a reference on the inode's shared client.File.
+func (n *node) open(ctx context.Context, a *proto.Attr) (*handle, syscall.Errno) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.file == nil {
+		f, err := n.fsys.c.OpenAttr(ctx, *a)
+		if err != nil {
+			return nil, n.errno("open", err)
+		}
+		n.file = f
+	}
+	n.refs++
+	return &handle{n: n, f: n.file}, 0
+}
+
+// handle is one open file description.
+type handle struct {
+	n *node
+	f *client.File
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+)
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := h.f.ReadAt(dest, off)
+	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
+		return nil, h.n.errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.n.rofs() {
+		return 0, syscall.EROFS
+	}
+	n, err := h.f.WriteAt(data, off)
+	return uint32(n), h.n.errno("write", err)
+}
+
+// Flush runs on every close(2): publish the data (close-to-open).
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	return h.n.errno("flush", h.f.Sync(ctx))
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.n.errno("fsync", h.f.Sync(ctx))
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	n := h.n
+	n.mu.Lock()
+	n.refs--
+	var err error
+	var hidden *hiddenName
+	if n.refs == 0 {
+		err = n.file.Close()
+		n.file = nil
+		hidden, n.hidden = n.hidden, nil
+	}
+	n.mu.Unlock()
+	if hidden != nil {
+		if uerr := n.fsys.c.Unlink(context.Background(), hidden.parent, hidden.name); uerr != nil {
+			n.fsys.opts.Log.Warn("removing unlinked open file", "name", hidden.name, "err", uerr)
+		}
+	}
+	return n.errno("release", err)
+}
