@@ -50,6 +50,8 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		MaxWrite:      1 << 20,
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
+		// No extended attributes: tools like cp -a then skip ACLs quietly.
+		DisableXAttrs: true,
 		Options:       []string{"default_permissions"},
 		Debug:         o.Debug,
 	}
@@ -284,26 +286,42 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.rofs() {
 		return syscall.EROFS
 	}
-	if ch := n.GetChild(name); ch != nil {
-		if cn, ok := ch.Operations().(*node); ok {
-			cn.mu.Lock()
-			open := cn.refs > 0 && cn.hidden == nil
-			cn.mu.Unlock()
-			if open {
-				// Keep the data for the open descriptors: hide the name,
-				// remove it on the last close.
-				hidden := fmt.Sprintf(".corral-hidden-%d", cn.ino())
-				if err := n.fsys.c.Rename(ctx, n.ino(), name, n.ino(), hidden, 0); err != nil {
-					return n.errno("unlink", err)
-				}
-				cn.mu.Lock()
-				cn.hidden = &hiddenName{parent: n.ino(), name: hidden}
-				cn.mu.Unlock()
-				return 0
-			}
-		}
+	if cn := openChild(&n.Inode, name); cn != nil {
+		// Keep the data for the open descriptors.
+		return cn.hide(ctx, n.ino(), name)
 	}
 	return n.errno("unlink", n.fsys.c.Unlink(ctx, n.ino(), name))
+}
+
+// openChild returns dir's child name if this mount has it open.
+func openChild(dir *fs.Inode, name string) *node {
+	ch := dir.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	cn, ok := ch.Operations().(*node)
+	if !ok {
+		return nil
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.refs == 0 || cn.hidden != nil {
+		return nil
+	}
+	return cn
+}
+
+// hide renames an open, unlinked file to a hidden name in the same
+// directory; its last close removes it (as NFS clients do).
+func (n *node) hide(ctx context.Context, parent uint64, name string) syscall.Errno {
+	hidden := fmt.Sprintf(".corral-hidden-%d", n.ino())
+	if err := n.fsys.c.Rename(ctx, parent, name, parent, hidden, 0); err != nil {
+		return n.errno("unlink", err)
+	}
+	n.mu.Lock()
+	n.hidden = &hiddenName{parent: parent, name: hidden}
+	n.mu.Unlock()
+	return 0
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -311,6 +329,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EROFS
 	}
 	np := newParent.EmbeddedInode().StableAttr().Ino
+	if flags == 0 {
+		if victim := openChild(newParent.EmbeddedInode(), newName); victim != nil && victim.StableAttr().Mode != syscall.S_IFDIR {
+			// Replacing a file that is open here: swap the two atomically,
+			// then hide the old one until its last close, so its open
+			// descriptors keep reading it.
+			if err := n.fsys.c.Rename(ctx, n.ino(), name, np, newName, proto.RenameExchange); err != nil {
+				return n.errno("rename", err)
+			}
+			return victim.hide(ctx, n.ino(), name)
+		}
+	}
 	return n.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))
 }
 
