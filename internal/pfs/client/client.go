@@ -48,7 +48,9 @@ func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 func (c *Client) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) { return c.call(ctx, req) }
 
 // AttrCall sends a request answered with attributes (Mkdir, Symlink, ...).
-func (c *Client) AttrCall(ctx context.Context, req proto.Msg) (proto.Attr, error) { return c.attr(ctx, req) }
+func (c *Client) AttrCall(ctx context.Context, req proto.Msg) (proto.Attr, error) {
+	return c.attr(ctx, req)
+}
 
 func (c *Client) attr(ctx context.Context, req proto.Msg) (proto.Attr, error) {
 	r, err := c.call(ctx, req)

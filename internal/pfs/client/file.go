@@ -386,14 +386,22 @@ func (r *readahead) reset() {
 	r.mu.Unlock()
 }
 
-// sequential reports whether a read at off continues the previous one.
+// sequential reports whether a read at off belongs to the stream being read
+// ahead: at or near where the last read ended. FUSE issues several reads at
+// once, so they may arrive a little out of order.
 func (r *readahead) sequential(off, size int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if off == r.next || (r.blocks != nil && r.blocks[off/r.f.unit()] != nil) {
+	if off == r.next {
 		return true
 	}
-	r.blocks = nil
+	if r.blocks == nil {
+		return false
+	}
+	if w := r.window(); off >= r.next-w && off <= r.next+w {
+		return true
+	}
+	r.blocks = nil // a jump: stop reading ahead until it is sequential again
 	return false
 }
 
@@ -411,8 +419,9 @@ func (r *readahead) read(p []byte, off, size int64) error {
 	if r.blocks == nil {
 		r.blocks = map[int64]*block{}
 	}
+	keep := r.window() / u // blocks kept behind the reader, for late reads
 	for b := range r.blocks {
-		if b < first-1 {
+		if b < first-keep {
 			delete(r.blocks, b)
 		}
 	}
@@ -428,7 +437,7 @@ func (r *readahead) read(p []byte, off, size int64) error {
 			want = append(want, blk)
 		}
 	}
-	r.next = off + int64(len(p))
+	r.next = max(r.next, off+int64(len(p)))
 	r.mu.Unlock()
 	for i, blk := range want {
 		<-blk.done

@@ -50,6 +50,10 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		MaxWrite:      1 << 20,
 		MaxReadAhead:  1 << 20,
 		MaxBackground: 64,
+		// Without this the kernel asks for attributes on every read(2)
+		// to spot changes; close-to-open only needs them at open, which
+		// drops cached pages anyway (no FOPEN_KEEP_CACHE).
+		ExplicitDataCacheControl: true,
 		// No extended attributes: tools like cp -a then skip ACLs quietly.
 		DisableXAttrs: true,
 		Options:       []string{"default_permissions"},
@@ -122,6 +126,11 @@ func (n *node) errno(op string, err error) syscall.Errno {
 	var en syscall.Errno
 	if errors.As(err, &en) {
 		return en
+	}
+	if errors.Is(err, context.Canceled) {
+		// The kernel interrupted the request (a signal reached the
+		// caller, e.g. Go's preemption signal): the caller retries.
+		return syscall.EINTR
 	}
 	n.fsys.opts.Log.Warn("I/O error", "op", op, "ino", n.ino(), "err", err)
 	return syscall.EIO
