@@ -116,6 +116,12 @@ var (
 	_ fs.NodeStatfser   = (*node)(nil)
 )
 
+// detachNote: every operation runs to completion even when the kernel
+// interrupts it (a signal reached the caller; Go programs get one every few
+// milliseconds for preemption). Abandoning a create or a close half-way would
+// hand the caller EINTR for something that may have happened, and close(2)
+// is not retried. Calls are bounded by the protocol's timeouts instead.
+
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
 // errno maps a client error to what the kernel expects.
@@ -126,11 +132,6 @@ func (n *node) errno(op string, err error) syscall.Errno {
 	var en syscall.Errno
 	if errors.As(err, &en) {
 		return en
-	}
-	if errors.Is(err, context.Canceled) {
-		// The kernel interrupted the request (a signal reached the
-		// caller, e.g. Go's preemption signal): the caller retries.
-		return syscall.EINTR
 	}
 	n.fsys.opts.Log.Warn("I/O error", "op", op, "ino", n.ino(), "err", err)
 	return syscall.EIO
@@ -170,6 +171,7 @@ func (n *node) withOpenSize(a *proto.Attr) {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("lookup", err)
@@ -183,6 +185,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	a, err := n.fsys.c.GetAttr(ctx, n.ino())
 	if err != nil {
 		return n.errno("getattr", err)
@@ -193,6 +196,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 }
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return syscall.EROFS
 	}
@@ -254,6 +258,7 @@ func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	ents, err := n.fsys.c.Readdir(ctx, n.ino())
 	if err != nil {
 		return nil, n.errno("readdir", err)
@@ -273,6 +278,7 @@ func caller(ctx context.Context) (uint32, uint32) {
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, syscall.EROFS
 	}
@@ -285,6 +291,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return syscall.EROFS
 	}
@@ -292,6 +299,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return syscall.EROFS
 	}
@@ -334,6 +342,7 @@ func (n *node) hide(ctx context.Context, parent uint64, name string) syscall.Err
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return syscall.EROFS
 	}
@@ -353,6 +362,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, syscall.EROFS
 	}
@@ -365,6 +375,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	t, err := n.fsys.c.Readlink(ctx, n.ino())
 	if err != nil {
 		return nil, n.errno("readlink", err)
@@ -373,6 +384,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, syscall.EROFS
 	}
@@ -384,6 +396,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	s, err := n.fsys.c.Statfs(ctx)
 	if err != nil {
 		return n.errno("statfs", err)
@@ -398,6 +411,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -424,6 +438,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() && flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC) != 0 {
 		return nil, 0, syscall.EROFS
 	}
@@ -465,6 +480,7 @@ var (
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	n, err := h.f.ReadAt(dest, off)
 	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
 		return nil, h.n.errno("read", err)
@@ -473,6 +489,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	if h.n.rofs() {
 		return 0, syscall.EROFS
 	}
@@ -482,14 +499,17 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush runs on every close(2): publish the data (close-to-open).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	return h.n.errno("flush", h.f.Sync(ctx))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	return h.n.errno("fsync", h.f.Sync(ctx))
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	ctx = context.WithoutCancel(ctx) // see detachNote
 	n := h.n
 	n.mu.Lock()
 	n.refs--
