@@ -263,7 +263,8 @@ func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
 	defer cancel()
 	for done := int64(0); done < ch.Len; {
 		n := min(ch.Len-done, maxReq)
-		r, err := f.c.pool.Call(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Off: uint64(ch.ObjOff + done), Len: uint32(n)})
+		part := dst[done : done+n]
+		r, err := f.c.pool.CallInto(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Off: uint64(ch.ObjOff + done), Len: uint32(n)}, part)
 		if err != nil {
 			return fmt.Errorf("read from %s: %w", f.addrs[ch.Server], err)
 		}
@@ -271,8 +272,11 @@ func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
 		if !ok {
 			return unexpected(f.addrs[ch.Server], r)
 		}
-		got := copy(dst[done:done+n], dr.Data)
-		clear(dst[done+int64(got) : done+n]) // past the object's end: a hole
+		got := len(dr.Data)
+		if got > 0 && &dr.Data[0] != &part[0] {
+			got = copy(part, dr.Data)
+		}
+		clear(part[got:]) // past the object's end: a hole
 		done += n
 	}
 	return nil

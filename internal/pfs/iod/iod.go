@@ -105,12 +105,13 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, err
 		}
 		defer f.Close()
-		buf := make([]byte, m.Len)
-		n, err := f.ReadAt(buf, int64(m.Off))
+		bp := getBuf(int(m.Len))
+		n, err := f.ReadAt(*bp, int64(m.Off))
 		if err != nil && err != io.EOF {
+			putBuf(bp)
 			return nil, err
 		}
-		return &proto.DataReply{Data: buf[:n]}, nil
+		return &proto.DataReply{Data: (*bp)[:n], Done: func() { putBuf(bp) }}, nil
 	case *proto.Write:
 		if m.Off+uint64(len(m.Data)) > 1<<62 {
 			return nil, proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
@@ -159,6 +160,30 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	}
 	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("an I/O server does not serve op %d", req.Op()))
 }
+
+// Read buffers are pooled by size class (powers of two up to MaxIO): a
+// server streaming large files then allocates almost nothing.
+var bufPools [27]sync.Pool
+
+func sizeClass(n int) int {
+	c := 12 // 4 KiB at least
+	for 1<<c < n {
+		c++
+	}
+	return c
+}
+
+func getBuf(n int) *[]byte {
+	c := sizeClass(n)
+	if bp, ok := bufPools[c].Get().(*[]byte); ok {
+		*bp = (*bp)[:n]
+		return bp
+	}
+	b := make([]byte, n, 1<<c)
+	return &b
+}
+
+func putBuf(bp *[]byte) { bufPools[sizeClass(cap(*bp))].Put(bp) }
 
 func (s *Store) sync(h uint64) error {
 	f, err := os.Open(s.path(h))

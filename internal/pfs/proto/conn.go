@@ -3,6 +3,7 @@ package proto
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -27,7 +28,7 @@ type Conn struct {
 	bw  *bufio.Writer
 
 	mu      sync.Mutex
-	pending map[uint32]chan reply
+	pending map[uint32]*call
 	nextID  uint32
 	err     error // set once the connection is dead
 	dead    atomic.Bool
@@ -36,6 +37,13 @@ type Conn struct {
 type reply struct {
 	m   Msg
 	err error
+}
+
+// call is a request waiting for its reply. into, if set, receives the data
+// of a Data reply straight from the socket.
+type call struct {
+	ch   chan reply
+	into []byte
 }
 
 // Dial connects to a server.
@@ -48,7 +56,7 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	c := &Conn{addr: addr, nc: nc, bw: bufio.NewWriterSize(nc, 256<<10), pending: map[uint32]chan reply{}}
+	c := &Conn{addr: addr, nc: nc, bw: bufio.NewWriterSize(nc, 256<<10), pending: map[uint32]*call{}}
 	go c.readLoop()
 	return c, nil
 }
@@ -62,24 +70,56 @@ func (c *Conn) Dead() bool { return c.dead.Load() }
 func (c *Conn) readLoop() {
 	br := bufio.NewReaderSize(c.nc, 256<<10)
 	for {
-		op, id, payload, err := ReadFrame(br)
+		op, id, n, err := readHeader(br)
 		if err != nil {
 			c.fail(fmt.Errorf("%w: connection to %s lost: %v", ErrUnavailable, c.addr, err))
 			return
 		}
-		m, err := Decode(op, payload)
-		if err != nil {
-			c.fail(fmt.Errorf("bad reply from %s: %v", c.addr, err))
-			return
-		}
 		c.mu.Lock()
-		ch := c.pending[id]
+		cl := c.pending[id]
 		delete(c.pending, id)
 		c.mu.Unlock()
-		if ch != nil {
-			ch <- reply{m: m}
+		m, err := c.readReply(br, op, n, cl)
+		if err != nil {
+			err = fmt.Errorf("%w: reply from %s: %v", ErrUnavailable, c.addr, err)
+			if cl != nil {
+				cl.ch <- reply{err: err}
+			}
+			c.fail(err)
+			return
+		}
+		if cl != nil {
+			cl.ch <- reply{m: m}
 		}
 	}
+}
+
+// readReply reads one reply's payload. Data for a call that brought its own
+// buffer goes straight there: no allocation, no extra copy.
+func (c *Conn) readReply(br *bufio.Reader, op Op, n uint32, cl *call) (Msg, error) {
+	if op == OpData && cl != nil && cl.into != nil && n >= 4 {
+		var lb [4]byte
+		if err := readPayload(br, lb[:]); err != nil {
+			return nil, err
+		}
+		if l := binary.LittleEndian.Uint32(lb[:]); l == n-4 && int(l) <= len(cl.into) {
+			if err := readPayload(br, cl.into[:l]); err != nil {
+				return nil, err
+			}
+			return &DataReply{Data: cl.into[:l]}, nil
+		}
+		payload := make([]byte, n)
+		copy(payload, lb[:])
+		if err := readPayload(br, payload[4:]); err != nil {
+			return nil, err
+		}
+		return Decode(op, payload)
+	}
+	payload := make([]byte, n)
+	if err := readPayload(br, payload); err != nil {
+		return nil, err
+	}
+	return Decode(op, payload)
 }
 
 func (c *Conn) fail(err error) {
@@ -89,11 +129,11 @@ func (c *Conn) fail(err error) {
 	}
 	c.dead.Store(true)
 	p := c.pending
-	c.pending = map[uint32]chan reply{}
+	c.pending = map[uint32]*call{}
 	c.mu.Unlock()
 	c.nc.Close()
-	for _, ch := range p {
-		ch <- reply{err: err}
+	for _, cl := range p {
+		cl.ch <- reply{err: err}
 	}
 }
 
@@ -107,7 +147,15 @@ func (c *Conn) Close() error {
 // a *RemoteError; a lost or silent server as an error wrapping
 // ErrUnavailable that names the server.
 func (c *Conn) Call(ctx context.Context, req Msg) (Msg, error) {
-	ch := make(chan reply, 1)
+	return c.CallInto(ctx, req, nil)
+}
+
+// CallInto is Call for a request answered with data: the data lands in
+// into when it fits (the reply's Data then aliases into), so a reader need
+// not copy it again.
+func (c *Conn) CallInto(ctx context.Context, req Msg, into []byte) (Msg, error) {
+	cl := &call{ch: make(chan reply, 1), into: into}
+	ch := cl.ch
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -116,7 +164,7 @@ func (c *Conn) Call(ctx context.Context, req Msg) (Msg, error) {
 	}
 	c.nextID++
 	id := c.nextID
-	c.pending[id] = ch
+	c.pending[id] = cl
 	c.mu.Unlock()
 
 	c.wmu.Lock()
@@ -145,21 +193,27 @@ func (c *Conn) Call(ctx context.Context, req Msg) (Msg, error) {
 		}
 		return r.m, nil
 	case <-ctx.Done():
-		c.forget(id)
+		if !c.forget(id) {
+			<-ch // the reply is being read into our buffer: let it finish
+		}
 		return nil, fmt.Errorf("%s to %s: %w", opName(req.Op()), c.addr, ctx.Err())
 	case <-t.C:
 		// A server that does not answer in time is treated as gone: the
 		// connection is dropped so the next call dials afresh.
 		err := fmt.Errorf("%w: %s did not answer %s within %v", ErrUnavailable, c.addr, opName(req.Op()), timeout.Round(time.Millisecond))
 		c.fail(err)
+		<-ch // fail answers every pending call; readLoop the one it holds
 		return nil, err
 	}
 }
 
-func (c *Conn) forget(id uint32) {
+// forget drops a pending call; false if the reply is already being read.
+func (c *Conn) forget(id uint32) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[id]
 	delete(c.pending, id)
-	c.mu.Unlock()
+	return ok
 }
 
 // Pool keeps a few connections per server and redials broken ones.
@@ -215,10 +269,15 @@ func (p *Pool) get(ctx context.Context, addr string) (*Conn, error) {
 // tried once more on a fresh connection when the first attempt finds the
 // server unreachable (it may just have restarted).
 func (p *Pool) Call(ctx context.Context, addr string, req Msg) (Msg, error) {
+	return p.CallInto(ctx, addr, req, nil)
+}
+
+// CallInto is Call with a buffer for the reply's data (see Conn.CallInto).
+func (p *Pool) CallInto(ctx context.Context, addr string, req Msg, into []byte) (Msg, error) {
 	c, err := p.get(ctx, addr)
 	if err == nil {
 		var m Msg
-		m, err = c.Call(ctx, req)
+		m, err = c.CallInto(ctx, req, into)
 		if err == nil || !errors.Is(err, ErrUnavailable) || !Idempotent(req.Op()) || ctx.Err() != nil {
 			return m, err
 		}
@@ -226,7 +285,7 @@ func (p *Pool) Call(ctx context.Context, addr string, req Msg) (Msg, error) {
 	if c, err = p.get(ctx, addr); err != nil {
 		return nil, err
 	}
-	return c.Call(ctx, req)
+	return c.CallInto(ctx, req, into)
 }
 
 // Close closes every connection.

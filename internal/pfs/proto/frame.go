@@ -46,11 +46,33 @@ func AppendFrame(buf []byte, id uint32, m Msg) []byte {
 	return e.B
 }
 
+// tailed is a message whose encoding ends with a large byte slice (file
+// data). WriteFrame sends that slice from where it lies instead of copying
+// it into the frame buffer.
+type tailed interface {
+	Msg
+	encodeHead(*Enc) // every field, the tail's length prefix included
+	tail() []byte
+}
+
 // WriteFrame writes one frame to w.
 func WriteFrame(w io.Writer, id uint32, m Msg) error {
 	bp := bufPool.Get().(*[]byte)
-	b := AppendFrame((*bp)[:0], id, m)
+	var b, tail []byte
+	if t, ok := m.(tailed); ok {
+		b = append((*bp)[:0], 'C', 'R', Version, byte(m.Op()), 0, 0, 0, 0, 0, 0, 0, 0)
+		binary.LittleEndian.PutUint32(b[4:], id)
+		e := Enc{B: b}
+		t.encodeHead(&e)
+		b, tail = e.B, t.tail()
+		binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-HeaderLen+len(tail)))
+	} else {
+		b = AppendFrame((*bp)[:0], id, m)
+	}
 	_, err := w.Write(b)
+	if err == nil && len(tail) > 0 {
+		_, err = w.Write(tail)
+	}
 	if cap(b) <= 4<<20 { // do not pin huge buffers in the pool
 		*bp = b[:0]
 		bufPool.Put(bp)
@@ -58,31 +80,47 @@ func WriteFrame(w io.Writer, id uint32, m Msg) error {
 	return err
 }
 
-// ReadFrame reads one frame's header and payload. The payload is freshly
-// allocated (messages alias it).
-func ReadFrame(r *bufio.Reader) (op Op, id uint32, payload []byte, err error) {
+// readHeader reads and checks one frame header.
+func readHeader(r *bufio.Reader) (op Op, id uint32, n uint32, err error) {
 	var h [HeaderLen]byte
 	if _, err = io.ReadFull(r, h[:]); err != nil {
-		return 0, 0, nil, err
+		return 0, 0, 0, err
 	}
 	if h[0] != 'C' || h[1] != 'R' {
-		return 0, 0, nil, ErrBadMagic
+		return 0, 0, 0, ErrBadMagic
 	}
 	if h[2] != Version {
-		return 0, 0, nil, fmt.Errorf("%w %d (want %d)", ErrVersion, h[2], Version)
+		return 0, 0, 0, fmt.Errorf("%w %d (want %d)", ErrVersion, h[2], Version)
 	}
 	op = Op(h[3])
 	id = binary.LittleEndian.Uint32(h[4:])
-	n := binary.LittleEndian.Uint32(h[8:])
+	n = binary.LittleEndian.Uint32(h[8:])
 	if n > MaxPayload {
-		return 0, 0, nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooBig, n, MaxPayload)
+		return 0, 0, 0, fmt.Errorf("%w: %d bytes (limit %d)", ErrTooBig, n, MaxPayload)
 	}
-	payload = make([]byte, n)
-	if _, err = io.ReadFull(r, payload); err != nil {
+	return op, id, n, nil
+}
+
+func readPayload(r *bufio.Reader, payload []byte) error {
+	if _, err := io.ReadFull(r, payload); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return 0, 0, nil, fmt.Errorf("payload of %d bytes: %w", n, err)
+		return fmt.Errorf("payload of %d bytes: %w", len(payload), err)
+	}
+	return nil
+}
+
+// ReadFrame reads one frame's header and payload. The payload is freshly
+// allocated (messages alias it).
+func ReadFrame(r *bufio.Reader) (op Op, id uint32, payload []byte, err error) {
+	op, id, n, err := readHeader(r)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	payload = make([]byte, n)
+	if err := readPayload(r, payload); err != nil {
+		return 0, 0, nil, err
 	}
 	return op, id, payload, nil
 }

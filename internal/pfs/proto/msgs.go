@@ -295,11 +295,18 @@ func (m *ServersReply) Decode(d *Dec) {
 	}
 }
 
-type DataReply struct{ Data []byte }
+type DataReply struct {
+	Data []byte
+	// Done, if set, is called once the reply has been written, so a server
+	// can reuse Data's buffer. Not sent.
+	Done func()
+}
 
-func (*DataReply) Op() Op          { return OpData }
-func (m *DataReply) Encode(e *Enc) { e.Bytes(m.Data) }
-func (m *DataReply) Decode(d *Dec) { m.Data = d.Bytes() }
+func (*DataReply) Op() Op              { return OpData }
+func (m *DataReply) Encode(e *Enc)     { e.Bytes(m.Data) }
+func (m *DataReply) Decode(d *Dec)     { m.Data = d.Bytes() }
+func (m *DataReply) encodeHead(e *Enc) { e.U32(uint32(len(m.Data))) }
+func (m *DataReply) tail() []byte      { return m.Data }
 
 type SizeReply struct{ Size uint64 }
 
@@ -569,6 +576,12 @@ type Write struct {
 func (*Write) Op() Op          { return OpWrite }
 func (m *Write) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Off); e.Bytes(m.Data) }
 func (m *Write) Decode(d *Dec) { m.Handle, m.Off, m.Data = d.U64(), d.U64(), d.Bytes() }
+func (m *Write) encodeHead(e *Enc) {
+	e.U64(m.Handle)
+	e.U64(m.Off)
+	e.U32(uint32(len(m.Data)))
+}
+func (m *Write) tail() []byte { return m.Data }
 
 type Truncate struct {
 	Handle uint64

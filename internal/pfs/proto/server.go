@@ -156,6 +156,9 @@ func (s *Server) serveConn(nc net.Conn) {
 				werr = bw.Flush()
 			}
 			wmu.Unlock()
+			if dr, ok := resp.(*DataReply); ok && dr.Done != nil {
+				dr.Done()
+			}
 			if werr != nil {
 				nc.Close()
 			}
