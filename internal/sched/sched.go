@@ -189,7 +189,7 @@ func leastRatio(s []Server, cost func(Server) int64) int {
 // WLC is weighted least connections (ip_vs_wlc.c): overhead/weight.
 type WLC struct{}
 
-func (WLC) Name() string                 { return "wlc" }
+func (WLC) Name() string                { return "wlc" }
 func (WLC) Pick(s []Server, _ Flow) int { return leastRatio(s, overhead) }
 
 // SED is shortest expected delay (ip_vs_sed.c): (active+1)/weight.
@@ -197,7 +197,7 @@ type SED struct{}
 
 func sedCost(x Server) int64 { return int64(x.Active) + 1 }
 
-func (SED) Name() string                 { return "sed" }
+func (SED) Name() string                { return "sed" }
 func (SED) Pick(s []Server, _ Flow) int { return leastRatio(s, sedCost) }
 
 // NQ is never queue (ip_vs_nq.c): the first server with no active
