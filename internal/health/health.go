@@ -1,0 +1,145 @@
+// Package health runs a real server's health check and applies rise and
+// fall: a server leaves its pool after Fall failures in a row and returns
+// after Rise successes in a row (keepalived's and HAProxy's rule).
+package health
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/config"
+)
+
+// Probe performs one check of addr.
+func Probe(ctx context.Context, c config.Check, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	switch c.Type {
+	case "none":
+		return nil
+	case "tcp":
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	case "http":
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+c.Path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := probeClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if resp.StatusCode != c.Status {
+			return fmt.Errorf("status %d, want %d", resp.StatusCode, c.Status)
+		}
+		if c.BodyMatch != "" && !strings.Contains(string(body), c.BodyMatch) {
+			return fmt.Errorf("body lacks %q", c.BodyMatch)
+		}
+		return nil
+	case "exec":
+		args := append(append([]string{}, c.Command[1:]...), addr)
+		out, err := exec.CommandContext(ctx, c.Command[0], args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", c.Command[0], err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown check type %q", c.Type)
+}
+
+var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// Checker checks one server at an interval and reports changes of state.
+type Checker struct {
+	Check config.Check
+	Addr  string
+	// OnChange is called with the new state and the last probe's error.
+	OnChange func(up bool, err error)
+
+	mu      sync.Mutex
+	up      bool
+	streak  int // successes (>0) or failures (<0) in a row
+	lastErr error
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// Start begins checking; the server counts as up until Fall failures.
+func (c *Checker) Start() {
+	c.up = true
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go c.loop()
+}
+
+// Stop ends checking and waits.
+func (c *Checker) Stop() {
+	close(c.stop)
+	<-c.done
+}
+
+// State is the current verdict and the last probe's error.
+func (c *Checker) State() (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.up, c.lastErr
+}
+
+func (c *Checker) loop() {
+	defer close(c.done)
+	if c.Check.Type == "none" {
+		<-c.stop
+		return
+	}
+	t := time.NewTicker(c.Check.Interval)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-c.stop; cancel() }()
+	for {
+		err := Probe(ctx, c.Check, c.Addr)
+		if ctx.Err() != nil {
+			return
+		}
+		c.record(err)
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// record applies one probe's outcome.
+func (c *Checker) record(err error) {
+	c.mu.Lock()
+	c.lastErr = err
+	if err == nil {
+		c.streak = max(c.streak, 0) + 1
+	} else {
+		c.streak = min(c.streak, 0) - 1
+	}
+	changed := false
+	if c.up && c.streak <= -c.Check.Fall {
+		c.up, changed = false, true
+	} else if !c.up && c.streak >= c.Check.Rise {
+		c.up, changed = true, true
+	}
+	up := c.up
+	c.mu.Unlock()
+	if changed && c.OnChange != nil {
+		c.OnChange(up, err)
+	}
+}
