@@ -6,23 +6,35 @@ import (
 	"path/filepath"
 
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/sched"
 	"github.com/spf13/cobra"
 )
 
 func upCmd() *cobra.Command {
-	var data string
-	var iods int
+	var data, vip, dataplane, scheduler string
+	var iods, nodes int
 	c := &cobra.Command{
-		Use:   "up [--data DIR] [--iods N]",
-		Short: "Run a whole Corral on this machine (no root needed)",
+		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7] [--vip HOST:PORT]",
+		Short: "Run a whole Corral cluster on this machine (no root needed)",
 		Long: `Run every role on this machine as child processes on loopback addresses:
-a metadata server on 127.0.0.10:7400 and I/O servers on 127.0.0.11:7410,
-127.0.0.12:7410, ... Data and logs go under --data; a second run reuses them.
-Ctrl-C stops everything.`,
+a metadata server on 127.0.0.10:7400, I/O servers on 127.0.0.11:7410, ...,
+cluster nodes on 127.0.0.21:8080, ..., and a director holding the VIP
+(default 127.0.0.100:8080) with its admin API on 127.0.0.1:7500. A sample site
+for the virtual domain www.example.test is uploaded on the first run. Data and
+logs go under --data; a second run reuses them. Ctrl-C stops everything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if iods < 1 || iods > 200 {
-				return fmt.Errorf("--iods %d: want 1..200", iods)
+			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
+				return fmt.Errorf("--iods and --nodes: want 1..50")
+			}
+			if dataplane != "l4" && dataplane != "l7" {
+				return fmt.Errorf("--dataplane %q: want l4 or l7", dataplane)
+			}
+			if _, err := sched.New(scheduler); err != nil {
+				return fmt.Errorf("--scheduler: %v", err)
+			}
+			if scheduler == "mwlc" && dataplane != "l7" {
+				return fmt.Errorf("--scheduler mwlc needs --dataplane l7")
 			}
 			bin, err := os.Executable()
 			if err != nil {
@@ -34,32 +46,39 @@ Ctrl-C stops everything.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			listens := make([]string, iods)
-			for i := range listens {
-				listens[i] = fmt.Sprintf("127.0.0.%d:7410", 11+i)
+			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: "127.0.0.10:7400", VIP: vip, Admin: "127.0.0.1:7500",
+				Dataplane: dataplane, Scheduler: scheduler}
+			for i := 0; i < iods; i++ {
+				cfg.IODListens = append(cfg.IODListens, fmt.Sprintf("127.0.0.%d:7410", 11+i))
 			}
-			fsys, err := launch.StartFS(ctx, bin, abs, "127.0.0.10:7400", listens)
+			for i := 0; i < nodes; i++ {
+				cfg.NodeListen = append(cfg.NodeListen, fmt.Sprintf("127.0.0.%d:8080", 21+i))
+			}
+			cl, err := launch.StartCluster(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			fmt.Printf("corral is up (data and logs in %s)\n\n", abs)
-			fmt.Printf("  meta  %-20s log %s\n", fsys.Meta.Addr, fsys.Meta.Log)
-			for _, p := range fsys.IODs {
-				fmt.Printf("  %-5s %-20s log %s\n", p.Name, p.Addr, p.Log)
+			all := append(append([]*launch.Proc{cl.Meta}, cl.IODs...), cl.Nodes...)
+			all = append(all, cl.Director)
+			for _, p := range all {
+				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
 			}
 			fmt.Printf(`
+  VIP       http://%[1]s/   (%[4]s, %[5]s; virtual domain %[6]s)
+
 Try, in another terminal:
-  export CORRAL_META=%s
-  %[2]s fs mkdir -p /www
-  %[2]s fs put /etc/services /www/
-  %[2]s fs ls -l /www
-  %[2]s fs stat /www/services
-  mkdir -p /tmp/corral && %[2]s mount /tmp/corral     # FUSE; needs /dev/fuse
+  curl http://%[1]s/
+  curl -H 'Host: %[6]s' -r 0-99 http://%[1]s/big.bin | wc -c
+  %[2]s ctl services
+  %[2]s fs --meta %[3]s ls -l /www/%[6]s
+  %[2]s fs --meta %[3]s put index.html /www/%[6]s/   # change the site
+  mkdir -p /tmp/corral && %[2]s mount --meta %[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
 Ctrl-C stops everything.
-`, fsys.Meta.Addr, bin)
-			died := make(chan string, len(fsys.IODs)+1)
-			for _, p := range append(fsys.IODs, fsys.Meta) {
+`, vip, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain)
+			died := make(chan string, len(all))
+			for _, p := range all {
 				go func() {
 					<-p.Done()
 					died <- p.Name
@@ -68,16 +87,20 @@ Ctrl-C stops everything.
 			select {
 			case <-ctx.Done():
 				fmt.Println("\nstopping...")
-				fsys.Stop()
+				cl.Stop()
 				fmt.Println("stopped")
 				return nil
 			case name := <-died:
-				fsys.Stop()
+				cl.Stop()
 				return fmt.Errorf("%s exited unexpectedly; see its log under %s", name, filepath.Join(abs, "logs"))
 			}
 		},
 	}
 	c.Flags().StringVar(&data, "data", "corral-data", "directory for every role's data and logs")
 	c.Flags().IntVar(&iods, "iods", 3, "number of I/O servers")
+	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
+	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address")
+	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy) or l7 (HTTP proxy)")
+	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler (rr wrr lc wlc sed nq sh mh; mwlc with l7)")
 	return c
 }

@@ -10,7 +10,7 @@
 //	    vip 127.0.0.100:8080
 //	    protocol tcp              # tcp | udp
 //	    dataplane l4              # l4 | l7
-//	    scheduler wlc             # rr wrr lc wlc sed nq sh mh mwlc
+//	    scheduler wlc             # rr wrr lc wlc sed nq sh mh; mwlc with l7
 //	    persistence 0s            # keep a client on its server this long
 //	    udp-timeout 300s
 //	    check http path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
@@ -298,6 +298,9 @@ func validate(s *Service, file string) error {
 	}
 	if s.Dataplane == "l7" && s.Protocol != "tcp" {
 		return errf("dataplane", "l7 needs protocol tcp")
+	}
+	if s.Scheduler == "mwlc" && s.Dataplane != "l7" {
+		return errf("scheduler", "mwlc needs dataplane l7 (it schedules by the requested file's size)")
 	}
 	if s.Protocol == "udp" && (s.Check.Type == "http") {
 		return errf("check", "an http check on a udp service")

@@ -45,6 +45,8 @@ type File struct {
 	werr     error
 
 	ra readahead
+	// raMax caps the read-ahead window (0: the default of 8-64 MiB).
+	raMax int64
 }
 
 type span struct{ off, end int64 }
@@ -71,6 +73,10 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	f.ra.f = f
 	return f, nil
 }
+
+// SetReadAhead caps the read-ahead window at n bytes (at least one request):
+// a server streaming many files at once bounds its memory with it.
+func (f *File) SetReadAhead(n int64) { f.raMax = n }
 
 // Ino is the file's inode number.
 func (f *File) Ino() uint64 { return f.ino }
@@ -411,6 +417,9 @@ func (r *readahead) sequential(off, size int64) bool {
 
 func (r *readahead) window() int64 {
 	u := r.f.unit()
+	if r.f.raMax > 0 {
+		return max(r.f.raMax, u)
+	}
 	return min(max(8<<20, 2*u*int64(len(r.f.addrs))), 64<<20)
 }
 

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/node"
+	"github.com/spf13/cobra"
+)
+
+func directorCmd() *cobra.Command {
+	var cfgPath string
+	c := &cobra.Command{
+		Use:   "director --config FILE",
+		Short: "Run the director: virtual services spread over real servers",
+		Long: `Run the director. FILE describes the virtual services (VIP, protocol,
+dataplane l4 or l7, scheduler, persistence, health check, real servers); see
+docs/director.md for the language. The director reloads FILE on SIGHUP and
+when it changes, applying it live; a bad file is rejected with its line and
+the running configuration stays. The admin API (JSON and /metrics) listens on
+the configured loopback address; 'corral ctl' talks to it.`,
+		Example: "  corral director --config /etc/corral/director.conf",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext()
+			defer stop()
+			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) })
+		},
+	}
+	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")
+	return c
+}
+
+func nodeCmd() *cobra.Command {
+	var listen, metaAddr, docroot, defDomain string
+	var accessLog bool
+	c := &cobra.Command{
+		Use:   "node --listen HOST:PORT --meta HOST:PORT",
+		Short: "Run a cluster node: serves virtual domains from the file system over HTTP",
+		Long: `Run a cluster node's web server. A request for http://HOST/PATH is answered
+from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
+in / serves index.html; no directory listings). GET and HEAD, Range,
+ETag/Last-Modified and conditional requests. /healthz answers "ok"; /load
+reports active requests, bytes in flight and the load average as JSON.`,
+		Example: "  corral node --listen 127.0.0.21:8080 --meta 127.0.0.10:7400 --default-domain www.example.test",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signalContext()
+			defer stop()
+			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node")}
+			if accessLog {
+				cfg.AccessLog = os.Stderr
+			}
+			return node.Run(ctx, listen, cfg, func(a string) { ready("node", a) })
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
+	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
+	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
+	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")
+	return c
+}
+
+func ctlCmd() *cobra.Command {
+	var admin string
+	c := &cobra.Command{
+		Use:   "ctl COMMAND",
+		Short: "Look at and steer a running director (like ipvsadm)",
+		Example: `  corral ctl services
+  corral ctl drain www 127.0.0.21:8080
+  corral ctl weight www 127.0.0.22:8080 3
+  corral ctl enable www 127.0.0.21:8080`,
+	}
+	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
+	cl := func() director.Client { return director.Client{Base: "http://" + admin} }
+	ctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 10*time.Second) }
+	services := &cobra.Command{Use: "services", Short: "The live table: services, real servers, weights, health, connections, bytes", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cx, cancel := ctx()
+			defer cancel()
+			st, err := cl().Services(cx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes")
+			for _, s := range st {
+				fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns)
+				for _, r := range s.Servers {
+					h := "up"
+					if !r.Healthy {
+						h = "DOWN"
+						if r.LastError != "" {
+							h += " (" + r.LastError + ")"
+						}
+					} else if r.Override == 0 {
+						h = "drained"
+					}
+					w := strconv.Itoa(r.Weight)
+					if r.Override >= 0 && r.Override != r.ConfigWeight {
+						w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+					}
+					fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), human(r.BytesOut))
+				}
+			}
+			return tw.Flush()
+		}}
+	set := func(use, short, action string, nargs int) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(nargs),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				w := 0
+				if action == "weight" {
+					var err error
+					if w, err = strconv.Atoi(args[2]); err != nil || w < 0 || w > 65535 {
+						return fmt.Errorf("weight %q: want 0..65535", args[2])
+					}
+				}
+				cx, cancel := ctx()
+				defer cancel()
+				return cl().SetServer(cx, args[0], args[1], action, w)
+			}}
+	}
+	c.AddCommand(services,
+		set("drain SERVICE ADDR", "Stop sending new connections to a real server (existing ones finish)", "drain", 2),
+		set("weight SERVICE ADDR N", "Set a real server's weight at run time", "weight", 3),
+		set("enable SERVICE ADDR", "Undo drain/weight: back to the configured weight", "enable", 2))
+	return c
+}

@@ -1,0 +1,413 @@
+// Package director holds the virtual services: their pools of real servers,
+// schedulers, health checks, persistence, the user-space dataplanes (l4:
+// TCP/UDP proxy; l7: HTTP proxy), live reconfiguration and the admin API.
+//
+// The shapes the XDP dataplane plugs into are the service (VIP, pool,
+// scheduler) and the real server's counters; the proxies are one dataplane
+// among others.
+package director
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/health"
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/sched"
+	"github.com/corral-cluster/corral/internal/vhost"
+)
+
+// Director runs the services of one configuration at a time.
+type Director struct {
+	log *slog.Logger
+
+	mu       sync.Mutex // serialises Apply
+	cfg      atomic.Pointer[config.Director]
+	services atomic.Pointer[map[string]*service]
+
+	fsMu  sync.Mutex
+	fs    *client.Client // for request sizes (mwlc), nil without meta
+	sizes sizeCache
+}
+
+// New returns a director with no services.
+func New(log *slog.Logger) *Director {
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &Director{log: log}
+	m := map[string]*service{}
+	d.services.Store(&m)
+	d.cfg.Store(&config.Director{})
+	return d
+}
+
+// real is one real server of a service.
+type real struct {
+	addr      string
+	cfgWeight atomic.Int64
+	override  atomic.Int64 // -1: none; set by ctl weight/drain
+	healthy   atomic.Bool
+	checker   *health.Checker
+	check     config.Check
+
+	active, inactive        atomic.Int64
+	conns, requests, failed atomic.Int64
+	bytesIn, bytesOut       atomic.Int64
+	pending                 atomic.Int64 // bytes still to send (mwlc)
+}
+
+// weight is the scheduling weight: 0 while unhealthy or drained.
+func (r *real) weight() int {
+	if !r.healthy.Load() {
+		return 0
+	}
+	if o := r.override.Load(); o >= 0 {
+		return int(o)
+	}
+	return int(r.cfgWeight.Load())
+}
+
+type persistEntry struct {
+	r     *real
+	conns int
+	until time.Time
+}
+
+// service is one virtual service and its running dataplane.
+type service struct {
+	d   *Director
+	cfg atomic.Pointer[config.Service]
+
+	mu      sync.Mutex // guards sched, reals, persist
+	sched   sched.Scheduler
+	reals   []*real
+	persist map[netip.Addr]*persistEntry
+
+	newConns, drops atomic.Int64
+	plane           dataplane
+}
+
+// dataplane moves a service's traffic.
+type dataplane interface {
+	// close stops accepting; established connections finish on their own.
+	close()
+}
+
+// Apply makes cfg the running configuration. Services are matched by name;
+// a service whose VIP, protocol and dataplane are unchanged is updated in
+// place, so its established connections are untouched; its real servers are
+// matched by address and keep their counters and health.
+func (d *Director) Apply(cfg *config.Director) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := *d.services.Load()
+	next := map[string]*service{}
+	var started []*service
+	fail := func(err error) error {
+		for _, s := range started {
+			s.stop()
+		}
+		return err
+	}
+	// Services that change shape free their VIP first.
+	for name, s := range old {
+		nc := findService(cfg, name)
+		if nc == nil || !sameShape(s.cfg.Load(), nc) {
+			s.stop()
+			delete(old, name)
+		}
+	}
+	for i := range cfg.Services {
+		sc := &cfg.Services[i]
+		if s, ok := old[sc.Name]; ok {
+			if err := s.update(sc); err != nil {
+				return fail(err)
+			}
+			next[sc.Name] = s
+			continue
+		}
+		s := &service{d: d, persist: map[netip.Addr]*persistEntry{}}
+		if err := s.update(sc); err != nil {
+			return fail(err)
+		}
+		if err := s.start(); err != nil {
+			s.stopChecks()
+			return fail(fmt.Errorf("service %s: %w", sc.Name, err))
+		}
+		started = append(started, s)
+		next[sc.Name] = s
+	}
+	d.cfg.Store(cfg)
+	d.services.Store(&next)
+	d.fsMu.Lock()
+	if d.fs != nil && (cfg.Meta == "" || d.fs.Meta() != cfg.Meta) {
+		d.fs.Close()
+		d.fs = nil
+	}
+	if d.fs == nil && cfg.Meta != "" {
+		d.fs = client.New(cfg.Meta)
+	}
+	d.fsMu.Unlock()
+	return nil
+}
+
+// Close stops every service.
+func (d *Director) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range *d.services.Load() {
+		s.stop()
+	}
+	empty := map[string]*service{}
+	d.services.Store(&empty)
+	d.fsMu.Lock()
+	if d.fs != nil {
+		d.fs.Close()
+	}
+	d.fsMu.Unlock()
+}
+
+func findService(cfg *config.Director, name string) *config.Service {
+	for i := range cfg.Services {
+		if cfg.Services[i].Name == name {
+			return &cfg.Services[i]
+		}
+	}
+	return nil
+}
+
+func sameShape(a, b *config.Service) bool {
+	return a.VIP == b.VIP && a.Protocol == b.Protocol && a.Dataplane == b.Dataplane
+}
+
+// update applies a service's configuration to its pool.
+func (s *service) update(sc *config.Service) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.cfg.Load()
+	if prev == nil || prev.Scheduler != sc.Scheduler {
+		sch, err := sched.New(sc.Scheduler)
+		if err != nil {
+			return err
+		}
+		s.sched = sch
+	}
+	byAddr := map[string]*real{}
+	for _, r := range s.reals {
+		byAddr[r.addr] = r
+	}
+	var reals []*real
+	for _, rs := range sc.Servers {
+		addr := rs.Addr.String()
+		r := byAddr[addr]
+		delete(byAddr, addr)
+		if r == nil {
+			r = &real{addr: addr}
+			r.override.Store(-1)
+			r.healthy.Store(true)
+		}
+		r.cfgWeight.Store(int64(rs.Weight))
+		if r.checker == nil || !reflect.DeepEqual(r.check, sc.Check) {
+			if r.checker != nil {
+				r.checker.Stop()
+			}
+			r.check = sc.Check
+			s.startCheck(r)
+		}
+		reals = append(reals, r)
+	}
+	for _, r := range byAddr { // removed from the pool: their connections go on
+		r.checker.Stop()
+	}
+	s.reals = reals
+	s.cfg.Store(sc)
+	return nil
+}
+
+func (s *service) startCheck(r *real) {
+	svc := s.cfg.Load()
+	name := ""
+	if svc != nil {
+		name = svc.Name
+	}
+	r.healthy.Store(true)
+	r.checker = &health.Checker{Check: r.check, Addr: r.addr, OnChange: func(up bool, err error) {
+		r.healthy.Store(up)
+		if up {
+			s.d.log.Info("real server up", "service", name, "server", r.addr)
+		} else {
+			s.d.log.Warn("real server down", "service", name, "server", r.addr, "err", err)
+		}
+	}}
+	r.checker.Start()
+}
+
+func (s *service) stopChecks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.reals {
+		if r.checker != nil {
+			r.checker.Stop()
+			r.checker = nil
+		}
+	}
+}
+
+func (s *service) stop() {
+	if s.plane != nil {
+		s.plane.close()
+	}
+	s.stopChecks()
+}
+
+func (s *service) start() error {
+	cfg := s.cfg.Load()
+	var err error
+	switch {
+	case cfg.Protocol == "udp":
+		s.plane, err = startUDP(s)
+	case cfg.Dataplane == "l7":
+		s.plane, err = startL7(s)
+	default:
+		s.plane, err = startTCP(s)
+	}
+	return err
+}
+
+// errNoServer: every real server is down, drained or refused.
+var errNoServer = errors.New("no real server available")
+
+// pick chooses a real server for a new flow from src, skipping those in
+// exclude (already failed for this request). It also takes a persistence
+// reference; call done when the flow ends.
+func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*real, error) {
+	cfg := s.cfg.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if cfg.Persistence > 0 {
+		if e := s.persist[src]; e != nil && (e.conns > 0 || now.Before(e.until)) && e.r.weight() > 0 && !exclude[e.r] && s.inPool(e.r) {
+			e.conns++
+			return e.r, nil
+		}
+	}
+	view := make([]sched.Server, len(s.reals))
+	for i, r := range s.reals {
+		w := r.weight()
+		if exclude[r] {
+			w = 0
+		}
+		view[i] = sched.Server{Key: r.addr, Weight: w, Active: int(r.active.Load()), Inactive: int(r.inactive.Load()), Pending: r.pending.Load()}
+	}
+	i := s.sched.Pick(view, sched.Flow{Src: src, Size: size})
+	if i < 0 {
+		s.drops.Add(1)
+		return nil, errNoServer
+	}
+	r := s.reals[i]
+	if cfg.Persistence > 0 {
+		s.persist[src] = &persistEntry{r: r, conns: 1}
+		if len(s.persist) > 100000 {
+			s.expirePersist(now)
+		}
+	}
+	s.newConns.Add(1)
+	return r, nil
+}
+
+func (s *service) inPool(r *real) bool {
+	for _, x := range s.reals {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// done releases a flow's persistence reference.
+func (s *service) done(src netip.Addr) {
+	cfg := s.cfg.Load()
+	if cfg.Persistence <= 0 {
+		return
+	}
+	s.mu.Lock()
+	if e := s.persist[src]; e != nil && e.conns > 0 {
+		e.conns--
+		e.until = time.Now().Add(cfg.Persistence)
+	}
+	s.mu.Unlock()
+}
+
+func (s *service) expirePersist(now time.Time) {
+	for k, e := range s.persist {
+		if e.conns == 0 && now.After(e.until) {
+			delete(s.persist, k)
+		}
+	}
+}
+
+// requestSize returns the size of the file a request names, from the file
+// system (cached), or 0 when unknown.
+func (d *Director) requestSize(ctx context.Context, host, urlPath string) int64 {
+	cfg := d.cfg.Load()
+	d.fsMu.Lock()
+	fs := d.fs
+	d.fsMu.Unlock()
+	if fs == nil {
+		return 0
+	}
+	dom, ok := vhost.Domain(host)
+	if !ok {
+		return 0
+	}
+	p := vhost.File(cfg.Docroot, dom, urlPath)
+	return d.sizes.get(p, func() int64 {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		a, err := fs.Stat(ctx, p)
+		if err != nil {
+			return 0
+		}
+		return int64(a.Size)
+	})
+}
+
+// sizeCache remembers file sizes for a while: web content changes rarely
+// and asking meta per request would double its load.
+type sizeCache struct {
+	mu sync.Mutex
+	m  map[string]sizeEntry
+}
+
+type sizeEntry struct {
+	size int64
+	at   time.Time
+}
+
+const sizeTTL = 10 * time.Second
+
+func (c *sizeCache) get(k string, load func() int64) int64 {
+	c.mu.Lock()
+	e, ok := c.m[k]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < sizeTTL {
+		return e.size
+	}
+	v := load()
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 50000 {
+		c.m = map[string]sizeEntry{}
+	}
+	c.m[k] = sizeEntry{v, time.Now()}
+	c.mu.Unlock()
+	return v
+}

@@ -1,0 +1,156 @@
+package director
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// httpProxy is the l7 dataplane: an HTTP/1.1 reverse proxy with keep-alive
+// on both sides. Each request is scheduled on its own (mwlc learns its size
+// from the file system), and a GET or HEAD whose node fails before answering
+// is sent to another node: the client never sees that failure (paper 001's
+// "lost request").
+type httpProxy struct {
+	s   *service
+	srv *http.Server
+	ln  net.Listener
+	tr  *http.Transport
+	wg  sync.WaitGroup
+}
+
+func startL7(s *service) (dataplane, error) {
+	ln, err := net.Listen("tcp", s.cfg.Load().VIP.String())
+	if err != nil {
+		return nil, err
+	}
+	p := &httpProxy{s: s, ln: ln, tr: &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		DisableCompression:    true,
+	}}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.srv.Serve(ln)
+	}()
+	return p, nil
+}
+
+func (p *httpProxy) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p.srv.Shutdown(ctx)
+	p.wg.Wait()
+	p.tr.CloseIdleConnections()
+}
+
+// Hop-by-hop headers are not forwarded (RFC 9110 7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	src := srcAddr(stringAddr(req.RemoteAddr)).Addr()
+	var size int64
+	if p.s.cfg.Load().Scheduler == "mwlc" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		size = p.s.d.requestSize(req.Context(), req.Host, req.URL.Path)
+	}
+	retry := (req.Method == http.MethodGet || req.Method == http.MethodHead) && req.ContentLength == 0
+	tried := map[*real]bool{}
+	for {
+		r, err := p.s.pick(src, size, tried)
+		if err != nil {
+			http.Error(w, "503 no server available", http.StatusServiceUnavailable)
+			return
+		}
+		out := req.Clone(req.Context())
+		out.URL.Scheme, out.URL.Host = "http", r.addr
+		out.RequestURI = ""
+		out.Host = req.Host
+		for _, h := range hopHeaders {
+			out.Header.Del(h)
+		}
+		if c := req.Header.Get("Connection"); c != "" {
+			for _, f := range strings.Split(c, ",") {
+				out.Header.Del(strings.TrimSpace(f))
+			}
+		}
+		if ip := src.String(); src.IsValid() {
+			if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+				ip = strings.Join(prior, ", ") + ", " + ip
+			}
+			out.Header.Set("X-Forwarded-For", ip)
+		}
+		r.active.Add(1)
+		r.pending.Add(size)
+		resp, err := p.tr.RoundTrip(out)
+		if err != nil {
+			r.active.Add(-1)
+			r.pending.Add(-size)
+			r.failed.Add(1)
+			p.s.done(src)
+			if retry && req.Context().Err() == nil {
+				tried[r] = true
+				continue // nothing reached the client yet: try another node
+			}
+			http.Error(w, "502 bad gateway: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		r.requests.Add(1)
+		r.conns.Add(1)
+		p.relay(w, resp, r, size)
+		r.active.Add(-1)
+		p.s.done(src)
+		return
+	}
+}
+
+// relay copies a node's response to the client, lowering the node's
+// pending bytes as they go out.
+func (p *httpProxy) relay(w http.ResponseWriter, resp *http.Response, r *real, size int64) {
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	left := size
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				break
+			}
+			r.bytesOut.Add(int64(n))
+			if dec := min(int64(n), left); dec > 0 {
+				r.pending.Add(-dec)
+				left -= dec
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				// The node failed mid-response: the client sees a short
+				// body, as with any proxy; nothing can be re-sent now.
+				r.failed.Add(1)
+			}
+			break
+		}
+	}
+	r.pending.Add(-left)
+}
+
+type stringAddr string
+
+func (s stringAddr) Network() string { return "tcp" }
+func (s stringAddr) String() string  { return string(s) }

@@ -1,0 +1,164 @@
+package launch
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+)
+
+// SampleDomain is the virtual domain `corral up` serves.
+const SampleDomain = "www.example.test"
+
+//go:embed site
+var site embed.FS
+
+// ClusterConfig describes a whole cluster on one machine.
+type ClusterConfig struct {
+	Bin, Data  string
+	MetaListen string
+	IODListens []string
+	NodeListen []string
+	VIP        string
+	Admin      string
+	Dataplane  string // l4 or l7
+	Scheduler  string
+	// Check is the director's health check line ("" for the default:
+	// http /healthz every second, out after 2 failures).
+	Check string
+}
+
+// Cluster is a running cluster.
+type Cluster struct {
+	*FS
+	Cfg      ClusterConfig
+	Nodes    []*Proc
+	Director *Proc
+	ConfPath string
+}
+
+// StartCluster starts the file system, uploads the sample site (first run
+// only), then the nodes and the director.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	fsys, err := StartFS(ctx, cfg.Bin, cfg.Data, cfg.MetaListen, cfg.IODListens)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{FS: fsys, Cfg: cfg}
+	if err := UploadSample(ctx, fsys.Meta.Addr); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("upload sample site: %w", err)
+	}
+	for i, l := range cfg.NodeListen {
+		p, err := c.StartNode(ctx, i, l)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, p)
+	}
+	if err := c.WriteDirectorConf(cfg.Scheduler, nil); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.Director, err = Start(ctx, "director", cfg.Bin, filepath.Join(cfg.Data, "logs", "director.log"), "director", "--config", c.ConfPath)
+	if err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// StartNode (re)starts node i.
+func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
+	name := fmt.Sprintf("node%d", i+1)
+	return Start(ctx, name, c.Bin, filepath.Join(c.Data, "logs", name+".log"),
+		"node", "--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain)
+}
+
+// WriteDirectorConf writes the director's configuration for the running
+// nodes with weights (nil: 1 each); a running director reloads it.
+func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
+	check := c.Cfg.Check
+	if check == "" {
+		check = "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n\nservice www {\n", c.Cfg.Admin, c.Meta.Addr)
+	fmt.Fprintf(&b, "    vip %s\n    dataplane %s\n    scheduler %s\n    check %s\n", c.Cfg.VIP, c.Cfg.Dataplane, scheduler, check)
+	for i, n := range c.Nodes {
+		w := 1
+		if weights != nil {
+			w = weights[i]
+		}
+		fmt.Fprintf(&b, "    server %s weight=%d\n", n.Addr, w)
+	}
+	b.WriteString("}\n")
+	c.ConfPath = filepath.Join(c.Data, "director.conf")
+	tmp := c.ConfPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, c.ConfPath)
+}
+
+// Stop ends the director, the nodes, then the file system.
+func (c *Cluster) Stop() {
+	if c.Director != nil {
+		c.Director.Stop()
+	}
+	var wg sync.WaitGroup
+	for _, p := range c.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop() }()
+	}
+	wg.Wait()
+	c.FS.Stop()
+}
+
+// UploadSample puts the embedded sample site under /www/SampleDomain unless
+// it is there already, plus a 1 MiB file for Range requests.
+func UploadSample(ctx context.Context, meta string) error {
+	cl := client.New(meta)
+	defer cl.Close()
+	dir := "/www/" + SampleDomain
+	if _, err := cl.Stat(ctx, dir+"/index.html"); err == nil {
+		return nil
+	}
+	if err := cl.MkdirAll(ctx, dir, 0o755); err != nil {
+		return err
+	}
+	ents, err := site.ReadDir("site")
+	if err != nil {
+		return err
+	}
+	put := func(name string, data []byte) error {
+		f, err := cl.CreatePath(ctx, dir+"/"+name, 0o644, client.CreateOpts{})
+		if err != nil {
+			return err
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	for _, e := range ents {
+		b, err := site.ReadFile("site/" + e.Name())
+		if err != nil {
+			return err
+		}
+		if err := put(e.Name(), b); err != nil {
+			return err
+		}
+	}
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i % 251)
+	}
+	return put("big.bin", big)
+}
