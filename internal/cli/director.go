@@ -79,7 +79,9 @@ func ctlCmd() *cobra.Command {
 	}
 	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
 	cl := func() director.Client { return director.Client{Base: "http://" + admin} }
-	ctx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), 10*time.Second) }
+	ctx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
 	services := &cobra.Command{Use: "services", Short: "The live table: services, real servers, weights, health, connections, bytes", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cx, cancel := ctx()

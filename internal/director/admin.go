@@ -182,6 +182,7 @@ func b2i(b bool) int64 {
 // ctx ends, and reloads on SIGHUP or when the file changes. A bad new
 // configuration is logged with its place and the running one stays.
 func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin string)) error {
+	stamp := fileStamp(path) // of the file as loaded: later changes reload
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
@@ -208,7 +209,6 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	stamp := fileStamp(path)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -217,9 +217,13 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 			return nil
 		case <-hup:
 		case <-tick.C:
-			if s := fileStamp(path); s != stamp {
-				stamp = s
-			} else {
+			s := fileStamp(path)
+			if s == stamp {
+				continue
+			}
+			// Let a writer finish: a half-written file may parse.
+			time.Sleep(200 * time.Millisecond)
+			if fileStamp(path) != s {
 				continue
 			}
 		}

@@ -50,6 +50,7 @@ type Server struct {
 	active   atomic.Int64 // requests in progress
 	inflight atomic.Int64 // bytes still to send
 	served   atomic.Int64
+	name     string // this node's address, sent as X-Served-By
 }
 
 // New returns a node server using the file system at cfg.Meta.
@@ -103,6 +104,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	if s.name != "" {
+		sw.Header().Set("X-Served-By", s.name)
+	}
 	s.active.Add(1)
 	defer func() {
 		s.active.Add(-1)
@@ -203,6 +207,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	if err != nil {
 		return err
 	}
+	s.name = ln.Addr().String()
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() {
 		<-ctx.Done()
