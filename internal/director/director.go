@@ -22,7 +22,6 @@ import (
 	"github.com/corral-cluster/corral/internal/health"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/sched"
-	"github.com/corral-cluster/corral/internal/vhost"
 )
 
 // Director runs the services of one configuration at a time.
@@ -355,21 +354,15 @@ func (s *service) expirePersist(now time.Time) {
 	}
 }
 
-// requestSize returns the size of the file a request names, from the file
-// system (cached), or 0 when unknown.
-func (d *Director) requestSize(ctx context.Context, host, urlPath string) int64 {
-	cfg := d.cfg.Load()
+// fileSize returns the size of a file in the file system (cached), or 0
+// when unknown.
+func (d *Director) fileSize(ctx context.Context, p string) int64 {
 	d.fsMu.Lock()
 	fs := d.fs
 	d.fsMu.Unlock()
 	if fs == nil {
 		return 0
 	}
-	dom, ok := vhost.Domain(host)
-	if !ok {
-		return 0
-	}
-	p := vhost.File(cfg.Docroot, dom, urlPath)
 	return d.sizes.get(p, func() int64 {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/vhost"
 )
 
 // httpProxy is the l7 dataplane: an HTTP/1.1 reverse proxy with keep-alive
@@ -59,11 +61,11 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 
 func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	src := srcAddr(stringAddr(req.RemoteAddr)).Addr()
+	retry, file := classify(req, p.s.d.cfg.Load().Docroot)
 	var size int64
-	if p.s.cfg.Load().Scheduler == "mwlc" && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
-		size = p.s.d.requestSize(req.Context(), req.Host, req.URL.Path)
+	if file != "" && p.s.cfg.Load().Scheduler == "mwlc" {
+		size = p.s.d.fileSize(req.Context(), file)
 	}
-	retry := (req.Method == http.MethodGet || req.Method == http.MethodHead) && req.ContentLength == 0
 	tried := map[*real]bool{}
 	for {
 		r, err := p.s.pick(src, size, tried)
@@ -148,6 +150,21 @@ func (p *httpProxy) relay(w http.ResponseWriter, resp *http.Response, r *real, s
 		}
 	}
 	r.pending.Add(-left)
+}
+
+// classify decides how the proxy treats a request: whether it may be sent
+// again to another node when the first fails before answering (GET and HEAD
+// without a body: they change nothing), and which file of the virtual
+// domains it asks for ("" when that is not a file fetch).
+func classify(req *http.Request, docroot string) (retry bool, file string) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		return false, ""
+	}
+	retry = req.ContentLength == 0 && req.Header.Get("Transfer-Encoding") == ""
+	if dom, ok := vhost.Domain(req.Host); ok && req.URL != nil {
+		file = vhost.File(docroot, dom, req.URL.Path)
+	}
+	return retry, file
 }
 
 type stringAddr string
