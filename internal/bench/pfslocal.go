@@ -439,21 +439,7 @@ func RunPFSLocal(ctx context.Context, cfg PFSLocalConfig) (*PFSLocalResult, erro
 		fmt.Sprintf("small files: create+write+close of every file, then open+read of every file, %d workers; files/s over both phases", cfg.Workers),
 		"lib and FUSE close = data synced on the I/O servers and size committed on the metadata server",
 		"everything on one machine: clients, meta and I/O servers share its CPUs and one disk")
-	return res, writeResults(cfg.Out, res)
-}
-
-func writeResults(dir string, res *PFSLocalResult) error {
-	if dir == "" {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "results.md"), []byte(res.Markdown()), 0o644)
+	return res, writeJSONMD(cfg.Out, res, res.Markdown())
 }
 
 // Markdown renders the result as tables.

@@ -73,6 +73,59 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure (I/O servers and the local baseline both use it)")
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
-	c.AddCommand(pfs)
+	c.AddCommand(pfs, webBenchCmd())
+	return c
+}
+
+func webBenchCmd() *cobra.Command {
+	var quick bool
+	var dir, out string
+	var dur time.Duration
+	var conns int
+	c := &cobra.Command{
+		Use:   "web [--quick]",
+		Short: "HTTP through the director (l4, l7) vs straight to the nodes vs HAProxy",
+		Long: `Start the whole cluster on loopback (3 nodes, 3 I/O servers, a director with an
+l4 and an l7 service) and Debian's HAProxy (mode tcp, leastconn) over the same
+nodes, then run wrk against: one node, the three nodes at once (the zero-cost
+balancer), Corral l4, Corral l7 and HAProxy, for 1 KiB, 100 KiB and 10 MiB
+files. Prints requests/s, MB/s, p99 latency and the ratios. Then measures a
+node's memory while P clients each fetch an S-byte file, for several P·S.
+Needs wrk and haproxy (scripts/deps installs them).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.WebConfig{Bin: bin, Dir: dir, Duration: dur, Connections: conns,
+				Sizes: []int64{1 << 10, 100 << 10, 10 << 20}, MemP: []int{10, 20, 40}, MemS: []int64{1 << 20, 5 << 20}, Log: os.Stdout}
+			if quick {
+				cfg.Duration, cfg.Connections = time.Second, 16
+				cfg.Sizes = []int64{1 << 10, 100 << 10}
+				cfg.MemP, cfg.MemS = []int{4, 8}, []int64{1 << 20}
+			}
+			if cfg.Connections < 3 {
+				return fmt.Errorf("--connections %d: want at least 3 (one per node)", cfg.Connections)
+			}
+			if out == "" {
+				out = filepath.Join("results", "web", time.Now().UTC().Format("20060102-150405"))
+			}
+			cfg.Out = out
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := bench.RunWeb(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 s runs, 2 sizes, small memory test")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/web/TIMESTAMP)")
+	c.Flags().DurationVar(&dur, "duration", 10*time.Second, "length of each wrk run")
+	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
 	return c
 }

@@ -31,6 +31,9 @@ type ClusterConfig struct {
 	// Check is the director's health check line ("" for the default:
 	// http /healthz every second, out after 2 failures).
 	Check string
+	// L7VIP, if set, adds a second service "www-l7" on this VIP with the l7
+	// dataplane over the same nodes (benchmarks compare both).
+	L7VIP string
 }
 
 // Cluster is a running cluster.
@@ -91,14 +94,21 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n\nservice www {\n", c.Cfg.Admin, c.Meta.Addr)
 	fmt.Fprintf(&b, "    vip %s\n    dataplane %s\n    scheduler %s\n    check %s\n", c.Cfg.VIP, c.Cfg.Dataplane, scheduler, check)
-	for i, n := range c.Nodes {
-		w := 1
-		if weights != nil {
-			w = weights[i]
+	servers := func() {
+		for i, n := range c.Nodes {
+			w := 1
+			if weights != nil {
+				w = weights[i]
+			}
+			fmt.Fprintf(&b, "    server %s weight=%d\n", n.Addr, w)
 		}
-		fmt.Fprintf(&b, "    server %s weight=%d\n", n.Addr, w)
+		b.WriteString("}\n")
 	}
-	b.WriteString("}\n")
+	servers()
+	if c.Cfg.L7VIP != "" {
+		fmt.Fprintf(&b, "\nservice www-l7 {\n    vip %s\n    dataplane l7\n    scheduler %s\n    check %s\n", c.Cfg.L7VIP, scheduler, check)
+		servers()
+	}
 	c.ConfPath = filepath.Join(c.Data, "director.conf")
 	tmp := c.ConfPath + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
