@@ -74,7 +74,7 @@ var (
 // wrk runs one wrk and parses its summary.
 func wrk(ctx context.Context, url string, conns int, d time.Duration) (WebRow, error) {
 	threads := min(2, conns)
-	cmd := exec.CommandContext(ctx, "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--latency", url)
+	cmd := exec.CommandContext(ctx, "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--timeout", "10s", "--latency", url)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return WebRow{}, fmt.Errorf("wrk %s: %v: %s", url, err, out)
@@ -284,7 +284,7 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 		fmt.Sprintf("wrk with %d connections and 2 threads for %v per run; '3 nodes direct' is three wrk at once, one per node with a third of the connections each, summed: the zero-cost balancer", cfg.Connections, cfg.Duration),
 		"everything on one machine (2 CPUs): wrk, the director or haproxy, the nodes and the file system share them, so a balancer's own CPU use shows directly",
 		"haproxy: Debian's, mode tcp, balance leastconn, over the same three nodes; corral l4/l7: wlc",
-		"node memory: peak VmRSS of node 1 sampled every 20 ms while P clients fetch an S-byte file at once (read-ahead capped at 1 MiB per request)")
+		"node memory: peak VmRSS of node 1 sampled every 20 ms while P clients fetch an S-byte file at once (read-ahead capped at 512 KiB per request)")
 	return res, writeJSONMD(cfg.Out, res, res.Markdown())
 }
 

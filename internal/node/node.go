@@ -29,8 +29,9 @@ import (
 	"github.com/corral-cluster/corral/internal/vhost"
 )
 
-// ReadAhead is each request's read-ahead window.
-const ReadAhead = 1 << 20
+// ReadAhead is each request's read-ahead window: enough to keep a few
+// stripe requests in flight, small enough that many slow clients cost little.
+const ReadAhead = 512 << 10
 
 // Config configures a node.
 type Config struct {

@@ -432,7 +432,12 @@ func (r *readahead) read(p []byte, off, size int64) error {
 	if r.blocks == nil {
 		r.blocks = map[int64]*block{}
 	}
-	keep := r.window() / u // blocks kept behind the reader, for late reads
+	// Blocks kept behind the reader, for reads arriving out of order (FUSE);
+	// a capped window (a server streaming to many clients) keeps one.
+	keep := r.window() / u
+	if r.f.raMax > 0 {
+		keep = 1
+	}
 	for b := range r.blocks {
 		if b < first-keep {
 			delete(r.blocks, b)
