@@ -200,6 +200,7 @@ func (s *service) update(sc *config.Service) error {
 		}
 		s.sched = sch
 	}
+	s.cfg.Store(sc) // before the checks start: they log the service's name
 	byAddr := map[string]*real{}
 	for _, r := range s.reals {
 		byAddr[r.addr] = r
@@ -228,7 +229,6 @@ func (s *service) update(sc *config.Service) error {
 		r.checker.Stop()
 	}
 	s.reals = reals
-	s.cfg.Store(sc)
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -108,7 +110,7 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.requests.Add(1)
 		r.conns.Add(1)
-		p.relay(w, resp, r, size)
+		p.relay(w, req, resp, r, size, src, tried)
 		r.active.Add(-1)
 		p.s.done(src)
 		return
@@ -116,9 +118,11 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // relay copies a node's response to the client, lowering the node's
-// pending bytes as they go out.
-func (p *httpProxy) relay(w http.ResponseWriter, resp *http.Response, r *real, size int64) {
-	defer resp.Body.Close()
+// pending bytes as they go out. If the node fails in the middle of a GET's
+// body, the rest is fetched from another node with a Range request bound to
+// the same ETag (every node serves the same file from the shared file
+// system), so the client still gets the whole, identical body.
+func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.Response, r *real, size int64, src netip.Addr, tried map[*real]bool) {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
@@ -126,30 +130,87 @@ func (p *httpProxy) relay(w http.ResponseWriter, resp *http.Response, r *real, s
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
-	left := size
-	buf := make([]byte, 32<<10)
+	resumable := req.Method == http.MethodGet && resp.StatusCode == http.StatusOK && resp.ContentLength > 0 &&
+		resp.Header.Get("ETag") != "" && req.Header.Get("Range") == ""
+	etag, total := resp.Header.Get("ETag"), resp.ContentLength
+	var sent int64
 	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				break
-			}
-			r.bytesOut.Add(int64(n))
-			if dec := min(int64(n), left); dec > 0 {
-				r.pending.Add(-dec)
-				left -= dec
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				// The node failed mid-response: the client sees a short
-				// body, as with any proxy; nothing can be re-sent now.
+		n, err := p.copyBody(w, resp.Body, r, &size)
+		resp.Body.Close()
+		sent += n
+		if err == nil || !resumable || sent >= total || req.Context().Err() != nil {
+			if err != nil {
 				r.failed.Add(1)
 			}
 			break
 		}
+		// The node failed mid-body.
+		r.failed.Add(1)
+		tried[r] = true
+		next, nresp := p.resume(req, src, tried, etag, sent, total)
+		if nresp == nil {
+			break // the client sees a short body, as with any proxy
+		}
+		r.active.Add(-1)
+		r, resp = next, nresp
+		r.active.Add(1)
 	}
-	r.pending.Add(-left)
+	r.pending.Add(-size)
+}
+
+// copyBody streams a body to the client; *left counts down the pending
+// bytes charged to r.
+func (p *httpProxy) copyBody(w http.ResponseWriter, body io.Reader, r *real, left *int64) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var sent int64
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return sent, nil // the client went away: nothing to resume
+			}
+			sent += int64(n)
+			r.bytesOut.Add(int64(n))
+			if dec := min(int64(n), *left); dec > 0 {
+				r.pending.Add(-dec)
+				*left -= dec
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return sent, nil
+			}
+			return sent, err
+		}
+	}
+}
+
+// resume asks another node for bytes [from, total) of the same entity.
+func (p *httpProxy) resume(req *http.Request, src netip.Addr, tried map[*real]bool, etag string, from, total int64) (*real, *http.Response) {
+	for {
+		r, err := p.s.pick(src, 0, tried)
+		if err != nil {
+			return nil, nil
+		}
+		out := req.Clone(req.Context())
+		out.URL.Scheme, out.URL.Host, out.RequestURI, out.Host = "http", r.addr, "", req.Host
+		for _, h := range hopHeaders {
+			out.Header.Del(h)
+		}
+		out.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
+		out.Header.Set("If-Range", etag)
+		resp, err := p.tr.RoundTrip(out)
+		p.s.done(src)
+		if err == nil && resp.StatusCode == http.StatusPartialContent && resp.Header.Get("ETag") == etag &&
+			strings.HasPrefix(resp.Header.Get("Content-Range"), "bytes "+strconv.FormatInt(from, 10)+"-") {
+			return r, resp
+		}
+		if err == nil {
+			resp.Body.Close()
+		}
+		r.failed.Add(1)
+		tried[r] = true
+	}
 }
 
 // classify decides how the proxy treats a request: whether it may be sent
