@@ -181,7 +181,9 @@ func sameSpec(a, b Spec) bool {
 	return string(x) == string(y)
 }
 
-func linkExists(name string) bool { return exec.Command("ip", "link", "show", "dev", name).Run() == nil }
+func linkExists(name string) bool {
+	return exec.Command("ip", "link", "show", "dev", name).Run() == nil
+}
 
 func nsExists(name string) bool {
 	_, err := os.Stat("/run/netns/" + name)

@@ -1,0 +1,149 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+)
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if err := CheckRoot(); err != nil {
+		t.Skip("test bed tests need root: ", err)
+	}
+}
+
+// leftovers lists what of bed name still exists.
+func leftovers(name string) []string {
+	var out []string
+	if ents, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), name+"-") {
+				out = append(out, "netns "+e.Name())
+			}
+		}
+	}
+	links, _ := exec.Command("ip", "-o", "link", "show").Output()
+	for _, l := range strings.Split(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], name+"-") {
+			out = append(out, "link "+f[1])
+		}
+	}
+	if _, err := os.Stat(statePath(name)); err == nil {
+		out = append(out, "state file")
+	}
+	return out
+}
+
+func bedName(t *testing.T) string {
+	return fmt.Sprintf("t%d", time.Now().UnixNano()%1000000)
+}
+
+func TestUpShapeDown(t *testing.T) {
+	needRoot(t)
+	name := bedName(t)
+	spec := NewSpec(name, []string{"a", "b", "c"}, "100mbit")
+	spec.Hosts[2].Rate = ""
+	t.Cleanup(func() { Down(name) })
+	b, err := Up(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Up(spec); err != nil {
+		t.Fatalf("second up of the same bed: %v", err)
+	}
+	other := spec
+	other.Hosts = append([]Host(nil), spec.Hosts...)
+	other.Hosts[0].Rate = "1gbit"
+	if _, err := Up(other); err == nil {
+		t.Fatal("up with different rates over an existing bed succeeded")
+	}
+	bin := pfstest.Binary(t)
+	ctx := context.Background()
+	// A sink on b; a process that Down must kill.
+	sink, err := launch.Start(ctx, "sink", "nsenter", t.TempDir()+"/sink.log",
+		append(b.Wrap("b")[1:], bin, "testbed", "tcp-sink", "--listen", b.Hosts[1].Addr.String()+":5001")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(from string, bytes string) float64 {
+		cmd, _ := b.Command(ctx, from, bin, "testbed", "tcp-send", sink.Addr, "--bytes", bytes, "--max-time", "20s")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("tcp-send from %s: %v %s", from, err, out)
+		}
+		m := regexp.MustCompile(`\(([0-9.]+) Mbit/s\)`).FindSubmatch(out)
+		if m == nil {
+			t.Fatalf("tcp-send output %q", out)
+		}
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		return v
+	}
+	// a (100mbit) to b (100mbit): the shaped rate, within 10%.
+	if got := send("a", "12M"); got < 90 || got > 110 {
+		t.Fatalf("a -> b at %.1f Mbit/s, want 100 within 10%%", got)
+	}
+	// c is unshaped but b receives at 100mbit.
+	if got := send("c", "12M"); got < 90 || got > 110 {
+		t.Fatalf("c -> b at %.1f Mbit/s, want 100 (b's link) within 10%%", got)
+	}
+	if st := b.State(); st[1].Procs != 1 || st[0].Shaped != "100Mbit" || st[2].Shaped != "" {
+		t.Fatalf("state %+v", st)
+	}
+	if err := Down(name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sink.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("process in the bed survived down")
+	}
+	if l := leftovers(name); len(l) > 0 {
+		t.Fatalf("left after down: %v", l)
+	}
+	if err := Down(name); err != nil {
+		t.Fatalf("down of a bed already gone: %v", err)
+	}
+}
+
+func TestFailedUpLeavesNothing(t *testing.T) {
+	needRoot(t)
+	name := bedName(t)
+	spec := NewSpec(name, []string{"a", "b", "c", "d"}, "100mbit")
+	spec.Hosts[2].Rate = "99999999999999gbit" // passes the pattern, tc refuses it: fails halfway
+	t.Cleanup(func() { Down(name) })
+	if _, err := Up(spec); err == nil {
+		t.Fatal("up with a rate tc refuses succeeded")
+	}
+	if l := leftovers(name); len(l) > 0 {
+		t.Fatalf("left after a failed up: %v", l)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	bad := []Spec{
+		NewSpec("Bad", []string{"a"}, ""),
+		NewSpec("toolongname", []string{"a"}, ""),
+		NewSpec("ok", []string{"a", "a"}, ""),
+		NewSpec("ok", []string{"A"}, ""),
+		NewSpec("ok", []string{"a"}, "fast"),
+		NewSpec("ok", nil, ""),
+	}
+	for i, s := range bad {
+		if s.Validate() == nil {
+			t.Errorf("case %d accepted: %+v", i, s)
+		}
+	}
+	if err := NewSpec("ok", []string{"client", "node1"}, "1gbit").Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
