@@ -7,21 +7,28 @@ import (
 
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/sched"
+	"github.com/corral-cluster/corral/internal/testbed"
 	"github.com/spf13/cobra"
 )
 
 func upCmd() *cobra.Command {
-	var data, vip, dataplane, scheduler string
+	var data, vip, dataplane, scheduler, rate string
 	var iods, nodes int
+	var onTestbed bool
 	c := &cobra.Command{
-		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7] [--vip HOST:PORT]",
-		Short: "Run a whole Corral cluster on this machine (no root needed)",
-		Long: `Run every role on this machine as child processes on loopback addresses:
-a metadata server on 127.0.0.10:7400, I/O servers on 127.0.0.11:7410, ...,
-cluster nodes on 127.0.0.21:8080, ..., and a director holding the VIP
-(default 127.0.0.100:8080) with its admin API on 127.0.0.1:7500. A sample site
-for the virtual domain www.example.test is uploaded on the first run. Data and
-logs go under --data; a second run reuses them. Ctrl-C stops everything.`,
+		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7] [--vip HOST:PORT] [--testbed [--rate 100mbit]]",
+		Short: "Run a whole Corral cluster on this machine",
+		Long: `Run every role on this machine as child processes on loopback addresses
+(no root needed): a metadata server on 127.0.0.10:7400, I/O servers on
+127.0.0.11:7410, ..., cluster nodes on 127.0.0.21:8080, ..., and a director
+holding the VIP (default 127.0.0.100:8080) with its admin API on
+127.0.0.1:7500. A sample site for the virtual domain www.example.test is
+uploaded on the first run. Data and logs go under --data; a second run reuses
+them. Ctrl-C stops everything.
+
+With --testbed (root), each role runs on its own host of a test bed (network
+namespaces on a bridge, 10.77.0.0/24: client, director, node1.., meta,
+iod1..), links shaped to --rate; Ctrl-C also removes the test bed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
@@ -35,6 +42,9 @@ logs go under --data; a second run reuses them. Ctrl-C stops everything.`,
 			}
 			if scheduler == "mwlc" && dataplane != "l7" {
 				return fmt.Errorf("--scheduler mwlc needs --dataplane l7")
+			}
+			if rate != "" && !onTestbed {
+				return fmt.Errorf("--rate shapes test-bed links: add --testbed")
 			}
 			bin, err := os.Executable()
 			if err != nil {
@@ -54,6 +64,13 @@ logs go under --data; a second run reuses them. Ctrl-C stops everything.`,
 			for i := 0; i < nodes; i++ {
 				cfg.NodeListen = append(cfg.NodeListen, fmt.Sprintf("127.0.0.%d:8080", 21+i))
 			}
+			var bed *testbed.Bed
+			if onTestbed {
+				if bed, err = upTestbed(&cfg, rate); err != nil {
+					return err
+				}
+				defer testbed.Down(bed.Name)
+			}
 			cl, err := launch.StartCluster(ctx, cfg)
 			if err != nil {
 				return err
@@ -64,7 +81,20 @@ logs go under --data; a second run reuses them. Ctrl-C stops everything.`,
 			for _, p := range all {
 				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
 			}
-			fmt.Printf(`
+			if bed != nil {
+				fmt.Printf(`
+  VIP       http://%[4]s/ on host director (%[5]s, %[6]s)
+  Test bed %[1]s: each role on its own host (a network namespace), links %[2]s.
+
+Try:
+  %[3]s testbed exec client -- curl -s http://%[4]s/
+  %[3]s testbed exec director -- %[3]s ctl services
+  %[3]s testbed status
+
+Ctrl-C stops everything and removes the test bed.
+`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, dataplane, scheduler)
+			} else {
+				fmt.Printf(`
   VIP       http://%[1]s/   (%[4]s, %[5]s; virtual domain %[6]s)
 
 Try, in another terminal:
@@ -76,7 +106,8 @@ Try, in another terminal:
   mkdir -p /tmp/corral && %[2]s mount --meta %[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
 Ctrl-C stops everything.
-`, vip, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain)
+`, cfg.VIP, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain)
+			}
 			died := make(chan string, len(all))
 			for _, p := range all {
 				go func() {
@@ -99,8 +130,45 @@ Ctrl-C stops everything.
 	c.Flags().StringVar(&data, "data", "corral-data", "directory for every role's data and logs")
 	c.Flags().IntVar(&iods, "iods", 3, "number of I/O servers")
 	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
-	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address")
+	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80)")
 	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy) or l7 (HTTP proxy)")
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler (rr wrr lc wlc sed nq sh mh; mwlc with l7)")
+	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
+	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")
 	return c
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// upTestbed builds the test bed for a cluster and moves every role's
+// address onto its own host.
+func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
+	hosts := []string{"client", "director"}
+	for i := range cfg.NodeListen {
+		hosts = append(hosts, fmt.Sprintf("node%d", i+1))
+	}
+	hosts = append(hosts, "meta")
+	for i := range cfg.IODListens {
+		hosts = append(hosts, fmt.Sprintf("iod%d", i+1))
+	}
+	bed, err := testbed.Up(testbed.NewSpec("corral", hosts, rate))
+	if err != nil {
+		return nil, err
+	}
+	addr := func(h string) string { x, _ := bed.Host(h); return x.Addr.String() }
+	cfg.MetaListen = addr("meta") + ":7400"
+	for i := range cfg.IODListens {
+		cfg.IODListens[i] = addr(fmt.Sprintf("iod%d", i+1)) + ":7410"
+	}
+	for i := range cfg.NodeListen {
+		cfg.NodeListen[i] = addr(fmt.Sprintf("node%d", i+1)) + ":8080"
+	}
+	cfg.VIP = addr("director") + ":80"
+	cfg.Wrap = bed.Wrap
+	return bed, nil
 }

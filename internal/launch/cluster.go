@@ -34,6 +34,8 @@ type ClusterConfig struct {
 	// L7VIP, if set, adds a second service "www-l7" on this VIP with the l7
 	// dataplane over the same nodes (benchmarks compare both).
 	L7VIP string
+	// Wrap runs each role on its own host (see FS.Wrap).
+	Wrap func(role string) []string
 }
 
 // Cluster is a running cluster.
@@ -48,7 +50,7 @@ type Cluster struct {
 // StartCluster starts the file system, uploads the sample site (first run
 // only), then the nodes and the director.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
-	fsys, err := StartFS(ctx, cfg.Bin, cfg.Data, cfg.MetaListen, cfg.IODListens)
+	fsys, err := StartFSWrapped(ctx, cfg.Bin, cfg.Data, cfg.MetaListen, cfg.IODListens, cfg.Wrap)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +71,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
-	c.Director, err = Start(ctx, "director", cfg.Bin, filepath.Join(cfg.Data, "logs", "director.log"), "director", "--config", c.ConfPath)
+	c.Director, err = c.start(ctx, "director", "director", "--config", c.ConfPath)
 	if err != nil {
 		c.Stop()
 		return nil, err
@@ -80,8 +82,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
-	return Start(ctx, name, c.Bin, filepath.Join(c.Data, "logs", name+".log"),
-		"node", "--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain)
+	return c.start(ctx, name, "node", "--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain)
 }
 
 // WriteDirectorConf writes the director's configuration for the running

@@ -140,13 +140,33 @@ type FS struct {
 	Bin, Data string
 	Meta      *Proc
 	IODs      []*Proc
-	mu        sync.Mutex
+	// Wrap, if set, gives the command prefix that runs a role on its host
+	// (the test bed's nsenter); roles are named meta, iod1.., node1..,
+	// director.
+	Wrap func(role string) []string
+}
+
+// start runs role with the corral binary, wrapped onto its host if need be.
+func (f *FS) start(ctx context.Context, role string, args ...string) (*Proc, error) {
+	bin, log := f.Bin, filepath.Join(f.Data, "logs", role+".log")
+	if f.Wrap != nil {
+		if w := f.Wrap(role); len(w) > 0 {
+			args = append(append(append([]string{}, w[1:]...), f.Bin), args...)
+			bin = w[0]
+		}
+	}
+	return Start(ctx, role, bin, log, args...)
 }
 
 // StartFS runs a metadata server on metaListen and one I/O server per entry
 // of iodListens, with data and logs under data. Port 0 picks free ports.
 func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []string) (*FS, error) {
-	f := &FS{Bin: bin, Data: data}
+	return StartFSWrapped(ctx, bin, data, metaListen, iodListens, nil)
+}
+
+// StartFSWrapped is StartFS with each role run on its host by wrap.
+func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListens []string, wrap func(string) []string) (*FS, error) {
+	f := &FS{Bin: bin, Data: data, Wrap: wrap}
 	var err error
 	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
 		return nil, err
@@ -164,15 +184,13 @@ func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []str
 
 // StartMeta (re)starts the metadata server.
 func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
-	return Start(ctx, "meta", f.Bin, filepath.Join(f.Data, "logs", "meta.log"),
-		"meta", "--listen", listen, "--data", filepath.Join(f.Data, "meta"))
+	return f.start(ctx, "meta", "meta", "--listen", listen, "--data", filepath.Join(f.Data, "meta"))
 }
 
 // StartIOD (re)starts I/O server i.
 func (f *FS) StartIOD(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("iod%d", i+1)
-	return Start(ctx, name, f.Bin, filepath.Join(f.Data, "logs", name+".log"),
-		"iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr)
+	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr)
 }
 
 // Stop ends the I/O servers, then the metadata server.

@@ -74,7 +74,7 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("host %s or address %s given twice", h.Name, h.Addr)
 		}
 		seen[h.Name], seen[h.Addr.String()] = true, true
-		if !s.Subnet.Contains(h.Addr) {
+		if !s.Subnet.Contains(h.Addr) || h.Addr == s.Subnet.Masked().Addr().Next() {
 			return fmt.Errorf("host %s: %s is outside %s", h.Name, h.Addr, s.Subnet)
 		}
 		if h.Rate != "" && !rateRe.MatchString(h.Rate) {
@@ -91,6 +91,9 @@ type Bed struct{ Spec }
 func (b *Bed) Netns(h string) string { return b.Name + "-" + h }
 
 func (b *Bed) bridge() string { return b.Name + "-br" }
+
+// Gateway is the machine's own address on the bed (the subnet's first).
+func (b *Bed) Gateway() netip.Addr { return b.Subnet.Masked().Addr().Next() }
 
 // veth is the root side of host i's link.
 func (b *Bed) veth(i int) string { return fmt.Sprintf("%s-%d", b.Name, i) }
@@ -196,10 +199,15 @@ func (b *Bed) build() error {
 			return err
 		}
 	}
+	bits := b.Subnet.Bits()
+	// The machine itself is the subnet's first address: the operator's
+	// seat (uploads, checks), outside every shaped link.
+	if err := run("ip", "addr", "replace", fmt.Sprintf("%s/%d", b.Gateway(), bits), "dev", b.bridge()); err != nil {
+		return err
+	}
 	if err := run("ip", "link", "set", b.bridge(), "up"); err != nil {
 		return err
 	}
-	bits := b.Subnet.Bits()
 	for i, h := range b.Hosts {
 		ns, veth := b.Netns(h.Name), b.veth(i)
 		if !nsExists(ns) {
