@@ -73,7 +73,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure (I/O servers and the local baseline both use it)")
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
-	c.AddCommand(pfs, webBenchCmd())
+	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd())
 	return c
 }
 
@@ -127,5 +127,51 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/web/TIMESTAMP)")
 	c.Flags().DurationVar(&dur, "duration", 10*time.Second, "length of each wrk run")
 	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
+	return c
+}
+
+func cssnsBenchCmd() *cobra.Command {
+	var quick bool
+	var rate, out, dir string
+	c := &cobra.Command{
+		Use:   "cssns [--quick] [--rate 100mbit]",
+		Short: "Paper 000's completion-time experiment on a test bed (root)",
+		Long: `Rerun paper 000's tables 1-7 on a test bed (root): P clients each fetch an
+S-byte file over HTTP (a) from one node with no director ("only PVFS"), (b)
+through the director with 2 nodes, (c) with 3 nodes; nodes and I/O servers on
+--rate links. Prints completion times, the ratio tables (paper: 0.63 and
+0.51), the saving-time tables and the serving node's memory against P·S, and
+writes results.json, results.md and SVG plots under --out.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.CSSNSConfig{Bin: bin, Dir: dir, P: []int{10, 20, 30, 45}, S: []int64{1 << 20, 2 << 20, 4 << 20}, Rate: rate, Log: os.Stdout}
+			if quick {
+				cfg.P, cfg.S = []int{2, 4}, []int64{256 << 10}
+				if !cmd.Flags().Changed("rate") {
+					cfg.Rate = "1gbit"
+				}
+			}
+			if out == "" {
+				out = filepath.Join("results", "cssns", time.Now().UTC().Format("20060102-150405"))
+			}
+			cfg.Out = out
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := bench.RunCSSNS(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): P 2 and 4, 256 KiB files, 1gbit links")
+	c.Flags().StringVar(&rate, "rate", "100mbit", "link speed of nodes and I/O servers")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/cssns/TIMESTAMP)")
 	return c
 }
