@@ -73,7 +73,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure (I/O servers and the local baseline both use it)")
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
-	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd())
+	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd())
 	return c
 }
 
@@ -173,5 +173,56 @@ writes results.json, results.md and SVG plots under --out.`,
 	c.Flags().StringVar(&rate, "rate", "100mbit", "link speed of nodes and I/O servers")
 	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/cssns/TIMESTAMP)")
+	return c
+}
+
+func scalingBenchCmd() *cobra.Command {
+	var quick bool
+	var rate, out, dir, size string
+	var dur time.Duration
+	var conns int
+	c := &cobra.Command{
+		Use:   "scaling [--quick] [--rate 100mbit]",
+		Short: "Paper 001's scaling test: requests/s as nodes go 1, 2, 3, 4, 6, 8 (root)",
+		Long: `On a test bed (root) with every node's link at --rate, run wrk through the
+director while the pool grows 1, 2, 3, 4, 6, 8 nodes (by live reloads), and
+print requests/s, the speedup and the ratio to linear (paper 001: 4.65x from 2
+to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			n, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			cfg := bench.ScalingConfig{Bin: bin, Dir: dir, Nodes: []int{1, 2, 3, 4, 6, 8}, Rate: rate, FileSize: n,
+				Duration: dur, Connections: conns, Log: os.Stdout}
+			if quick {
+				cfg.Nodes, cfg.Duration = []int{1, 2}, time.Second
+			}
+			if out == "" {
+				out = filepath.Join("results", "scaling", time.Now().UTC().Format("20060102-150405"))
+			}
+			cfg.Out = out
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := bench.RunScaling(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 and 2 nodes, 1 s runs")
+	c.Flags().StringVar(&rate, "rate", "100mbit", "link speed of every node")
+	c.Flags().StringVar(&size, "size", "100K", "file size fetched")
+	c.Flags().DurationVar(&dur, "duration", 5*time.Second, "length of each wrk run")
+	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/scaling/TIMESTAMP)")
 	return c
 }

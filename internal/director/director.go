@@ -286,8 +286,11 @@ func (s *service) start() error {
 var errNoServer = errors.New("no real server available")
 
 // pick chooses a real server for a new flow from src, skipping those in
-// exclude (already failed for this request). It also takes a persistence
-// reference; call done when the flow ends.
+// exclude (already failed for this request). The flow counts as active on
+// the server (and its size as pending) from this moment, as LVS counts a
+// connection when it schedules it: flows picked at the same instant then see
+// each other. The caller undoes that if the flow fails to start. pick also
+// takes a persistence reference; call done when the flow ends.
 func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*real, error) {
 	cfg := s.cfg.Load()
 	s.mu.Lock()
@@ -296,6 +299,8 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 	if cfg.Persistence > 0 {
 		if e := s.persist[src]; e != nil && (e.conns > 0 || now.Before(e.until)) && e.r.weight() > 0 && !exclude[e.r] && s.inPool(e.r) {
 			e.conns++
+			e.r.active.Add(1)
+			e.r.pending.Add(size)
 			return e.r, nil
 		}
 	}
@@ -313,6 +318,8 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 		return nil, errNoServer
 	}
 	r := s.reals[i]
+	r.active.Add(1)
+	r.pending.Add(size)
 	if cfg.Persistence > 0 {
 		s.persist[src] = &persistEntry{r: r, conns: 1}
 		if len(s.persist) > 100000 {

@@ -176,3 +176,25 @@ func TestMWLCPicksLeastPending(t *testing.T) {
 }
 
 func netip4(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestSimultaneousFlowsSpread: flows picked at the same instant count
+// against each other (a burst of connections must not all land on the
+// server that was idle when the burst began).
+func TestSimultaneousFlowsSpread(t *testing.T) {
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("admin 127.0.0.1:1\nservice w {\n vip %s\n scheduler wlc\n check none\n server 127.0.0.1:1\n server 127.0.0.1:2\n server 127.0.0.1:3\n}\n", vip))
+	s := (*d.services.Load())["w"]
+	count := map[*real]int{}
+	for i := 0; i < 30; i++ {
+		r, err := s.pick(netip4("10.0.0.1"), 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[r]++
+	}
+	for _, r := range s.reals {
+		if count[r] != 10 {
+			t.Fatalf("30 simultaneous flows over 3 servers: %d on %s", count[r], r.addr)
+		}
+	}
+}

@@ -73,13 +73,13 @@ func (p *tcpProxy) handle(c *net.TCPConn) {
 		}
 		up, err := net.DialTimeout("tcp", r.addr, 3*time.Second)
 		if err != nil {
+			r.active.Add(-1)
 			r.failed.Add(1)
 			p.s.done(src)
 			tried[r] = true
 			continue
 		}
 		r.conns.Add(1)
-		r.active.Add(1)
 		splice(c, up.(*net.TCPConn), r)
 		p.s.done(src)
 		return
@@ -191,13 +191,13 @@ func (p *udpProxy) open(src netip.AddrPort) *udpFlow {
 	}
 	up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(r.addr)))
 	if err != nil {
+		r.active.Add(-1)
 		r.failed.Add(1)
 		p.s.done(src.Addr())
 		return nil
 	}
 	f := &udpFlow{up: up, r: r, last: time.Now()}
 	r.conns.Add(1)
-	r.active.Add(1)
 	p.mu.Lock()
 	p.fl[src] = f
 	p.mu.Unlock()

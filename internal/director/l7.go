@@ -93,8 +93,6 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 			out.Header.Set("X-Forwarded-For", ip)
 		}
-		r.active.Add(1)
-		r.pending.Add(size)
 		resp, err := p.tr.RoundTrip(out)
 		if err != nil {
 			r.active.Add(-1)
@@ -152,8 +150,7 @@ func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.R
 			break // the client sees a short body, as with any proxy
 		}
 		r.active.Add(-1)
-		r, resp = next, nresp
-		r.active.Add(1)
+		r, resp = next, nresp // resume's pick counted it active
 	}
 	r.pending.Add(-size)
 }
@@ -208,6 +205,7 @@ func (p *httpProxy) resume(req *http.Request, src netip.Addr, tried map[*real]bo
 		if err == nil {
 			resp.Body.Close()
 		}
+		r.active.Add(-1)
 		r.failed.Add(1)
 		tried[r] = true
 	}

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/testbed"
+)
+
+// ScalingConfig sizes paper 001's scaling test.
+type ScalingConfig struct {
+	Bin, Dir, Out string
+	Nodes         []int // node counts to measure, ascending
+	Rate          string
+	FileSize      int64
+	Duration      time.Duration
+	Connections   int
+	Log           io.Writer
+}
+
+// ScalingRow is one node count.
+type ScalingRow struct {
+	Nodes    int     `json:"nodes"`
+	ReqPerS  float64 `json:"requests_per_s"`
+	MBPerS   float64 `json:"mb_per_s"`
+	P99ms    float64 `json:"p99_ms"`
+	Speedup  float64 `json:"speedup_vs_first"`
+	ToLinear float64 `json:"ratio_to_linear"`
+}
+
+// ScalingResult is the scenario's output.
+type ScalingResult struct {
+	Scenario string       `json:"scenario"`
+	When     time.Time    `json:"when"`
+	Rate     string       `json:"rate"`
+	FileSize int64        `json:"file_size"`
+	Rows     []ScalingRow `json:"rows"`
+	Notes    []string     `json:"notes"`
+}
+
+// RunScaling measures requests/s through the director as nodes are added,
+// each node on a shaped link (paper 001: 4.65x from 2 to 10 nodes, 0.93 of
+// linear).
+func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) {
+	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, format, a...) }
+	if err := testbed.CheckRoot(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat("/usr/bin/wrk"); err != nil {
+		return nil, fmt.Errorf("wrk not installed (scripts/deps installs it)")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-scaling-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	maxN := cfg.Nodes[len(cfg.Nodes)-1]
+	hosts := []string{"director", "meta", "iod1", "iod2", "iod3"}
+	for i := 1; i <= maxN; i++ {
+		hosts = append(hosts, fmt.Sprintf("node%d", i))
+	}
+	spec := testbed.NewSpec("scaling", hosts, "")
+	for i := range spec.Hosts {
+		if strings.HasPrefix(spec.Hosts[i].Name, "node") {
+			spec.Hosts[i].Rate = cfg.Rate
+		}
+	}
+	testbed.Down(spec.Name)
+	bed, err := testbed.Up(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer testbed.Down(spec.Name)
+	addr := func(h string) string { x, _ := bed.Host(h); return x.Addr.String() }
+	cc := launch.ClusterConfig{Bin: cfg.Bin, Data: scratch, MetaListen: addr("meta") + ":7400",
+		IODListens: []string{addr("iod1") + ":7410", addr("iod2") + ":7410", addr("iod3") + ":7410"},
+		VIP:        addr("director") + ":80", Admin: "127.0.0.1:7500", Dataplane: "l4", Scheduler: "wlc", Wrap: bed.Wrap}
+	for i := 1; i <= maxN; i++ {
+		cc.NodeListen = append(cc.NodeListen, addr(fmt.Sprintf("node%d", i))+":8080")
+	}
+	cl, err := launch.StartCluster(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+	fsc := client.New(cl.Meta.Addr)
+	defer fsc.Close()
+	f, err := fsc.CreatePath(ctx, "/www/"+launch.SampleDomain+"/"+fileName(cfg.FileSize), 0o644, client.CreateOpts{})
+	if err != nil {
+		return nil, err
+	}
+	f.WriteAt(pattern(int(cfg.FileSize)), 0)
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	res := &ScalingResult{Scenario: "scaling", When: time.Now().UTC(), Rate: cfg.Rate, FileSize: cfg.FileSize}
+	for _, n := range cfg.Nodes {
+		w := make([]int, maxN)
+		for i := 0; i < n; i++ {
+			w[i] = 1
+		}
+		if err := cl.WriteDirectorConf("wlc", w); err != nil {
+			return nil, err
+		}
+		time.Sleep(2500 * time.Millisecond) // the director reloads
+		r, err := wrk(ctx, "http://"+cc.VIP+"/"+fileName(cfg.FileSize), cfg.Connections, cfg.Duration)
+		if err != nil {
+			return nil, err
+		}
+		row := ScalingRow{Nodes: n, ReqPerS: r.ReqPerS, MBPerS: r.MBPerS, P99ms: r.P99ms}
+		if len(res.Rows) > 0 {
+			base := res.Rows[0]
+			row.Speedup = row.ReqPerS / base.ReqPerS
+			row.ToLinear = row.Speedup / (float64(n) / float64(base.Nodes))
+		} else {
+			row.Speedup, row.ToLinear = 1, 1
+		}
+		res.Rows = append(res.Rows, row)
+		logf("%2d nodes: %8.0f req/s %7.1f MB/s  p99 %7.1f ms  speedup %.2f  ratio to linear %.2f\n", n, row.ReqPerS, row.MBPerS, row.P99ms, row.Speedup, row.ToLinear)
+	}
+	res.Notes = append(res.Notes,
+		fmt.Sprintf("nodes on %s links; director (user-space l4, wlc), file system and the client (the machine, wrk, %d connections) unshaped", orUnshaped(cfg.Rate), cfg.Connections),
+		"ratio to linear = speedup over the first row / (nodes / first row's nodes); paper 001: 4.65x from 2 to 10 EPS units = 0.93 of linear",
+		"the l4 proxy carries every reply, so its CPU (shared with everything else on this machine) caps the largest pools; XDP DR removes that")
+	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
+		return nil, err
+	}
+	var xs, ys, lin []float64
+	for _, r := range res.Rows {
+		xs = append(xs, float64(r.Nodes))
+		ys = append(ys, r.ReqPerS)
+		lin = append(lin, res.Rows[0].ReqPerS*float64(r.Nodes)/float64(res.Rows[0].Nodes))
+	}
+	return res, LineChart(cfg.Out+"/scaling.svg", "Requests/s as nodes are added (paper 001)", "nodes", "requests/s",
+		[]Series{{Name: "Corral l4", X: xs, Y: ys}, {Name: "linear", X: xs, Y: lin, Dashed: true}})
+}
+
+// Markdown renders the result.
+func (r *ScalingResult) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# scaling (paper 001), %s\n\nFile %s, node links %s.\n\n| nodes | req/s | MB/s | p99 ms | speedup | ratio to linear |\n|---|---|---|---|---|---|\n",
+		r.When.Format(time.RFC3339), humanBytes(r.FileSize), orUnshaped(r.Rate))
+	for _, x := range r.Rows {
+		fmt.Fprintf(&b, "| %d | %.0f | %.1f | %.1f | %.2f | %.2f |\n", x.Nodes, x.ReqPerS, x.MBPerS, x.P99ms, x.Speedup, x.ToLinear)
+	}
+	b.WriteString("\nPaper 001: 1.5x from 2 to 3 units, 1.99x from 2 to 4, 4.65x from 2 to 10 (0.93 of linear).\n\nPlot: scaling.svg.\n\nNotes:\n")
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}
