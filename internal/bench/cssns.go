@@ -290,7 +290,7 @@ func (r *CSSNSResult) plots(dir string) error {
 	mem = append(mem, Series{Name: "Corral node RSS", X: mx, Y: my})
 	for _, c := range []struct {
 		file, title, y string
-		s          []Series
+		s              []Series
 	}{
 		{"ratio.svg", "Completion time ratio to one node (tables 4-5)", "ratio", ratio},
 		{"saving.svg", "Saving time (figs. 4-5)", "seconds", saving},
