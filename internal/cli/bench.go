@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure (I/O servers and the local baseline both use it)")
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
-	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd())
+	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd())
 	return c
 }
 
@@ -224,5 +225,79 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
 	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/scaling/TIMESTAMP)")
+	return c
+}
+
+func pfsBenchCmd() *cobra.Command {
+	var quick bool
+	var out, dir string
+	c := &cobra.Command{
+		Use:   "pfs [--quick]",
+		Short: "Paper 002's file-system tests 1-3 on a test bed at 100 Mbit and 1 Gbit (root)",
+		Long: `Rerun paper 002's IOzone-style tests on a test bed (root), with clients and
+I/O servers on their own hosts, links at 100 Mbit and then 1 Gbit:
+  1. one client, one I/O server, record sizes 64 KiB .. 16 MiB;
+  2. 1 .. 10 processes on one client, 512 KiB records, all I/O servers;
+  3. N clients x M I/O servers (1 .. 4 each), 2 MiB records.
+Measures in the same run the link speed I (raw TCP between two hosts) and the
+disk speed R, and prints the aggregate MB/s beside the bound
+S = min(N·I, M·I, P·R) and the ratio. Writes results.json, results.md and
+SVG plots under --out.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.PFSConfig{Bin: bin, Dir: dir, Rates: []string{"100mbit", "1gbit"},
+				Test1File: 64 << 20, Records: []int64{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
+				Test2File: 16 << 20, Procs: []int{1, 2, 4, 6, 8, 10}, Test3File: 32 << 20, MaxN: 4, MaxM: 4, Log: os.Stdout}
+			if quick {
+				cfg.Rates, cfg.Test1File, cfg.Records = []string{"1gbit"}, 4<<20, []int64{64 << 10, 1 << 20}
+				cfg.Test2File, cfg.Procs, cfg.Test3File, cfg.MaxN, cfg.MaxM = 2<<20, []int{1, 2}, 2<<20, 2, 2
+			}
+			if out == "" {
+				out = filepath.Join("results", "pfs", time.Now().UTC().Format("20060102-150405"))
+			}
+			cfg.Out = out
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := bench.RunPFS(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
+	c.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/pfs/TIMESTAMP)")
+	return c
+}
+
+// pfsIOCmd is one client process of 'corral bench pfs', run on a test-bed host.
+func pfsIOCmd() *cobra.Command {
+	var meta, path string
+	var size, record int64
+	var write bool
+	var count uint32
+	c := &cobra.Command{Use: "pfs-io", Short: "Write or read one file and print the rate as JSON (a client of bench pfs)", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if size <= 0 || record <= 0 || record > 64<<20 {
+				return fmt.Errorf("--size and --record (at most 64 MiB) must be positive")
+			}
+			r, err := bench.PFSIO(cmd.Context(), meta, path, size, record, write, count)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(os.Stdout).Encode(r)
+		}}
+	c.Flags().StringVar(&meta, "meta", "", "metadata server")
+	c.Flags().StringVar(&path, "path", "/pfs-io", "file")
+	c.Flags().Int64Var(&size, "size", 64<<20, "bytes")
+	c.Flags().Int64Var(&record, "record", 1<<20, "bytes per call")
+	c.Flags().BoolVar(&write, "write", false, "write (default: read)")
+	c.Flags().Uint32Var(&count, "stripe-count", 0, "I/O servers the file spans (0: all)")
 	return c
 }
