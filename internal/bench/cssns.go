@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -81,14 +80,11 @@ func RunCSSNS(ctx context.Context, cfg CSSNSConfig) (*CSSNSResult, error) {
 	if err := testbed.CheckRoot(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-cssns-")
+	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "cssns")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer cleanup()
 	hosts := []string{"director", "node1", "node2", "node3", "meta", "iod1", "iod2", "iod3"}
 	spec := testbed.NewSpec("cssns", hosts, "")
 	for i := range spec.Hosts {
@@ -115,14 +111,7 @@ func RunCSSNS(ctx context.Context, cfg CSSNSConfig) (*CSSNSResult, error) {
 	fsc := client.New(cl.Meta.Addr)
 	defer fsc.Close()
 	for _, s := range cfg.S {
-		f, err := fsc.CreatePath(ctx, "/www/"+launch.SampleDomain+"/"+fileName(s), 0o644, client.CreateOpts{})
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.WriteAt(pattern(int(s)), 0); err != nil {
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
+		if _, err := putSample(ctx, fsc, s); err != nil {
 			return nil, err
 		}
 	}

@@ -104,15 +104,12 @@ func RunPFS(ctx context.Context, cfg PFSConfig) (*PFSResult, error) {
 	if err := testbed.CheckRoot(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
 	res := &PFSResult{Scenario: "pfs", When: time.Now().UTC(), LinkMB: map[string]float64{}}
-	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-pfs-")
+	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "pfs")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer cleanup()
 	// R: the disk every I/O server shares here (one disk: P = 1).
 	w, r, err := localLarge(scratch, 256<<20)
 	if err != nil {

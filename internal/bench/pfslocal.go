@@ -284,14 +284,11 @@ func RunPFSLocal(ctx context.Context, cfg PFSLocalConfig) (*PFSLocalResult, erro
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, format, a...) }
 	res := &PFSLocalResult{Scenario: "pfs-local", When: time.Now().UTC(), FileSize: cfg.FileSize,
 		SmallFiles: cfg.SmallFiles, SmallSize: cfg.SmallSize, Workers: cfg.Workers}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-")
+	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "pfs-local")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer cleanup()
 	maxIODs := 0
 	for _, n := range cfg.IODs {
 		maxIODs = max(maxIODs, n)

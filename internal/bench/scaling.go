@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -52,17 +52,14 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) 
 	if err := testbed.CheckRoot(); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat("/usr/bin/wrk"); err != nil {
+	if _, err := exec.LookPath("wrk"); err != nil {
 		return nil, fmt.Errorf("wrk not installed (scripts/deps installs it)")
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-scaling-")
+	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "scaling")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer cleanup()
 	maxN := cfg.Nodes[len(cfg.Nodes)-1]
 	hosts := []string{"director", "meta", "iod1", "iod2", "iod3"}
 	for i := 1; i <= maxN; i++ {
@@ -94,12 +91,8 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) 
 	defer cl.Stop()
 	fsc := client.New(cl.Meta.Addr)
 	defer fsc.Close()
-	f, err := fsc.CreatePath(ctx, "/www/"+launch.SampleDomain+"/"+fileName(cfg.FileSize), 0o644, client.CreateOpts{})
+	urlPath, err := putSample(ctx, fsc, cfg.FileSize)
 	if err != nil {
-		return nil, err
-	}
-	f.WriteAt(pattern(int(cfg.FileSize)), 0)
-	if err := f.Close(); err != nil {
 		return nil, err
 	}
 	res := &ScalingResult{Scenario: "scaling", When: time.Now().UTC(), Rate: cfg.Rate, FileSize: cfg.FileSize}
@@ -112,7 +105,7 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) 
 			return nil, err
 		}
 		time.Sleep(2500 * time.Millisecond) // the director reloads
-		r, err := wrk(ctx, "http://"+cc.VIP+"/"+fileName(cfg.FileSize), cfg.Connections, cfg.Duration)
+		r, err := wrk(ctx, "http://"+cc.VIP+urlPath, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}

@@ -179,14 +179,11 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 			return nil, fmt.Errorf("%s not installed (scripts/deps installs it: apt-get install wrk haproxy)", tool)
 		}
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	scratch, err := os.MkdirTemp(cfg.Dir, "corral-bench-web-")
+	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "web")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer cleanup()
 	var addrs [4]string
 	for i := range addrs {
 		if addrs[i], err = freePort(); err != nil {
@@ -206,15 +203,7 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 	defer fsc.Close()
 	sizes := append(append([]int64{}, cfg.Sizes...), cfg.MemS...)
 	for _, size := range sizes {
-		p := "/www/" + launch.SampleDomain + "/" + fileName(size)
-		f, err := fsc.CreatePath(ctx, p, 0o644, client.CreateOpts{})
-		if err != nil {
-			return nil, err
-		}
-		if _, err := f.WriteAt(pattern(int(size)), 0); err != nil {
-			return nil, err
-		}
-		if err := f.Close(); err != nil {
+		if _, err := putSample(ctx, fsc, size); err != nil {
 			return nil, err
 		}
 	}
@@ -357,6 +346,34 @@ func memRun(ctx context.Context, url string, p, pid int) (float64, error) {
 	close(done)
 	sampler.Wait()
 	return peak, errors.Join(errs...)
+}
+
+// scratchDir makes the results directory and a scratch directory for a
+// scenario; cleanup removes the scratch.
+func scratchDir(out, dir, scenario string) (string, func(), error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", nil, err
+	}
+	s, err := os.MkdirTemp(dir, "corral-bench-"+scenario+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return s, func() { os.RemoveAll(s) }, nil
+}
+
+// putSample writes a size-byte file into the sample domain and returns its
+// URL path.
+func putSample(ctx context.Context, fsc *client.Client, size int64) (string, error) {
+	name := "/" + fileName(size)
+	f, err := fsc.CreatePath(ctx, "/www/"+launch.SampleDomain+name, 0o644, client.CreateOpts{})
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteAt(pattern(int(size)), 0); err != nil {
+		f.Close()
+		return "", err
+	}
+	return name, f.Close()
 }
 
 func writeJSONMD(dir string, v any, md string) error {
