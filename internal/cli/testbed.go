@@ -13,7 +13,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// DefaultHosts is the test bed `corral up --testbed` uses.
+// defaultHosts are the hosts of `corral testbed up` by default: the roles of
+// `corral up --testbed`.
 var defaultHosts = "client,director,node1,node2,node3,meta,iod1,iod2,iod3"
 
 func testbedCmd() *cobra.Command {
