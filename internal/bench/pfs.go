@@ -70,12 +70,16 @@ type PFSConfig struct {
 	Procs         []int
 	Test3File     int64
 	MaxN, MaxM    int
-	Log           io.Writer
+	// Others measures GlusterFS beside Corral in test 3 when it is
+	// installed.
+	Others bool
+	Log    io.Writer
 }
 
 // PFSPoint is one measurement.
 type PFSPoint struct {
 	Test    int     `json:"test"`
+	System  string  `json:"system"` // corral, or a file system measured beside it
 	Rate    string  `json:"rate"`
 	Record  int64   `json:"record,omitempty"`
 	Procs   int     `json:"procs,omitempty"`
@@ -127,7 +131,7 @@ func RunPFS(ctx context.Context, cfg PFSConfig) (*PFSResult, error) {
 		"bound S = min(N·I, M·I, P·R) with I measured by raw TCP between two hosts in the same run, R the disk (write with fsync, read with a dropped cache), P = 1: every I/O server shares this machine's one disk",
 		"files striped 1 MiB over the M I/O servers; writes end with a sync on every server; reads follow with the page cache dropped",
 		"paper 002 used a 512 MiB file (test 1), 100 MiB files (test 2) and 200 MiB files (test 3); sizes here are scaled to run in minutes",
-		"GlusterFS and MooseFS were not measured in this run (see the issue note)")
+		glusterNote(), "MooseFS: not measured (not set up by this benchmark yet)")
 	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
 		return nil, err
 	}
@@ -238,7 +242,7 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			fsys.Stop()
 			return err
 		}
-		pt := PFSPoint{Test: 1, Rate: rate, Record: rec, N: 1, M: 1, WriteMB: wr.MBps, ReadMB: rd.MBps, Bound: min(I, R)}
+		pt := PFSPoint{Test: 1, System: "corral", Rate: rate, Record: rec, N: 1, M: 1, WriteMB: wr.MBps, ReadMB: rd.MBps, Bound: min(I, R)}
 		res.Points = append(res.Points, pt)
 		logf("test 1 %s record %-6s write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, humanBytes(rec), pt.WriteMB, pt.ReadMB, pt.Bound)
 	}
@@ -266,7 +270,7 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			fsys.Stop()
 			return err
 		}
-		pt := PFSPoint{Test: 2, Rate: rate, Procs: procs, N: 1, M: cfg.MaxM, WriteMB: wmb, ReadMB: rmb, Bound: min(I, float64(cfg.MaxM)*I, R)}
+		pt := PFSPoint{Test: 2, System: "corral", Rate: rate, Procs: procs, N: 1, M: cfg.MaxM, WriteMB: wmb, ReadMB: rmb, Bound: min(I, float64(cfg.MaxM)*I, R)}
 		res.Points = append(res.Points, pt)
 		logf("test 2 %s %2d processes: write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, procs, wmb, rmb, pt.Bound)
 	}
@@ -289,7 +293,7 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 				dropCaches()
 				var rmb float64
 				if rmb, err = parallelIO(n, job(false)); err == nil {
-					pt := PFSPoint{Test: 3, Rate: rate, N: n, M: m, WriteMB: wmb, ReadMB: rmb, Bound: min(float64(n)*I, float64(m)*I, R)}
+					pt := PFSPoint{Test: 3, System: "corral", Rate: rate, N: n, M: m, WriteMB: wmb, ReadMB: rmb, Bound: min(float64(n)*I, float64(m)*I, R)}
 					res.Points = append(res.Points, pt)
 					logf("test 3 %s N=%d M=%d: write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, n, m, wmb, rmb, pt.Bound)
 				}
@@ -300,6 +304,61 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			}
 		}
 		fsys.Stop()
+	}
+
+	// The same test 3 on GlusterFS, over all M I/O server hosts.
+	if !cfg.Others || !glusterAvailable() {
+		if cfg.Others {
+			logf("GlusterFS not installed: skipped (apt-get install glusterfs-server glusterfs-client)\n")
+		}
+		return nil
+	}
+	var servers []string
+	for i := 1; i <= cfg.MaxM; i++ {
+		servers = append(servers, fmt.Sprintf("iod%d", i))
+	}
+	g, err := startGluster(ctx, bed, filepath.Join(scratch, "gluster-"+rate), servers)
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	kinds := []string{"distributed"}
+	if cfg.MaxM >= 3 {
+		kinds = append(kinds, "dispersed")
+	}
+	for _, kind := range kinds {
+		if err := g.volume(ctx, kind, kind); err != nil {
+			return err
+		}
+		var mnts []string
+		for i := 1; i <= cfg.MaxN; i++ {
+			m, err := g.mount(ctx, fmt.Sprintf("client%d", i), kind)
+			if err != nil {
+				return err
+			}
+			mnts = append(mnts, m)
+		}
+		for n := 1; n <= cfg.MaxN; n++ {
+			job := func(write bool) func(int) (IOResult, error) {
+				return func(i int) (IOResult, error) {
+					return fileIO(filepath.Join(mnts[i], fmt.Sprintf("t3-%d-%d", n, i)), cfg.Test3File, 2<<20, write)
+				}
+			}
+			wmb, err := parallelIO(n, job(true))
+			if err != nil {
+				return err
+			}
+			dropCaches()
+			rmb, err := parallelIO(n, job(false))
+			if err != nil {
+				return err
+			}
+			m := cfg.MaxM
+			bound := min(float64(n)*I, float64(m)*I, R)
+			pt := PFSPoint{Test: 3, System: "glusterfs " + kind, Rate: rate, N: n, M: m, WriteMB: wmb, ReadMB: rmb, Bound: bound}
+			res.Points = append(res.Points, pt)
+			logf("test 3 %s N=%d M=%d glusterfs %s: write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, n, m, kind, wmb, rmb, bound)
+		}
 	}
 	return nil
 }
@@ -322,10 +381,10 @@ func (r *PFSResult) Markdown() string {
 		{3, "Test 3: N clients x M I/O servers, 2 MiB records", func(p PFSPoint) string { return fmt.Sprintf("%d x %d", p.N, p.M) }},
 	}
 	for _, s := range sections {
-		fmt.Fprintf(&b, "\n%s\n\n| rate | %s | write MB/s | read MB/s | bound S | write/S | read/S |\n|---|---|---|---|---|---|---|\n", s.head, strings.SplitN(s.head, ", ", 2)[0])
+		fmt.Fprintf(&b, "\n%s\n\n| system | rate | %s | write MB/s | read MB/s | bound S | write/S | read/S |\n|---|---|---|---|---|---|---|---|\n", s.head, strings.SplitN(s.head, ", ", 2)[0])
 		for _, p := range r.Points {
 			if p.Test == s.test {
-				fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n", p.Rate, s.key(p), p.WriteMB, p.ReadMB, p.Bound, p.WriteMB/p.Bound, p.ReadMB/p.Bound)
+				fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n", p.System, p.Rate, s.key(p), p.WriteMB, p.ReadMB, p.Bound, p.WriteMB/p.Bound, p.ReadMB/p.Bound)
 			}
 		}
 	}
@@ -346,7 +405,11 @@ func (r *PFSResult) plots(dir string) error {
 				continue
 			}
 			var x float64
-			key := p.Rate + " read"
+			sys := ""
+			if p.System != "corral" {
+				sys = p.System + " "
+			}
+			key := sys + p.Rate + " read"
 			switch test {
 			case 1:
 				x = float64(p.Record) / 1024
@@ -354,7 +417,7 @@ func (r *PFSResult) plots(dir string) error {
 				x = float64(p.Procs)
 			case 3:
 				x = float64(p.N)
-				key = fmt.Sprintf("%s M=%d read", p.Rate, p.M)
+				key = fmt.Sprintf("%s%s M=%d read", sys, p.Rate, p.M)
 			}
 			if byKey[key] == nil {
 				byKey[key] = &Series{Name: key}

@@ -229,7 +229,7 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 }
 
 func pfsBenchCmd() *cobra.Command {
-	var quick bool
+	var quick, others bool
 	var out, dir string
 	c := &cobra.Command{
 		Use:   "pfs [--quick]",
@@ -251,10 +251,11 @@ SVG plots under --out.`,
 			}
 			cfg := bench.PFSConfig{Bin: bin, Dir: dir, Rates: []string{"100mbit", "1gbit"},
 				Test1File: 64 << 20, Records: []int64{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20},
-				Test2File: 16 << 20, Procs: []int{1, 2, 4, 6, 8, 10}, Test3File: 32 << 20, MaxN: 4, MaxM: 4, Log: os.Stdout}
+				Test2File: 16 << 20, Procs: []int{1, 2, 4, 6, 8, 10}, Test3File: 32 << 20, MaxN: 4, MaxM: 4, Others: others, Log: os.Stdout}
 			if quick {
 				cfg.Rates, cfg.Test1File, cfg.Records = []string{"1gbit"}, 4<<20, []int64{64 << 10, 1 << 20}
 				cfg.Test2File, cfg.Procs, cfg.Test3File, cfg.MaxN, cfg.MaxM = 2<<20, []int{1, 2}, 2<<20, 2, 2
+				cfg.Others = others && cmd.Flags().Changed("others")
 			}
 			if out == "" {
 				out = filepath.Join("results", "pfs", time.Now().UTC().Format("20060102-150405"))
@@ -271,6 +272,7 @@ SVG plots under --out.`,
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
+	c.Flags().BoolVar(&others, "others", true, "also run test 3 on GlusterFS when installed (scripts/deps bench installs it)")
 	c.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/pfs/TIMESTAMP)")
 	return c

@@ -1,0 +1,177 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/testbed"
+)
+
+// glusterAvailable says whether Debian's GlusterFS is installed.
+func glusterAvailable() bool {
+	for _, p := range []string{"glusterd", "gluster", "mount.glusterfs"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// gluster is a GlusterFS cluster on test-bed hosts: one glusterd per server
+// host in a private mount namespace (its own /run, /var/lib/glusterd,
+// /var/log/glusterfs), so several run on one machine.
+type gluster struct {
+	bed     *testbed.Bed
+	dir     string
+	servers []string // host names
+	procs   []*launch.Proc
+	mounts  []string
+}
+
+func startGluster(ctx context.Context, bed *testbed.Bed, dir string, servers []string) (*gluster, error) {
+	dir, err := filepath.Abs(dir) // gluster wants absolute brick paths
+	if err != nil {
+		return nil, err
+	}
+	g := &gluster{bed: bed, dir: dir, servers: servers}
+	for _, h := range servers {
+		d := filepath.Join(dir, h)
+		for _, sub := range []string{"lib", "log", "brick"} {
+			if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
+				return nil, err
+			}
+		}
+		script := fmt.Sprintf("mount -t tmpfs tmpfs /run && mount --bind %s/lib /var/lib/glusterd && mount --bind %s/log /var/log/glusterfs && echo 'glusterd: listening on %s' && exec glusterd -N --log-file=%s/glusterd.log", d, d, h, d)
+		args := append(bed.Wrap(h)[1:], "unshare", "-m", "--propagation", "private", "sh", "-c", script)
+		p, err := launch.Start(ctx, "glusterd-"+h, "nsenter", filepath.Join(d, "out.log"), args...)
+		if err != nil {
+			g.stop()
+			return nil, err
+		}
+		g.procs = append(g.procs, p)
+	}
+	// glusterd answers its CLI once it has set up; give it a moment.
+	for i := 0; i < 50; i++ {
+		if _, err := g.cli(ctx, "peer", "status"); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, h := range servers[1:] {
+		x, _ := bed.Host(h)
+		if out, err := g.cli(ctx, "peer", "probe", x.Addr.String()); err != nil {
+			g.stop()
+			return nil, fmt.Errorf("gluster peer probe %s: %v: %s", h, err, out)
+		}
+	}
+	return g, nil
+}
+
+// cli runs the gluster command in the first server's namespaces.
+func (g *gluster) cli(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", strconv.Itoa(g.procs[0].Pid()), "-n", "-m", "gluster", "--mode=script"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// volume creates and starts a volume over the servers: "distributed" (each
+// file whole on one brick) or "dispersed" (erasure-coded stripes, one
+// brick's worth of redundancy).
+func (g *gluster) volume(ctx context.Context, name, kind string) error {
+	args := []string{"volume", "create", name}
+	if kind == "dispersed" {
+		args = append(args, "disperse", strconv.Itoa(len(g.servers)), "redundancy", "1")
+	}
+	args = append(args, "transport", "tcp")
+	for _, h := range g.servers {
+		x, _ := g.bed.Host(h)
+		brick := filepath.Join(g.dir, h, "brick", name)
+		args = append(args, x.Addr.String()+":"+brick)
+	}
+	args = append(args, "force")
+	if out, err := g.cli(ctx, args...); err != nil {
+		return fmt.Errorf("gluster volume create: %v: %s", err, out)
+	}
+	if out, err := g.cli(ctx, "volume", "start", name); err != nil {
+		return fmt.Errorf("gluster volume start: %v: %s", err, out)
+	}
+	return nil
+}
+
+// mount mounts a volume on a client host; the mount point is under the
+// bed's directory, so the bed's Down unmounts it if we do not.
+func (g *gluster) mount(ctx context.Context, host, volume string) (string, error) {
+	base, err := g.bed.MountDir("gluster")
+	if err != nil {
+		return "", err
+	}
+	mnt := filepath.Join(base, host+"-"+volume)
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		return "", err
+	}
+	x, _ := g.bed.Host(g.servers[0])
+	cmd, _ := g.bed.Command(ctx, host, "mount", "-t", "glusterfs", x.Addr.String()+":/"+volume, mnt)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("mount glusterfs on %s: %v: %s", host, err, out)
+	}
+	g.mounts = append(g.mounts, mnt)
+	return mnt, nil
+}
+
+func (g *gluster) stop() {
+	for _, m := range g.mounts {
+		exec.Command("umount", "-l", m).Run()
+	}
+	for _, p := range g.procs {
+		p.Kill()
+	}
+	// glusterfsd brick processes and client daemons live in the hosts'
+	// namespaces; the bed's Down kills whatever is left there.
+}
+
+// fileIO writes (with fsync) or reads one file through a mount in records.
+func fileIO(path string, size, record int64, write bool) (IOResult, error) {
+	buf := pattern(int(record))
+	start := time.Now()
+	if write {
+		f, err := os.Create(path)
+		if err != nil {
+			return IOResult{}, err
+		}
+		for off := int64(0); off < size; off += record {
+			if _, err := f.Write(buf[:min(record, size-off)]); err != nil {
+				f.Close()
+				return IOResult{}, err
+			}
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return IOResult{}, err
+		}
+		if err := f.Close(); err != nil {
+			return IOResult{}, err
+		}
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return IOResult{}, err
+		}
+		n, err := readAll(f, buf)
+		f.Close()
+		if err != nil || n != size {
+			return IOResult{}, fmt.Errorf("read %s: %d of %d bytes: %v", path, n, size, err)
+		}
+	}
+	d := time.Since(start).Seconds()
+	return IOResult{Bytes: size, Seconds: d, MBps: float64(size) / 1e6 / d}, nil
+}
+
+func glusterNote() string {
+	return "GlusterFS 10 (Debian): one glusterd per I/O server host in a private mount namespace, bricks on the same disk, FUSE-mounted on each client host; 'distributed' keeps each file whole on one brick, 'dispersed' erasure-codes it over all bricks with one brick of redundancy"
+}
