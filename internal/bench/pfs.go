@@ -131,7 +131,7 @@ func RunPFS(ctx context.Context, cfg PFSConfig) (*PFSResult, error) {
 		"bound S = min(N·I, M·I, P·R) with I measured by raw TCP between two hosts in the same run, R the disk (write with fsync, read with a dropped cache), P = 1: every I/O server shares this machine's one disk",
 		"files striped 1 MiB over the M I/O servers; writes end with a sync on every server; reads follow with the page cache dropped",
 		"paper 002 used a 512 MiB file (test 1), 100 MiB files (test 2) and 200 MiB files (test 3); sizes here are scaled to run in minutes",
-		glusterNote(), "MooseFS: not measured (not set up by this benchmark yet)")
+		glusterNote(), moosefsNote())
 	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
 		return nil, err
 	}
@@ -306,38 +306,18 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 		fsys.Stop()
 	}
 
-	// The same test 3 on GlusterFS, over all M I/O server hosts.
-	if !cfg.Others || !glusterAvailable() {
-		if cfg.Others {
-			logf("GlusterFS not installed: skipped (apt-get install glusterfs-server glusterfs-client)\n")
-		}
+	// The same test 3 on GlusterFS and MooseFS, over all M I/O server
+	// hosts, where they are installed.
+	if !cfg.Others {
 		return nil
 	}
 	var servers []string
 	for i := 1; i <= cfg.MaxM; i++ {
 		servers = append(servers, fmt.Sprintf("iod%d", i))
 	}
-	g, err := startGluster(ctx, bed, filepath.Join(scratch, "gluster-"+rate), servers)
-	if err != nil {
-		return err
-	}
-	defer g.stop()
-	kinds := []string{"distributed"}
-	if cfg.MaxM >= 3 {
-		kinds = append(kinds, "dispersed")
-	}
-	for _, kind := range kinds {
-		if err := g.volume(ctx, kind, kind); err != nil {
-			return err
-		}
-		var mnts []string
-		for i := 1; i <= cfg.MaxN; i++ {
-			m, err := g.mount(ctx, fmt.Sprintf("client%d", i), kind)
-			if err != nil {
-				return err
-			}
-			mnts = append(mnts, m)
-		}
+	// others runs test 3 over the mount points one file system gives the
+	// client hosts.
+	others := func(system string, mnts []string) error {
 		for n := 1; n <= cfg.MaxN; n++ {
 			job := func(write bool) func(int) (IOResult, error) {
 				return func(i int) (IOResult, error) {
@@ -353,12 +333,70 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			if err != nil {
 				return err
 			}
-			m := cfg.MaxM
-			bound := min(float64(n)*I, float64(m)*I, R)
-			pt := PFSPoint{Test: 3, System: "glusterfs " + kind, Rate: rate, N: n, M: m, WriteMB: wmb, ReadMB: rmb, Bound: bound}
-			res.Points = append(res.Points, pt)
-			logf("test 3 %s N=%d M=%d glusterfs %s: write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, n, m, kind, wmb, rmb, bound)
+			bound := min(float64(n)*I, float64(cfg.MaxM)*I, R)
+			res.Points = append(res.Points, PFSPoint{Test: 3, System: system, Rate: rate, N: n, M: cfg.MaxM, WriteMB: wmb, ReadMB: rmb, Bound: bound})
+			logf("test 3 %s N=%d M=%d %s: write %6.1f read %6.1f MB/s (bound %.1f)\n", rate, n, cfg.MaxM, system, wmb, rmb, bound)
 		}
+		return nil
+	}
+	if glusterAvailable() {
+		g, err := startGluster(ctx, bed, filepath.Join(scratch, "gluster-"+rate), servers)
+		if err != nil {
+			return err
+		}
+		defer g.stop()
+		kinds := []string{"distributed"}
+		if cfg.MaxM >= 3 {
+			kinds = append(kinds, "dispersed")
+		}
+		for _, kind := range kinds {
+			if err := g.volume(ctx, kind, kind); err != nil {
+				return err
+			}
+			var mnts []string
+			for i := 1; i <= cfg.MaxN; i++ {
+				m, err := g.mount(ctx, fmt.Sprintf("client%d", i), kind)
+				if err != nil {
+					return err
+				}
+				mnts = append(mnts, m)
+			}
+			if err := others("glusterfs "+kind, mnts); err != nil {
+				return err
+			}
+		}
+		g.stop()
+	} else {
+		logf("GlusterFS not installed: skipped (scripts/deps bench installs it)\n")
+	}
+	if moosefsAvailable() {
+		m, err := startMooseFS(ctx, bed, filepath.Join(scratch, "moosefs-"+rate), "meta", servers)
+		if err != nil {
+			return err
+		}
+		defer m.stop()
+		var mnts []string
+		for i := 1; i <= cfg.MaxN; i++ {
+			mnt, err := m.mount(ctx, fmt.Sprintf("client%d", i))
+			if err != nil {
+				return err
+			}
+			mnts = append(mnts, mnt)
+		}
+		// Chunkservers register with the master a few seconds after start:
+		// wait until a small synced write is quick.
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+			r, err := fileIO(filepath.Join(mnts[0], "warm-up"), 1<<20, 1<<20, true)
+			if err == nil && r.Seconds < 0.5 {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if err := others("moosefs", mnts); err != nil {
+			return err
+		}
+	} else {
+		logf("MooseFS not installed: skipped (scripts/deps bench installs it)\n")
 	}
 	return nil
 }
