@@ -3,8 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"time"
