@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"strings"
@@ -19,14 +20,17 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func freeAddr(t *testing.T, network string) string {
 	t.Helper()
 	if network == "udp" {
-		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		c, err := net.ListenPacket("udp", fmt.Sprintf("127.%d.%d.%d:0", 1+rand.IntN(250), rand.IntN(256), 1+rand.IntN(250)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		return c.LocalAddr().String()
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A random loopback address: nobody else's outgoing connection can take
+	// the port between our check and the director's bind.
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(256), 1+rand.IntN(250))
+	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +20,12 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
+// freeAddr picks a free port on a random loopback address: a port freed on
+// 127.0.0.1 may be taken by another test's outgoing connection before the
+// daemon binds it; nobody else uses 127.x.y.z.
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(256), 1+rand.IntN(250))
+	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
