@@ -13,7 +13,6 @@ package sched
 
 import (
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"sort"
 	"strings"
@@ -224,14 +223,32 @@ func (MWLC) Pick(s []Server, _ Flow) int {
 	return leastRatio(s, func(x Server) int64 { return x.Pending })
 }
 
-// signature identifies a server list's keys and weights: hashing tables are
-// rebuilt when it changes.
-func signature(s []Server) string {
-	var b strings.Builder
-	for _, x := range s {
-		fmt.Fprintf(&b, "%s/%d,", x.Key, x.Weight)
+// pool remembers the keys and weights a hashing table was built for, so
+// that it is rebuilt only when they change; checking costs no allocation,
+// as it runs for every new flow.
+type pool struct {
+	keys    []string
+	weights []int
+}
+
+func (p *pool) changed(s []Server) bool {
+	if len(p.keys) != len(s) {
+		return true
 	}
-	return b.String()
+	for i, x := range s {
+		if p.keys[i] != x.Key || p.weights[i] != x.Weight {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pool) remember(s []Server) {
+	p.keys, p.weights = p.keys[:0], p.weights[:0]
+	for _, x := range s {
+		p.keys = append(p.keys, x.Key)
+		p.weights = append(p.weights, x.Weight)
+	}
 }
 
 // hash32 is the kernel's hash_32 (GOLDEN_RATIO_32), as ip_vs_sh uses.
@@ -264,14 +281,14 @@ const (
 // buckets are tried (LVS's sh-fallback), so draining a server moves only its
 // clients.
 type SH struct {
-	sig   string
+	built pool
 	table [shSize]int
 }
 
 func (*SH) Name() string { return "sh" }
 
 func (h *SH) build(s []Server) {
-	h.sig = signature(s)
+	h.built.remember(s)
 	p, count := 0, 0
 	for i := range h.table {
 		if len(s) == 0 {
@@ -288,7 +305,7 @@ func (h *SH) build(s []Server) {
 }
 
 func (h *SH) Pick(s []Server, f Flow) int {
-	if sig := signature(s); sig != h.sig {
+	if h.built.changed(s) {
 		h.build(s)
 	}
 	if len(s) == 0 {
@@ -313,7 +330,7 @@ func (h *SH) Pick(s []Server, f Flow) int {
 // then moves about 1/N of the sources. Hashes are FNV-1a (LVS uses keyed siphash; the
 // table differs, the properties do not).
 type MH struct {
-	sig   string
+	built pool
 	table []int
 }
 
@@ -329,17 +346,21 @@ func TableSize(n int) int {
 	return primes[len(primes)-1]
 }
 
+// fnv64 is FNV-1a over salt then s, inline: mh hashes every new flow.
 func fnv64(salt, s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(salt))
-	h.Write([]byte(s))
-	return h.Sum64()
+	h := uint64(14695981039346656037)
+	for _, part := range [2]string{salt, s} {
+		for i := 0; i < len(part); i++ {
+			h = (h ^ uint64(part[i])) * 1099511628211
+		}
+	}
+	return h
 }
 
 func (*MH) Name() string { return "mh" }
 
 func (m *MH) build(s []Server) {
-	m.sig = signature(s)
+	m.built.remember(s)
 	g := 0
 	for _, x := range s {
 		if x.Weight > 0 {
@@ -377,14 +398,12 @@ func (m *MH) build(s []Server) {
 }
 
 func (m *MH) Pick(s []Server, f Flow) int {
-	if sig := signature(s); sig != m.sig {
+	if m.built.changed(s) {
 		m.build(s)
 	}
 	if len(m.table) == 0 {
 		return -1
 	}
 	b := f.Src.As16()
-	h := fnv.New64a()
-	h.Write(b[:])
-	return m.table[h.Sum64()%uint64(len(m.table))]
+	return m.table[fnv64("", string(b[:]))%uint64(len(m.table))]
 }

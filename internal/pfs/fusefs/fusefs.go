@@ -45,7 +45,6 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 	}
 	root := &node{fsys: &filesystem{c: c, opts: o}}
 	t := o.AttrTimeout
-	root.fsys.rootIno = 1
 	mo := fuse.MountOptions{
 		FsName:        "corral:" + c.Meta(),
 		Name:          "corral",
@@ -99,9 +98,8 @@ func raiseReadAhead(dir string, log *slog.Logger) {
 }
 
 type filesystem struct {
-	c       *client.Client
-	opts    Options
-	rootIno uint64
+	c    *client.Client
+	opts Options
 }
 
 // node is one inode of the file system.
