@@ -11,10 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/corral-cluster/corral/internal/launch"
-	"github.com/corral-cluster/corral/internal/pfs/client"
-	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // CSSNSConfig sizes paper 000's experiment.
@@ -77,39 +73,23 @@ func fetchAll(ctx context.Context, url string, p int, want int64) (time.Duration
 // with no director, (b) through the director with 2 nodes, (c) with 3.
 func RunCSSNS(ctx context.Context, cfg CSSNSConfig) (*CSSNSResult, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, format, a...) }
-	if err := testbed.CheckRoot(); err != nil {
-		return nil, err
-	}
 	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "cssns")
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	hosts := []string{"director", "node1", "node2", "node3", "meta", "iod1", "iod2", "iod3"}
-	spec := testbed.NewSpec("cssns", hosts, "")
-	for i := range spec.Hosts {
-		if strings.HasPrefix(spec.Hosts[i].Name, "node") || strings.HasPrefix(spec.Hosts[i].Name, "iod") {
-			spec.Hosts[i].Rate = cfg.Rate
+	// Nodes and I/O servers on shaped links; director and meta unshaped.
+	cl, fsc, stop, err := bedCluster(ctx, "cssns", cfg.Bin, scratch, 3, func(h string) string {
+		if strings.HasPrefix(h, "node") || strings.HasPrefix(h, "iod") {
+			return cfg.Rate
 		}
-	}
-	testbed.Down(spec.Name) // a bed left by an interrupted run
-	bed, err := testbed.Up(spec)
+		return ""
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer testbed.Down(spec.Name)
-	addr := func(h string) string { x, _ := bed.Host(h); return x.Addr.String() }
-	cc := launch.ClusterConfig{Bin: cfg.Bin, Data: scratch, MetaListen: addr("meta") + ":7400",
-		IODListens: []string{addr("iod1") + ":7410", addr("iod2") + ":7410", addr("iod3") + ":7410"},
-		NodeListen: []string{addr("node1") + ":8080", addr("node2") + ":8080", addr("node3") + ":8080"},
-		VIP:        addr("director") + ":80", Admin: "127.0.0.1:7500", Dataplane: "l4", Scheduler: "wlc", Wrap: bed.Wrap}
-	cl, err := launch.StartCluster(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Stop()
-	fsc := client.New(cl.Meta.Addr)
-	defer fsc.Close()
+	defer stop()
+	cc := cl.Cfg
 	for _, s := range cfg.S {
 		if _, err := putSample(ctx, fsc, s); err != nil {
 			return nil, err

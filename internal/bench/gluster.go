@@ -135,43 +135,6 @@ func (g *gluster) stop() {
 	// namespaces; the bed's Down kills whatever is left there.
 }
 
-// fileIO writes (with fsync) or reads one file through a mount in records.
-func fileIO(path string, size, record int64, write bool) (IOResult, error) {
-	buf := pattern(int(record))
-	start := time.Now()
-	if write {
-		f, err := os.Create(path)
-		if err != nil {
-			return IOResult{}, err
-		}
-		for off := int64(0); off < size; off += record {
-			if _, err := f.Write(buf[:min(record, size-off)]); err != nil {
-				f.Close()
-				return IOResult{}, err
-			}
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return IOResult{}, err
-		}
-		if err := f.Close(); err != nil {
-			return IOResult{}, err
-		}
-	} else {
-		f, err := os.Open(path)
-		if err != nil {
-			return IOResult{}, err
-		}
-		n, err := readAll(f, buf)
-		f.Close()
-		if err != nil || n != size {
-			return IOResult{}, fmt.Errorf("read %s: %d of %d bytes: %v", path, n, size, err)
-		}
-	}
-	d := time.Since(start).Seconds()
-	return IOResult{Bytes: size, Seconds: d, MBps: float64(size) / 1e6 / d}, nil
-}
-
 func glusterNote() string {
 	return "GlusterFS 10 (Debian): one glusterd per I/O server host in a private mount namespace, bricks on the same disk, FUSE-mounted on each client host; 'distributed' keeps each file whole on one brick, 'dispersed' erasure-codes it over all bricks with one brick of redundancy"
 }

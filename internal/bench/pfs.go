@@ -26,14 +26,13 @@ type IOResult struct {
 }
 
 // PFSIO writes (then syncs) or reads one file through the client library
-// in records of the given size: one client process of `corral bench pfs`.
-func PFSIO(ctx context.Context, meta, path string, size, record int64, write bool, stripeCount uint32) (IOResult, error) {
-	cl := client.New(meta)
-	defer cl.Close()
+// in records of the given size, creating it with layout o: what a client
+// process of `corral bench pfs` does, and pfs-local's library rows.
+func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int64, write bool, o client.CreateOpts) (IOResult, error) {
 	buf := pattern(int(record))
 	start := time.Now()
 	if write {
-		f, err := cl.CreatePath(ctx, path, 0o644, client.CreateOpts{StripeSize: 1 << 20, StripeCount: stripeCount})
+		f, err := cl.CreatePath(ctx, path, 0o644, o)
 		if err != nil {
 			return IOResult{}, err
 		}

@@ -61,7 +61,6 @@ type PFSLocalResult struct {
 
 const ioBuf = 8 << 20
 
-func mbs(n int64, d time.Duration) float64 { return float64(n) / 1e6 / d.Seconds() }
 
 func pattern(n int) []byte {
 	b := make([]byte, n)
@@ -76,65 +75,33 @@ func pattern(n int) []byte {
 func localLarge(dir string, size int64) (w, r float64, err error) {
 	p := filepath.Join(dir, "local.bin")
 	defer os.Remove(p)
-	buf := pattern(ioBuf)
-	start := time.Now()
-	f, err := os.Create(p)
+	return writeRead(p, size, ioBuf)
+}
+
+// writeRead writes size bytes to path in records, with an fsync at the end,
+// drops the page cache and reads them back: MB/s each way.
+func writeRead(path string, size, record int64) (w, r float64, err error) {
+	wr, err := fileIO(path, size, record, true)
 	if err != nil {
 		return 0, 0, err
 	}
-	for off := int64(0); off < size; off += ioBuf {
-		if _, err := f.Write(buf[:min(ioBuf, size-off)]); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := f.Sync(); err != nil {
-		return 0, 0, err
-	}
-	f.Close()
-	w = mbs(size, time.Since(start))
 	dropCaches()
-	start = time.Now()
-	f, err = os.Open(p)
-	if err != nil {
-		return 0, 0, err
-	}
-	n, err := readAll(f, buf)
-	f.Close()
-	if err != nil || n != size {
-		return 0, 0, fmt.Errorf("local read: %d bytes, %v", n, err)
-	}
-	return w, mbs(size, time.Since(start)), nil
+	rd, err := fileIO(path, size, record, false)
+	return wr.MBps, rd.MBps, err
 }
 
 func libLarge(ctx context.Context, cl *client.Client, name string, size int64, stripe uint32, count int) (w, r float64, err error) {
-	buf := pattern(ioBuf)
-	start := time.Now()
-	f, err := cl.CreatePath(ctx, name, 0o644, client.CreateOpts{StripeSize: stripe, StripeCount: uint32(count)})
+	o := client.CreateOpts{StripeSize: stripe, StripeCount: uint32(count)}
+	wr, err := PFSIO(ctx, cl, name, size, ioBuf, true, o)
 	if err != nil {
 		return 0, 0, err
 	}
-	for off := int64(0); off < size; off += ioBuf {
-		if _, err := f.WriteAt(buf[:min(ioBuf, size-off)], off); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := f.Close(); err != nil {
-		return 0, 0, err
-	}
-	w = mbs(size, time.Since(start))
 	dropCaches()
-	start = time.Now()
-	g, err := cl.Open(ctx, name)
+	rd, err := PFSIO(ctx, cl, name, size, ioBuf, false, o)
 	if err != nil {
 		return 0, 0, err
 	}
-	for off := int64(0); off < size; off += ioBuf {
-		if _, err := g.ReadAt(buf[:min(ioBuf, size-off)], off); err != nil && err != io.EOF {
-			return 0, 0, err
-		}
-	}
-	r = mbs(size, time.Since(start))
-	return w, r, cl.Remove(ctx, name)
+	return wr.MBps, rd.MBps, cl.Remove(ctx, name)
 }
 
 // fuseLarge does the same through the mount with plain file I/O of 1 MiB
@@ -151,38 +118,48 @@ func fuseLarge(ctx context.Context, cl *client.Client, mnt, name string, size in
 	if _, err := cl.SetLayout(ctx, a.Ino, stripe, uint32(count)); err != nil {
 		return 0, 0, err
 	}
-	p := filepath.Join(dir, "f")
-	buf := pattern(1 << 20)
-	start := time.Now()
-	f, err := os.Create(p)
+	w, r, err = writeRead(filepath.Join(dir, "f"), size, 1<<20)
 	if err != nil {
 		return 0, 0, err
 	}
-	for off := int64(0); off < size; off += int64(len(buf)) {
-		if _, err := f.Write(buf[:min(int64(len(buf)), size-off)]); err != nil {
-			return 0, 0, err
+	return w, r, os.RemoveAll(dir)
+}
+
+// fileIO writes (with fsync) or reads one file in records.
+func fileIO(path string, size, record int64, write bool) (IOResult, error) {
+	buf := pattern(int(record))
+	start := time.Now()
+	if write {
+		f, err := os.Create(path)
+		if err != nil {
+			return IOResult{}, err
+		}
+		for off := int64(0); off < size; off += record {
+			if _, err := f.Write(buf[:min(record, size-off)]); err != nil {
+				f.Close()
+				return IOResult{}, err
+			}
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return IOResult{}, err
+		}
+		if err := f.Close(); err != nil {
+			return IOResult{}, err
+		}
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return IOResult{}, err
+		}
+		n, err := readAll(f, buf)
+		f.Close()
+		if err != nil || n != size {
+			return IOResult{}, fmt.Errorf("read %s: %d of %d bytes: %v", path, n, size, err)
 		}
 	}
-	if err := f.Sync(); err != nil {
-		return 0, 0, err
-	}
-	if err := f.Close(); err != nil {
-		return 0, 0, err
-	}
-	w = mbs(size, time.Since(start))
-	dropCaches()
-	start = time.Now()
-	f, err = os.Open(p)
-	if err != nil {
-		return 0, 0, err
-	}
-	n, err := readAll(f, buf)
-	f.Close()
-	if err != nil || n != size {
-		return 0, 0, fmt.Errorf("fuse read: %d bytes, %v", n, err)
-	}
-	r = mbs(size, time.Since(start))
-	return w, r, os.RemoveAll(dir)
+	d := time.Since(start).Seconds()
+	return IOResult{Bytes: size, Seconds: d, MBps: float64(size) / 1e6 / d}, nil
 }
 
 // dropCaches empties the page cache (as root) so that reads come from the

@@ -7,10 +7,6 @@ import (
 	"os/exec"
 	"strings"
 	"time"
-
-	"github.com/corral-cluster/corral/internal/launch"
-	"github.com/corral-cluster/corral/internal/pfs/client"
-	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // ScalingConfig sizes paper 001's scaling test.
@@ -49,9 +45,6 @@ type ScalingResult struct {
 // linear).
 func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, format, a...) }
-	if err := testbed.CheckRoot(); err != nil {
-		return nil, err
-	}
 	if _, err := exec.LookPath("wrk"); err != nil {
 		return nil, fmt.Errorf("wrk not installed (scripts/deps installs it)")
 	}
@@ -61,36 +54,18 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) 
 	}
 	defer cleanup()
 	maxN := cfg.Nodes[len(cfg.Nodes)-1]
-	hosts := []string{"director", "meta", "iod1", "iod2", "iod3"}
-	for i := 1; i <= maxN; i++ {
-		hosts = append(hosts, fmt.Sprintf("node%d", i))
-	}
-	spec := testbed.NewSpec("scaling", hosts, "")
-	for i := range spec.Hosts {
-		if strings.HasPrefix(spec.Hosts[i].Name, "node") {
-			spec.Hosts[i].Rate = cfg.Rate
+	// Only the nodes' links are shaped.
+	cl, fsc, stop, err := bedCluster(ctx, "scaling", cfg.Bin, scratch, maxN, func(h string) string {
+		if strings.HasPrefix(h, "node") {
+			return cfg.Rate
 		}
-	}
-	testbed.Down(spec.Name)
-	bed, err := testbed.Up(spec)
+		return ""
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer testbed.Down(spec.Name)
-	addr := func(h string) string { x, _ := bed.Host(h); return x.Addr.String() }
-	cc := launch.ClusterConfig{Bin: cfg.Bin, Data: scratch, MetaListen: addr("meta") + ":7400",
-		IODListens: []string{addr("iod1") + ":7410", addr("iod2") + ":7410", addr("iod3") + ":7410"},
-		VIP:        addr("director") + ":80", Admin: "127.0.0.1:7500", Dataplane: "l4", Scheduler: "wlc", Wrap: bed.Wrap}
-	for i := 1; i <= maxN; i++ {
-		cc.NodeListen = append(cc.NodeListen, addr(fmt.Sprintf("node%d", i))+":8080")
-	}
-	cl, err := launch.StartCluster(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Stop()
-	fsc := client.New(cl.Meta.Addr)
-	defer fsc.Close()
+	defer stop()
+	cc := cl.Cfg
 	urlPath, err := putSample(ctx, fsc, cfg.FileSize)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/bench"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/spf13/cobra"
 )
@@ -289,7 +290,9 @@ func pfsIOCmd() *cobra.Command {
 			if size <= 0 || record <= 0 || record > 64<<20 {
 				return fmt.Errorf("--size and --record (at most 64 MiB) must be positive")
 			}
-			r, err := bench.PFSIO(cmd.Context(), meta, path, size, record, write, count)
+			cl := client.New(meta)
+			defer cl.Close()
+			r, err := bench.PFSIO(cmd.Context(), cl, path, size, record, write, client.CreateOpts{StripeSize: 1 << 20, StripeCount: count})
 			if err != nil {
 				return err
 			}

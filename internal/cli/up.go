@@ -145,30 +145,18 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// upTestbed builds the test bed for a cluster and moves every role's
-// address onto its own host.
+// upTestbed builds the test bed for a cluster and moves every role onto its
+// own host.
 func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
-	hosts := []string{"client", "director"}
-	for i := range cfg.NodeListen {
-		hosts = append(hosts, fmt.Sprintf("node%d", i+1))
-	}
-	hosts = append(hosts, "meta")
-	for i := range cfg.IODListens {
-		hosts = append(hosts, fmt.Sprintf("iod%d", i+1))
-	}
+	nodes, iods := len(cfg.NodeListen), len(cfg.IODListens)
+	hosts := append([]string{"client"}, launch.ClusterHosts(nodes, iods)...)
 	bed, err := testbed.Up(testbed.NewSpec("corral", hosts, rate))
 	if err != nil {
 		return nil, err
 	}
-	addr := func(h string) string { x, _ := bed.Host(h); return x.Addr.String() }
-	cfg.MetaListen = addr("meta") + ":7400"
-	for i := range cfg.IODListens {
-		cfg.IODListens[i] = addr(fmt.Sprintf("iod%d", i+1)) + ":7410"
+	if err := cfg.OnTestbed(bed, nodes, iods); err != nil {
+		testbed.Down(bed.Name)
+		return nil, err
 	}
-	for i := range cfg.NodeListen {
-		cfg.NodeListen[i] = addr(fmt.Sprintf("node%d", i+1)) + ":8080"
-	}
-	cfg.VIP = addr("director") + ":80"
-	cfg.Wrap = bed.Wrap
 	return bed, nil
 }

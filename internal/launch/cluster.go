@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // SampleDomain is the virtual domain `corral up` serves.
@@ -172,4 +173,46 @@ func UploadSample(ctx context.Context, meta string) error {
 		big[i] = byte(i % 251)
 	}
 	return put("big.bin", big)
+}
+
+// ClusterHosts names the test-bed hosts of a cluster: director, node1..N,
+// meta, iod1..M.
+func ClusterHosts(nodes, iods int) []string {
+	hosts := []string{"director"}
+	for i := 1; i <= nodes; i++ {
+		hosts = append(hosts, fmt.Sprintf("node%d", i))
+	}
+	hosts = append(hosts, "meta")
+	for i := 1; i <= iods; i++ {
+		hosts = append(hosts, fmt.Sprintf("iod%d", i))
+	}
+	return hosts
+}
+
+// OnTestbed puts every role of a cluster of nodes and iods on its own host
+// of bed (the hosts ClusterHosts names): each listens on its host's address
+// and runs there; the VIP is the director host's port 80.
+func (c *ClusterConfig) OnTestbed(bed *testbed.Bed, nodes, iods int) error {
+	addr := func(h string) (string, error) {
+		x, err := bed.Host(h)
+		return x.Addr.String(), err
+	}
+	var err error
+	at := func(h, port string) string {
+		a, e := addr(h)
+		if e != nil && err == nil {
+			err = e
+		}
+		return a + port
+	}
+	c.MetaListen, c.VIP = at("meta", ":7400"), at("director", ":80")
+	c.IODListens, c.NodeListen = nil, nil
+	for i := 1; i <= iods; i++ {
+		c.IODListens = append(c.IODListens, at(fmt.Sprintf("iod%d", i), ":7410"))
+	}
+	for i := 1; i <= nodes; i++ {
+		c.NodeListen = append(c.NodeListen, at(fmt.Sprintf("node%d", i), ":8080"))
+	}
+	c.Wrap = bed.Wrap
+	return err
 }
