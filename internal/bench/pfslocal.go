@@ -61,7 +61,6 @@ type PFSLocalResult struct {
 
 const ioBuf = 8 << 20
 
-
 func pattern(n int) []byte {
 	b := make([]byte, n)
 	for i := range b {

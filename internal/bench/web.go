@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -127,8 +128,12 @@ func wrkMany(ctx context.Context, urls []string, conns int, d time.Duration) (We
 	return sum, errors.Join(errs...)
 }
 
+// freePort picks a free port on a random loopback address: a port freed on
+// 127.0.0.1 can be taken by an outgoing connection before the daemon binds
+// it; nothing else uses 127.x.y.z.
 func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(256), 1+rand.IntN(250))
+	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		return "", err
 	}

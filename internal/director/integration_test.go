@@ -1,11 +1,10 @@
-package director_test
+package director
 
 import (
 	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -15,29 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
-
-// freeAddr picks a free port on a random loopback address: a port freed on
-// 127.0.0.1 may be taken by another test's outgoing connection before the
-// daemon binds it; nobody else uses 127.x.y.z.
-func freeAddr(t *testing.T) string {
-	ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), rand.IntN(256), 1+rand.IntN(250))
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func cluster(t *testing.T, dataplane, scheduler string) *launch.Cluster {
 	t.Helper()
 	cfg := launch.ClusterConfig{Bin: pfstest.Binary(t), Data: t.TempDir(), MetaListen: "127.0.0.1:0",
 		IODListens: []string{"127.0.0.1:0", "127.0.0.1:0"}, NodeListen: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"},
-		VIP: freeAddr(t), Admin: freeAddr(t), Dataplane: dataplane, Scheduler: scheduler,
+		VIP: freeAddr(t, "tcp"), Admin: freeAddr(t, "tcp"), Dataplane: dataplane, Scheduler: scheduler,
 		Check: "http path=/healthz status=200 interval=300ms timeout=250ms rise=2 fall=2"}
 	c, err := launch.StartCluster(context.Background(), cfg)
 	if err != nil {
@@ -54,15 +39,15 @@ func cluster(t *testing.T, dataplane, scheduler string) *launch.Cluster {
 	return c
 }
 
-func admin(c *launch.Cluster) director.Client { return director.Client{Base: "http://" + c.Cfg.Admin} }
+func admin(c *launch.Cluster) Client { return Client{Base: "http://" + c.Cfg.Admin} }
 
-func status(t *testing.T, c *launch.Cluster) map[string]director.ServerStatus {
+func status(t *testing.T, c *launch.Cluster) map[string]ServerStatus {
 	t.Helper()
 	st, err := admin(c).Services(context.Background())
 	if err != nil || len(st) != 1 {
 		t.Fatalf("services: %v %v", st, err)
 	}
-	out := map[string]director.ServerStatus{}
+	out := map[string]ServerStatus{}
 	for _, s := range st[0].Servers {
 		out[s.Addr] = s
 	}
