@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
-	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // SampleDomain is the virtual domain `corral up` serves.
@@ -189,17 +188,21 @@ func ClusterHosts(nodes, iods int) []string {
 	return hosts
 }
 
+// Hosts are machines roles can run on, such as a test bed's.
+type Hosts interface {
+	// HostAddr is host's address.
+	HostAddr(host string) (string, error)
+	// Wrap is the command prefix that runs a program on host.
+	Wrap(host string) []string
+}
+
 // OnTestbed puts every role of a cluster of nodes and iods on its own host
-// of bed (the hosts ClusterHosts names): each listens on its host's address
-// and runs there; the VIP is the director host's port 80.
-func (c *ClusterConfig) OnTestbed(bed *testbed.Bed, nodes, iods int) error {
-	addr := func(h string) (string, error) {
-		x, err := bed.Host(h)
-		return x.Addr.String(), err
-	}
+// (the hosts ClusterHosts names): each listens on its host's address and
+// runs there; the VIP is the director host's port 80.
+func (c *ClusterConfig) OnTestbed(hosts Hosts, nodes, iods int) error {
 	var err error
 	at := func(h, port string) string {
-		a, e := addr(h)
+		a, e := hosts.HostAddr(h)
 		if e != nil && err == nil {
 			err = e
 		}
@@ -213,6 +216,6 @@ func (c *ClusterConfig) OnTestbed(bed *testbed.Bed, nodes, iods int) error {
 	for i := 1; i <= nodes; i++ {
 		c.NodeListen = append(c.NodeListen, at(fmt.Sprintf("node%d", i), ":8080"))
 	}
-	c.Wrap = bed.Wrap
+	c.Wrap = hosts.Wrap
 	return err
 }

@@ -112,6 +112,12 @@ func (b *Bed) Host(name string) (Host, error) {
 	return Host{}, fmt.Errorf("test bed %s has no host %q (hosts: %s)", b.Name, name, strings.Join(names, ", "))
 }
 
+// HostAddr is the address of host h.
+func (b *Bed) HostAddr(h string) (string, error) {
+	x, err := b.Host(h)
+	return x.Addr.String(), err
+}
+
 // Command runs args in host h's network namespace.
 func (b *Bed) Command(ctx context.Context, h string, args ...string) (*exec.Cmd, error) {
 	if _, err := b.Host(h); err != nil {

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
@@ -69,14 +69,22 @@ func TestUpShapeDown(t *testing.T) {
 	}
 	bin := pfstest.Binary(t)
 	ctx := context.Background()
-	// A sink on b; a process that Down must kill.
-	sink, err := launch.Start(ctx, "sink", "nsenter", t.TempDir()+"/sink.log",
-		append(b.Wrap("b")[1:], bin, "testbed", "tcp-sink", "--listen", b.Hosts[1].Addr.String()+":5001")...)
-	if err != nil {
+	// A sink on b; a process that Down must kill. It announces itself on
+	// stdout once listening.
+	sinkAddr := b.Hosts[1].Addr.String() + ":5001"
+	sink, _ := b.Command(ctx, "b", bin, "testbed", "tcp-sink", "--listen", sinkAddr)
+	out, _ := sink.StdoutPipe()
+	if err := sink.Start(); err != nil {
 		t.Fatal(err)
 	}
+	sinkDone := make(chan struct{})
+	go func() { sink.Wait(); close(sinkDone) }()
+	defer sink.Process.Kill()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.Contains(line, "listening on") {
+		t.Fatalf("tcp-sink did not start: %q %v", line, err)
+	}
 	send := func(from string, bytes string) float64 {
-		cmd, _ := b.Command(ctx, from, bin, "testbed", "tcp-send", sink.Addr, "--bytes", bytes, "--max-time", "20s")
+		cmd, _ := b.Command(ctx, from, bin, "testbed", "tcp-send", sinkAddr, "--bytes", bytes, "--max-time", "20s")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("tcp-send from %s: %v %s", from, err, out)
@@ -103,7 +111,7 @@ func TestUpShapeDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-sink.Done():
+	case <-sinkDone:
 	case <-time.After(5 * time.Second):
 		t.Fatal("process in the bed survived down")
 	}
