@@ -271,7 +271,8 @@ func foldAddr(a netip.Addr) uint32 {
 
 const (
 	shBits = 8
-	shSize = 1 << shBits
+	// SHSize is the number of sh buckets (ip_vs_sh's 2^8).
+	SHSize = 1 << shBits
 )
 
 // SH is source hashing (ip_vs_sh.c, the ONE-IP idea): a 256-bucket table
@@ -282,26 +283,34 @@ const (
 // clients.
 type SH struct {
 	built pool
-	table [shSize]int
+	table [SHSize]int
 }
 
 func (*SH) Name() string { return "sh" }
 
 func (h *SH) build(s []Server) {
 	h.built.remember(s)
+	h.table = SHTable(s)
+}
+
+// SHTable is sh's bucket table for a pool: bucket -> server index, -1 for
+// an empty pool. The XDP dataplane loads the same table into the kernel.
+func SHTable(s []Server) [SHSize]int {
+	var t [SHSize]int
 	p, count := 0, 0
-	for i := range h.table {
+	for i := range t {
 		if len(s) == 0 {
-			h.table[i] = -1
+			t[i] = -1
 			continue
 		}
-		h.table[i] = p
+		t[i] = p
 		count++
 		if count >= s[p].Weight {
 			p = (p + 1) % len(s)
 			count = 0
 		}
 	}
+	return t
 }
 
 func (h *SH) Pick(s []Server, f Flow) int {
@@ -312,8 +321,8 @@ func (h *SH) Pick(s []Server, f Flow) int {
 		return -1
 	}
 	base := hash32(foldAddr(f.Src), shBits)
-	for off := uint32(0); off < shSize; off++ {
-		if j := h.table[(base+off)&(shSize-1)]; s[j].Weight > 0 {
+	for off := uint32(0); off < SHSize; off++ {
+		if j := h.table[(base+off)&(SHSize-1)]; s[j].Weight > 0 {
 			return j
 		}
 	}
@@ -361,6 +370,13 @@ func (*MH) Name() string { return "mh" }
 
 func (m *MH) build(s []Server) {
 	m.built.remember(s)
+	m.table = MHTable(s)
+}
+
+// MHTable is mh's lookup table for a pool: entry -> server index; nil when
+// no server has a weight. The XDP dataplane loads the same table into the
+// kernel.
+func MHTable(s []Server) []int {
 	g := 0
 	for _, x := range s {
 		if x.Weight > 0 {
@@ -368,13 +384,12 @@ func (m *MH) build(s []Server) {
 		}
 	}
 	if g == 0 {
-		m.table = nil
-		return
+		return nil
 	}
 	M := TableSize(len(s))
-	m.table = make([]int, M)
-	for i := range m.table {
-		m.table[i] = -1
+	table := make([]int, M)
+	for i := range table {
+		table[i] = -1
 	}
 	next := make([]uint64, len(s))
 	skip := make([]uint64, len(s))
@@ -386,15 +401,16 @@ func (m *MH) build(s []Server) {
 		for i, x := range s {
 			for t := 0; t < x.Weight/g && filled < M; t++ {
 				c := next[i]
-				for m.table[c] >= 0 {
+				for table[c] >= 0 {
 					c = (c + skip[i]) % uint64(M)
 				}
 				next[i] = (c + skip[i]) % uint64(M)
-				m.table[c] = i
+				table[c] = i
 				filled++
 			}
 		}
 	}
+	return table
 }
 
 func (m *MH) Pick(s []Server, f Flow) int {

@@ -166,13 +166,6 @@ func TestMaglevWeights(t *testing.T) {
 
 // Vector is one recorded scenario: servers, a sequence of flows, and the
 // picks; rr and wrr keep their position across the sequence.
-type Vector struct {
-	Name      string   `json:"name"`
-	Scheduler string   `json:"scheduler"`
-	Servers   []Server `json:"servers"`
-	Sources   []string `json:"sources"`
-	Want      []int    `json:"want"`
-}
 
 func genVectors() []Vector {
 	r := rand.New(rand.NewPCG(42, 42))

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Corral's XDP director: LVS direct routing (VS/DR) in the kernel.
+ *
+ * A frame for a VIP service is matched to its flow in the connection table;
+ * a new flow (TCP SYN, or a UDP flow not in the table) is scheduled onto a
+ * real server. The frame leaves by the port it came in, with the real
+ * server's MAC as destination and the director's as source; IP headers are
+ * untouched, so the real server (holding the VIP on its loopback) answers
+ * the client directly. Everything else passes to the kernel. */
+#include <linux/bpf.h>
+#include "sched.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+static __always_inline void count_drop(struct svc_stats *ss, int reason)
+{
+	if (ss && reason >= 0 && reason < NUM_DROPS)
+		ss->drops[reason]++;
+}
+
+static __always_inline void add_conns(struct service *svc, __u32 slot, __s64 active, __s64 inactive)
+{
+	__u32 idx = svc->id * MAX_REALS + (slot & (MAX_REALS - 1));
+	struct real_conns *rc = bpf_map_lookup_elem(&real_conns, &idx);
+	if (!rc)
+		return;
+	if (active)
+		__sync_fetch_and_add(&rc->active, active);
+	if (inactive)
+		__sync_fetch_and_add(&rc->inactive, inactive);
+}
+
+/* track follows a known TCP flow's state as LVS does in DR, seeing only the
+ * client's side: FIN or RST ends it (active -> inactive); a SYN on an ended
+ * flow (the client reusing its port) starts it again on the same server. */
+static __always_inline void track(struct service *svc, struct conn *c, __u8 flags)
+{
+	if (flags & (TCP_FIN | TCP_RST)) {
+		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED)
+			add_conns(svc, c->slot, -1, 1);
+	} else if ((flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
+		if (__sync_val_compare_and_swap(&c->state, CONN_FIN, CONN_ESTABLISHED) == CONN_FIN)
+			add_conns(svc, c->slot, 1, -1);
+	}
+}
+
+SEC("xdp")
+int balancer(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 zero = 0;
+	struct packet p = {};
+
+	int r = parse(data, data_end, &p);
+	if (r != PARSE_OK) {
+		struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+		if (gs) {
+			if (r == PARSE_MALFORMED)
+				gs->malformed++;
+			else if (r == PARSE_FRAGMENT)
+				gs->fragments++;
+			else
+				gs->passed++;
+		}
+		return XDP_PASS;
+	}
+
+	struct vip_key vk = {.port = p.key.dport, .proto = p.key.proto};
+	__builtin_memcpy(vk.addr, p.key.dst, sizeof(vk.addr));
+	struct service *svc = bpf_map_lookup_elem(&services, &vk);
+	if (!svc) {
+		struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+		if (gs)
+			gs->passed++;
+		return XDP_PASS;
+	}
+	__u32 sid = svc->id;
+	struct svc_stats *ss = bpf_map_lookup_elem(&svc_stats, &sid);
+	__u64 len = data_end - data;
+	if (ss) {
+		ss->packets++;
+		ss->bytes += len;
+	}
+
+	__u64 now = bpf_ktime_get_ns();
+	__u32 slot;
+	int is_tcp = p.key.proto == IPPROTO_TCP;
+	int new_flow = 0;
+	struct conn *c = bpf_map_lookup_elem(&conns, &p.key);
+	if (c) {
+		slot = c->slot;
+		if (is_tcp)
+			track(svc, c, p.tcp_flags);
+		c->seen = now;
+	} else {
+		int syn = (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+		if (is_tcp && !syn && !(svc->flags & SVC_F_SCHED_NON_SYN)) {
+			count_drop(ss, DROP_NO_CONN);
+			return XDP_DROP;
+		}
+		int pos = schedule(svc, &p);
+		if (pos < 0 || (__u32)pos >= svc->n) {
+			count_drop(ss, DROP_NO_REAL);
+			return XDP_DROP;
+		}
+		slot = svc->pool[pos & (MAX_REALS - 1)];
+		struct conn nc = {.svc = sid, .slot = slot, .seen = now};
+		if (!is_tcp)
+			nc.state = CONN_UDP;
+		else if (p.tcp_flags & (TCP_FIN | TCP_RST))
+			nc.state = CONN_FIN;
+		else
+			nc.state = CONN_ESTABLISHED;
+		if (bpf_map_update_elem(&conns, &p.key, &nc, BPF_NOEXIST) == 0) {
+			new_flow = 1;
+			if (nc.state == CONN_ESTABLISHED)
+				add_conns(svc, slot, 1, 0);
+			else
+				add_conns(svc, slot, 0, 1);
+		} else {
+			/* another CPU inserted the flow first: follow it */
+			c = bpf_map_lookup_elem(&conns, &p.key);
+			if (!c) {
+				count_drop(ss, DROP_CONN_ERR);
+				return XDP_DROP;
+			}
+			slot = c->slot;
+		}
+	}
+
+	__u32 ridx = sid * MAX_REALS + (slot & (MAX_REALS - 1));
+	struct real *rl = bpf_map_lookup_elem(&reals, &ridx);
+	if (!rl || !(rl->mac[0] | rl->mac[1] | rl->mac[2] | rl->mac[3] | rl->mac[4] | rl->mac[5])) {
+		count_drop(ss, DROP_NO_MAC);
+		return XDP_DROP;
+	}
+	struct real_stats *rs = bpf_map_lookup_elem(&real_stats, &ridx);
+	if (rs) {
+		rs->packets++;
+		rs->bytes += len;
+		rs->new_conns += new_flow;
+	}
+	if (ss)
+		ss->new_conns += new_flow;
+
+	struct ethhdr *eth = data; /* parse() checked its bounds */
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg && (cfg->mac[0] | cfg->mac[1] | cfg->mac[2] | cfg->mac[3] | cfg->mac[4] | cfg->mac[5]))
+		__builtin_memcpy(eth->h_source, cfg->mac, ETH_ALEN);
+	else
+		__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, rl->mac, ETH_ALEN);
+	return XDP_TX;
+}
