@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/node"
 	"github.com/spf13/cobra"
@@ -19,7 +22,7 @@ func directorCmd() *cobra.Command {
 		Use:   "director --config FILE",
 		Short: "Run the director: virtual services spread over real servers",
 		Long: `Run the director. FILE describes the virtual services (VIP, protocol,
-dataplane l4 or l7, scheduler, persistence, health check, real servers); see
+dataplane l4, l7 or xdp, scheduler, persistence, health check, real servers); see
 docs/director.md for the language. The director reloads FILE on SIGHUP and
 when it changes, applying it live; a bad file is rejected with its line and
 the running configuration stays. The admin API (JSON and /metrics) listens on
@@ -37,7 +40,7 @@ the configured loopback address; 'corral ctl' talks to it.`,
 }
 
 func nodeCmd() *cobra.Command {
-	var listen, metaAddr, docroot, defDomain string
+	var listen, metaAddr, docroot, defDomain, drVIP string
 	var accessLog bool
 	c := &cobra.Command{
 		Use:   "node --listen HOST:PORT --meta HOST:PORT",
@@ -46,8 +49,14 @@ func nodeCmd() *cobra.Command {
 from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
 in / serves index.html; no directory listings). GET and HEAD, Range,
 ETag/Last-Modified and conditional requests. /healthz answers "ok"; /load
-reports active requests, bytes in flight and the load average as JSON.`,
-		Example: "  corral node --listen 127.0.0.21:8080 --meta 127.0.0.10:7400 --default-domain www.example.test",
+reports active requests, bytes in flight and the load average as JSON.
+
+With --dr VIP the node is a real server behind an XDP director doing direct
+routing: it puts VIP on its loopback, stops answering ARP for it
+(arp_ignore=1, arp_announce=2) and serves VIP on the listen port too, so it
+answers clients straight back; all undone on exit.`,
+		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.10:7400 --default-domain www.example.test
+  corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
@@ -55,6 +64,13 @@ reports active requests, bytes in flight and the load average as JSON.`,
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node")}
 			if accessLog {
 				cfg.AccessLog = os.Stderr
+			}
+			if drVIP != "" {
+				a, err := netip.ParseAddr(drVIP)
+				if err != nil {
+					return fmt.Errorf("--dr %q: not an IP address", drVIP)
+				}
+				cfg.DRVIP = a
 			}
 			return node.Run(ctx, listen, cfg, func(a string) { ready("node", a) })
 		},
@@ -64,6 +80,7 @@ reports active requests, bytes in flight and the load average as JSON.`,
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")
+	c.Flags().StringVar(&drVIP, "dr", "", "be a direct-routing real server for this VIP (dataplane xdp): VIP on lo, arp_ignore=1, arp_announce=2 (root)")
 	return c
 }
 
@@ -94,6 +111,15 @@ func ctlCmd() *cobra.Command {
 			fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes")
 			for _, s := range st {
 				fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns)
+				if x := s.XDP; x != nil {
+					// Direct routing: replies go from the servers to the
+					// clients, so the director counts only what comes in.
+					var drops []string
+					for _, reason := range xdp.DropReasons {
+						drops = append(drops, fmt.Sprintf("%s=%d", reason, x.Drops[reason]))
+					}
+					fmt.Fprintf(tw, "\t  xdp %s on %s: %d packets, %s in; drops %s\t\t\t\t\t\t\t\t\n", x.Mode, x.Interface, x.Packets, human(int64(x.Bytes)), strings.Join(drops, " "))
+				}
 				for _, r := range s.Servers {
 					h := "up"
 					if !r.Healthy {
@@ -108,7 +134,11 @@ func ctlCmd() *cobra.Command {
 					if r.Override >= 0 && r.Override != r.ConfigWeight {
 						w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
 					}
-					fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), human(r.BytesOut))
+					out := human(r.BytesOut)
+					if s.XDP != nil {
+						out = "-" // not seen: replies bypass the director
+					}
+					fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out)
 				}
 			}
 			return tw.Flush()

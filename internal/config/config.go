@@ -5,14 +5,19 @@
 //	admin 127.0.0.1:7500          # admin API and /metrics (loopback)
 //	meta 127.0.0.10:7400          # file system, for mwlc request sizes (l7)
 //	docroot /www                  # where virtual domains live in it
+//	interface eth0                # dataplane xdp: the link to attach to
+//	xdp-mode auto                 # auto | native | generic
+//	xdp-conns 262144              # XDP connection-table size
 //
 //	service www {
 //	    vip 127.0.0.100:8080
 //	    protocol tcp              # tcp | udp
-//	    dataplane l4              # l4 | l7
+//	    dataplane l4              # l4 | l7 | xdp (direct routing in the kernel)
 //	    scheduler wlc             # rr wrr lc wlc sed nq sh mh; mwlc with l7
 //	    persistence 0s            # keep a client on its server this long
 //	    udp-timeout 300s
+//	    tcp-timeout 900s          # xdp: idle established TCP flows end
+//	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
 //	    check http path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
 //	    server 127.0.0.21:8080 weight=1
 //	    server 127.0.0.22:8080 weight=2
@@ -42,8 +47,14 @@ type Director struct {
 	// the size of requested files for mwlc. Empty: sizes unknown.
 	Meta string
 	// Docroot is the directory of virtual domains in the file system.
-	Docroot  string
-	Services []Service
+	Docroot string
+	// Interface is where the XDP dataplane attaches (the link facing
+	// clients and real servers); XDPMode is auto, native or generic;
+	// XDPConns the connection table's size.
+	Interface string
+	XDPMode   string
+	XDPConns  int
+	Services  []Service
 }
 
 // Service is one virtual service: a VIP and its pool.
@@ -51,14 +62,18 @@ type Service struct {
 	Name      string
 	VIP       netip.AddrPort
 	Protocol  string // tcp or udp
-	Dataplane string // l4 or l7
+	Dataplane string // l4, l7 or xdp
 	Scheduler string
 	// Persistence keeps a client (by source address) on the same real
 	// server while it has connections and for this long after.
 	Persistence time.Duration
 	// UDPTimeout ends a UDP flow idle this long.
 	UDPTimeout time.Duration
-	Check      Check
+	// TCPTimeout and TCPFinTimeout end idle TCP flows in the XDP
+	// connection table (established; after the client's FIN or RST).
+	TCPTimeout    time.Duration
+	TCPFinTimeout time.Duration
+	Check         Check
 	Servers    []RealServer
 	Line       int
 }
@@ -115,7 +130,7 @@ func Load(path string) (*Director, error) {
 
 // Parse reads a configuration from b; name is used in errors.
 func Parse(name string, b []byte) (*Director, error) {
-	d := &Director{Admin: "127.0.0.1:7500", Docroot: "/www"}
+	d := &Director{Admin: "127.0.0.1:7500", Docroot: "/www", XDPMode: "auto", XDPConns: 262144}
 	var svc *Service
 	errf := func(line int, field, format string, a ...any) error {
 		return &Error{File: name, Line: line, Field: field, Msg: fmt.Sprintf(format, a...)}
@@ -142,7 +157,7 @@ func Parse(name string, b []byte) (*Director, error) {
 		}
 		if svc == nil {
 			switch key {
-			case "admin", "meta", "docroot":
+			case "admin", "meta", "docroot", "interface", "xdp-mode", "xdp-conns":
 				v, err := one()
 				if err != nil {
 					return nil, err
@@ -160,6 +175,19 @@ func Parse(name string, b []byte) (*Director, error) {
 						return nil, errf(line, key, "%q must be an absolute path in the file system", v)
 					}
 					d.Docroot = v
+				case "interface":
+					d.Interface = v
+				case "xdp-mode":
+					if v != "auto" && v != "native" && v != "generic" {
+						return nil, errf(line, key, "%q: want auto, native or generic", v)
+					}
+					d.XDPMode = v
+				case "xdp-conns":
+					n, err := strconv.Atoi(v)
+					if err != nil || n < 1024 || n > 1<<24 {
+						return nil, errf(line, key, "%q: want a number of flows, 1024..16777216", v)
+					}
+					d.XDPConns = n
 				}
 			case "service":
 				if len(args) != 2 || args[1] != "{" {
@@ -171,12 +199,13 @@ func Parse(name string, b []byte) (*Director, error) {
 					}
 				}
 				d.Services = append(d.Services, Service{Name: args[0], Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc",
-					UDPTimeout: 300 * time.Second, Check: DefaultCheck(), Line: line})
+					UDPTimeout: 300 * time.Second, TCPTimeout: 900 * time.Second, TCPFinTimeout: 120 * time.Second,
+					Check: DefaultCheck(), Line: line})
 				svc = &d.Services[len(d.Services)-1]
 			case "}":
 				return nil, errf(line, "", "'}' without an open service")
 			default:
-				return nil, errf(line, key, "unknown statement (want admin, meta, docroot or service)")
+				return nil, errf(line, key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns or service)")
 			}
 			continue
 		}
@@ -212,8 +241,8 @@ func Parse(name string, b []byte) (*Director, error) {
 				}
 				svc.Protocol = v
 			case "dataplane":
-				if v != "l4" && v != "l7" {
-					return nil, errf(line, field, "%q: want l4 or l7 (xdp comes with the XDP dataplane)", v)
+				if v != "l4" && v != "l7" && v != "xdp" {
+					return nil, errf(line, field, "%q: want l4, l7 or xdp", v)
 				}
 				svc.Dataplane = v
 			case "scheduler":
@@ -222,7 +251,7 @@ func Parse(name string, b []byte) (*Director, error) {
 				}
 				svc.Scheduler = v
 			}
-		case "persistence", "udp-timeout":
+		case "persistence", "udp-timeout", "tcp-timeout", "tcp-fin-timeout":
 			v, err := one()
 			if err != nil {
 				return nil, errf(line, field, "%v", err.(*Error).Msg)
@@ -231,10 +260,15 @@ func Parse(name string, b []byte) (*Director, error) {
 			if err != nil || dur < 0 {
 				return nil, errf(line, field, "%q is not a duration (like 300s or 5m)", v)
 			}
-			if key == "persistence" {
+			switch key {
+			case "persistence":
 				svc.Persistence = dur
-			} else {
+			case "udp-timeout":
 				svc.UDPTimeout = dur
+			case "tcp-timeout":
+				svc.TCPTimeout = dur
+			case "tcp-fin-timeout":
+				svc.TCPFinTimeout = dur
 			}
 		case "check":
 			c, err := parseCheck(args)
@@ -271,7 +305,7 @@ func Parse(name string, b []byte) (*Director, error) {
 		case "service":
 			return nil, errf(line, key, "service %q is not closed before this one", svc.Name)
 		default:
-			return nil, errf(line, field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, check, server)")
+			return nil, errf(line, field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, check, server)")
 		}
 	}
 	if svc != nil {
@@ -285,9 +319,15 @@ func Parse(name string, b []byte) (*Director, error) {
 			return nil, errf(s.Line, "service "+s.Name+": vip", "%s %s is also service %q's (line %d)", s.Protocol, s.VIP, o.Name, o.Line)
 		}
 		seen[k] = s
+		if s.Dataplane == "xdp" && d.Interface == "" {
+			return nil, errf(s.Line, "service "+s.Name+": dataplane", "xdp needs the director's 'interface NAME' (the link to attach to)")
+		}
 	}
 	return d, nil
 }
+
+// xdpSchedulers are those internal/dataplane/xdp has in the kernel.
+var xdpSchedulers = map[string]bool{"rr": true, "wrr": true, "lc": true, "wlc": true, "sed": true, "nq": true, "sh": true, "mh": true}
 
 func validate(s *Service, file string) error {
 	errf := func(field, format string, a ...any) error {
@@ -298,6 +338,22 @@ func validate(s *Service, file string) error {
 	}
 	if s.Dataplane == "l7" && s.Protocol != "tcp" {
 		return errf("dataplane", "l7 needs protocol tcp")
+	}
+	if s.Dataplane == "xdp" {
+		if !xdpSchedulers[s.Scheduler] {
+			return errf("scheduler", "%s is not in the XDP dataplane (it has rr, wrr, lc, wlc, sed, nq, sh, mh)", s.Scheduler)
+		}
+		if s.Persistence > 0 {
+			return errf("persistence", "not with dataplane xdp: use scheduler sh or mh to keep a client on its server")
+		}
+		if len(s.Servers) > 64 {
+			return errf("server", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
+		}
+		for _, r := range s.Servers {
+			if r.Addr.Port() != s.VIP.Port() {
+				return &Error{File: file, Line: r.Line, Field: "service " + s.Name + ": server", Msg: fmt.Sprintf("%s: with dataplane xdp (direct routing) a server listens on the VIP's port %d; only MACs are rewritten", r.Addr, s.VIP.Port())}
+			}
+		}
 	}
 	if s.Scheduler == "mwlc" && s.Dataplane != "l7" {
 		return errf("scheduler", "mwlc needs dataplane l7 (it schedules by the requested file's size)")

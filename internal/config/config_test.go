@@ -64,6 +64,13 @@ func TestErrorsNameTheirPlace(t *testing.T) {
 		{"service s {\n vip 127.0.0.1:80\n", "c:1: service s: not closed"},
 		{"}", "c:1: '}' without an open service"},
 		{svc("") + svc(""), "c:5: service: service \"s\" already defined on line 1"},
+		{svc(" dataplane xdp"), "c:1: service s: dataplane: xdp needs the director's 'interface NAME'"},
+		{"interface eth0\n" + svc(" dataplane xdp\n server 10.0.0.1:8080"), "c:5: service s: server: 10.0.0.1:8080: with dataplane xdp (direct routing) a server listens on the VIP's port 80"},
+		{"interface eth0\n" + svc(" dataplane xdp\n persistence 10s"), "c:2: service s: persistence: not with dataplane xdp"},
+		{"interface eth0\n" + svc(" dataplane l7\n scheduler mwlc\n dataplane xdp"), "c:2: service s: scheduler: mwlc is not in the XDP dataplane"},
+		{"xdp-mode turbo", "c:1: xdp-mode: \"turbo\": want auto, native or generic"},
+		{"xdp-conns 10", "c:1: xdp-conns: \"10\": want a number of flows"},
+		{svc(" tcp-timeout -1s"), "c:3: service s: tcp-timeout: \"-1s\" is not a duration"},
 		{"service a {\n vip 127.0.0.1:80\n}\nservice b {\n vip 127.0.0.1:80\n}\n", "c:4: service b: vip: tcp 127.0.0.1:80 is also service \"a\"'s (line 1)"},
 	}
 	for _, c := range cases {

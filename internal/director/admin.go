@@ -18,19 +18,22 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 )
 
 // ServiceStatus is one service in the admin API.
 type ServiceStatus struct {
-	Name        string         `json:"name"`
-	VIP         string         `json:"vip"`
-	Protocol    string         `json:"protocol"`
-	Dataplane   string         `json:"dataplane"`
-	Scheduler   string         `json:"scheduler"`
-	Persistence string         `json:"persistence"`
-	NewConns    int64          `json:"new_connections"`
-	Drops       int64          `json:"drops"`
-	Servers     []ServerStatus `json:"servers"`
+	Name        string `json:"name"`
+	VIP         string `json:"vip"`
+	Protocol    string `json:"protocol"`
+	Dataplane   string `json:"dataplane"`
+	Scheduler   string `json:"scheduler"`
+	Persistence string `json:"persistence"`
+	NewConns    int64  `json:"new_connections"`
+	Drops       int64  `json:"drops"`
+	// XDP holds the kernel dataplane's counters (dataplane xdp only).
+	XDP     *XDPCounters   `json:"xdp,omitempty"`
+	Servers []ServerStatus `json:"servers"`
 }
 
 // ServerStatus is one real server in the admin API.
@@ -49,6 +52,7 @@ type ServerStatus struct {
 	BytesIn      int64  `json:"bytes_in"`
 	BytesOut     int64  `json:"bytes_out"`
 	Pending      int64  `json:"pending_bytes"`
+	Packets      int64  `json:"packets,omitempty"` // xdp: frames forwarded to it
 }
 
 // Status is the live table.
@@ -57,12 +61,13 @@ func (d *Director) Status() []ServiceStatus {
 	for _, s := range *d.services.Load() {
 		cfg := s.cfg.Load()
 		st := ServiceStatus{Name: cfg.Name, VIP: cfg.VIP.String(), Protocol: cfg.Protocol, Dataplane: cfg.Dataplane,
-			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load()}
+			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load(), XDP: s.xdp.Load()}
 		s.mu.Lock()
 		for _, r := range s.reals {
 			ss := ServerStatus{Addr: r.addr, Weight: r.weight(), ConfigWeight: int(r.cfgWeight.Load()), Override: int(r.override.Load()),
 				Healthy: r.healthy.Load(), Active: r.active.Load(), Inactive: r.inactive.Load(), Connections: r.conns.Load(),
-				Requests: r.requests.Load(), Failed: r.failed.Load(), BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(), Pending: r.pending.Load()}
+				Requests: r.requests.Load(), Failed: r.failed.Load(), BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(), Pending: r.pending.Load(),
+				Packets: r.packets.Load()}
 			if r.checker != nil {
 				if _, err := r.checker.State(); err != nil {
 					ss.LastError = err.Error()
@@ -105,6 +110,7 @@ func (d *Director) SetServer(service, addr, action string, w int) error {
 			return fmt.Errorf("unknown action %q (want weight, drain or enable)", action)
 		}
 		d.log.Info("real server changed", "service", service, "server", addr, "action", action, "weight", r.weight())
+		d.pokeXDP()
 		return nil
 	}
 	return fmt.Errorf("service %q has no real server %s", service, addr)
@@ -173,6 +179,20 @@ func (d *Director) writeMetrics(w http.ResponseWriter) {
 	fmt.Fprintf(w, "# HELP corral_director_drops_total new flows with no real server available\n# TYPE corral_director_drops_total counter\n")
 	for _, s := range st {
 		fmt.Fprintf(w, "corral_director_drops_total{service=%q} %d\n", s.Name, s.Drops)
+	}
+	fmt.Fprintf(w, "# HELP corral_director_xdp_packets_total frames of the service seen by the XDP dataplane\n# TYPE corral_director_xdp_packets_total counter\n")
+	for _, s := range st {
+		if s.XDP != nil {
+			fmt.Fprintf(w, "corral_director_xdp_packets_total{service=%q} %d\n", s.Name, s.XDP.Packets)
+		}
+	}
+	fmt.Fprintf(w, "# HELP corral_director_xdp_drops_total frames the XDP dataplane dropped, by reason\n# TYPE corral_director_xdp_drops_total counter\n")
+	for _, s := range st {
+		if s.XDP != nil {
+			for _, reason := range xdp.DropReasons {
+				fmt.Fprintf(w, "corral_director_xdp_drops_total{service=%q,reason=%q} %d\n", s.Name, reason, s.XDP.Drops[reason])
+			}
+		}
 	}
 }
 

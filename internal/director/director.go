@@ -35,6 +35,15 @@ type Director struct {
 	fsMu  sync.Mutex
 	fs    *client.Client // for request sizes (mwlc), nil without meta
 	sizes sizeCache
+
+	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
+}
+
+// pokeXDP gets a health or weight change into the kernel now.
+func (d *Director) pokeXDP() {
+	if p := d.xdp.Load(); p != nil {
+		p.poke()
+	}
 }
 
 // New returns a director with no services.
@@ -62,6 +71,7 @@ type real struct {
 	conns, requests, failed atomic.Int64
 	bytesIn, bytesOut       atomic.Int64
 	pending                 atomic.Int64 // bytes still to send (mwlc)
+	packets                 atomic.Int64 // xdp: frames forwarded to it
 }
 
 // weight is the scheduling weight: 0 while unhealthy or drained.
@@ -92,6 +102,7 @@ type service struct {
 	persist map[netip.Addr]*persistEntry
 
 	newConns, drops atomic.Int64
+	xdp             atomic.Pointer[XDPCounters] // dataplane xdp: kernel counters
 	plane           dataplane
 }
 
@@ -115,6 +126,10 @@ func (d *Director) Apply(cfg *config.Director) error {
 		for _, s := range started {
 			s.stop()
 		}
+		d.settleXDP(*d.services.Load())
+		return err
+	}
+	if err := d.prepareXDP(cfg); err != nil {
 		return err
 	}
 	// Services that change shape free their VIP first.
@@ -147,6 +162,7 @@ func (d *Director) Apply(cfg *config.Director) error {
 	}
 	d.cfg.Store(cfg)
 	d.services.Store(&next)
+	d.settleXDP(next)
 	d.fsMu.Lock()
 	if d.fs != nil && (cfg.Meta == "" || d.fs.Meta() != cfg.Meta) {
 		d.fs.Close()
@@ -168,11 +184,51 @@ func (d *Director) Close() {
 	}
 	empty := map[string]*service{}
 	d.services.Store(&empty)
+	d.settleXDP(empty)
 	d.fsMu.Lock()
 	if d.fs != nil {
 		d.fs.Close()
 	}
 	d.fsMu.Unlock()
+}
+
+// prepareXDP attaches the XDP program before the first xdp service starts.
+func (d *Director) prepareXDP(cfg *config.Director) error {
+	want := false
+	for _, s := range cfg.Services {
+		want = want || s.Dataplane == "xdp"
+	}
+	p := d.xdp.Load()
+	switch {
+	case !want:
+		return nil
+	case p != nil && p.ifname != cfg.Interface:
+		return fmt.Errorf("interface: moving the XDP dataplane from %s to %s needs a restart", p.ifname, cfg.Interface)
+	case p == nil:
+		p, err := startXDPPlane(d, cfg)
+		if err != nil {
+			return err
+		}
+		d.xdp.Store(p)
+	}
+	return nil
+}
+
+// settleXDP detaches the XDP program once no service uses it, and
+// otherwise pushes the new pools now.
+func (d *Director) settleXDP(running map[string]*service) {
+	p := d.xdp.Load()
+	if p == nil {
+		return
+	}
+	for _, s := range running {
+		if s.cfg.Load().Dataplane == "xdp" {
+			p.poke()
+			return
+		}
+	}
+	d.xdp.Store(nil)
+	p.close()
 }
 
 func findService(cfg *config.Director, name string) *config.Service {
@@ -241,6 +297,7 @@ func (s *service) startCheck(r *real) {
 	r.healthy.Store(true)
 	r.checker = &health.Checker{Check: r.check, Addr: r.addr, OnChange: func(up bool, err error) {
 		r.healthy.Store(up)
+		s.d.pokeXDP()
 		if up {
 			s.d.log.Info("real server up", "service", name, "server", r.addr)
 		} else {
@@ -272,6 +329,8 @@ func (s *service) start() error {
 	cfg := s.cfg.Load()
 	var err error
 	switch {
+	case cfg.Dataplane == "xdp":
+		s.plane, err = s.d.xdp.Load().add(s)
 	case cfg.Protocol == "udp":
 		s.plane, err = startUDP(s)
 	case cfg.Dataplane == "l7":

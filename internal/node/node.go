@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -42,6 +43,9 @@ type Config struct {
 	DefaultDomain string
 	AccessLog     io.Writer // nil: no access log
 	Log           *slog.Logger
+	// DRVIP makes the node a direct-routing real server for this VIP
+	// (SetupDR) and serves it too, on the listen address's port.
+	DRVIP netip.Addr
 }
 
 // Server serves the virtual domains.
@@ -210,6 +214,21 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	}
 	s.name = ln.Addr().String()
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	if cfg.DRVIP.IsValid() {
+		undo, err := SetupDR(cfg.DRVIP)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("direct routing: %w", err)
+		}
+		defer undo()
+		port := ln.Addr().(*net.TCPAddr).Port
+		vln, err := net.Listen("tcp", netip.AddrPortFrom(cfg.DRVIP, uint16(port)).String())
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("direct routing: %w", err)
+		}
+		go srv.Serve(vln) // Shutdown closes it
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
