@@ -57,7 +57,7 @@ routing: it puts VIP on its loopback, stops answering ARP for it
 answers clients straight back; all undone on exit.`,
 		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.10:7400 --default-domain www.example.test
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()

@@ -16,7 +16,7 @@ func upCmd() *cobra.Command {
 	var iods, nodes int
 	var onTestbed bool
 	c := &cobra.Command{
-		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7] [--vip HOST:PORT] [--testbed [--rate 100mbit]]",
+		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--testbed [--rate 100mbit]]",
 		Short: "Run a whole Corral cluster on this machine",
 		Long: `Run every role on this machine as child processes on loopback addresses
 (no root needed): a metadata server on 127.0.0.10:7400, I/O servers on
@@ -28,14 +28,23 @@ them. Ctrl-C stops everything.
 
 With --testbed (root), each role runs on its own host of a test bed (network
 namespaces on a bridge, 10.77.0.0/24: client, director, node1.., meta,
-iod1..), links shaped to --rate; Ctrl-C also removes the test bed.`,
+iod1..), links shaped to --rate; Ctrl-C also removes the test bed. With
+--dataplane xdp the director does LVS direct routing in the kernel: the VIP is
+10.77.0.100:80, the nodes hold it on their loopback and answer the client
+straight back.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
 				return fmt.Errorf("--iods and --nodes: want 1..50")
 			}
-			if dataplane != "l4" && dataplane != "l7" {
-				return fmt.Errorf("--dataplane %q: want l4 or l7", dataplane)
+			if dataplane != "l4" && dataplane != "l7" && dataplane != "xdp" {
+				return fmt.Errorf("--dataplane %q: want l4, l7 or xdp", dataplane)
+			}
+			if dataplane == "xdp" && !onTestbed {
+				return fmt.Errorf("--dataplane xdp needs --testbed: direct routing needs the director and the nodes on separate hosts of one link")
+			}
+			if dataplane == "xdp" && scheduler == "mwlc" {
+				return fmt.Errorf("--scheduler mwlc is l7 only; the XDP dataplane has rr wrr lc wlc sed nq sh mh")
 			}
 			if _, err := sched.New(scheduler); err != nil {
 				return fmt.Errorf("--scheduler: %v", err)
@@ -81,7 +90,20 @@ iod1..), links shaped to --rate; Ctrl-C also removes the test bed.`,
 			for _, p := range all {
 				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
 			}
-			if bed != nil {
+			if bed != nil && dataplane == "xdp" {
+				fmt.Printf(`
+  VIP       http://%[4]s/ (XDP direct routing on the director's eth0, %[5]s)
+  Test bed %[1]s: each role on its own host (a network namespace), links %[2]s.
+  Requests go client -> director -> node; replies go node -> client directly.
+
+Try:
+  %[3]s testbed exec client -- curl -s http://%[4]s/
+  %[3]s testbed exec director -- %[3]s ctl services   # OutBytes: -, replies bypass it
+  %[3]s testbed status
+
+Ctrl-C stops everything and removes the test bed.
+`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, scheduler)
+			} else if bed != nil {
 				fmt.Printf(`
   VIP       http://%[4]s/ on host director (%[5]s, %[6]s)
   Test bed %[1]s: each role on its own host (a network namespace), links %[2]s.
@@ -131,7 +153,7 @@ Ctrl-C stops everything.
 	c.Flags().IntVar(&iods, "iods", 3, "number of I/O servers")
 	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
 	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80)")
-	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy) or l7 (HTTP proxy)")
+	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy), l7 (HTTP proxy) or xdp (direct routing in the kernel; with --testbed)")
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler (rr wrr lc wlc sed nq sh mh; mwlc with l7)")
 	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
 	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")
@@ -157,6 +179,12 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 	if err := cfg.OnTestbed(bed, nodes, iods); err != nil {
 		testbed.Down(bed.Name)
 		return nil, err
+	}
+	if cfg.Dataplane == "xdp" {
+		if err := bed.PrepareDR("director", "client"); err != nil {
+			testbed.Down(bed.Name)
+			return nil, err
+		}
 	}
 	return bed, nil
 }

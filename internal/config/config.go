@@ -74,8 +74,8 @@ type Service struct {
 	TCPTimeout    time.Duration
 	TCPFinTimeout time.Duration
 	Check         Check
-	Servers    []RealServer
-	Line       int
+	Servers       []RealServer
+	Line          int
 }
 
 // Check is a service's health check.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,14 +27,18 @@ type ClusterConfig struct {
 	NodeListen []string
 	VIP        string
 	Admin      string
-	Dataplane  string // l4 or l7
-	Scheduler  string
+	Dataplane  string // l4, l7 or xdp (nodes then run as direct-routing real servers)
+	// Interface is the director's link for dataplane xdp.
+	Interface string
+	Scheduler string
 	// Check is the director's health check line ("" for the default:
 	// http /healthz every second, out after 2 failures).
 	Check string
 	// L7VIP, if set, adds a second service "www-l7" on this VIP with the l7
 	// dataplane over the same nodes (benchmarks compare both).
 	L7VIP string
+	// L4VIP likewise adds a service "www-l4" with the l4 dataplane.
+	L4VIP string
 	// Wrap runs each role on its own host (see FS.Wrap).
 	Wrap func(role string) []string
 }
@@ -82,7 +87,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
-	return c.start(ctx, name, "node", "--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain)
+	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain}
+	if c.Cfg.Dataplane == "xdp" {
+		vip, err := netip.ParseAddrPort(c.Cfg.VIP)
+		if err != nil {
+			return nil, fmt.Errorf("VIP %q: %w", c.Cfg.VIP, err)
+		}
+		args = append(args, "--dr", vip.Addr().String())
+	}
+	return c.start(ctx, name, append([]string{"node"}, args...)...)
 }
 
 // WriteDirectorConf writes the director's configuration for the running
@@ -93,7 +106,11 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 		check = "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n\nservice www {\n", c.Cfg.Admin, c.Meta.Addr)
+	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n", c.Cfg.Admin, c.Meta.Addr)
+	if c.Cfg.Interface != "" {
+		fmt.Fprintf(&b, "interface %s\n", c.Cfg.Interface)
+	}
+	b.WriteString("\nservice www {\n")
 	fmt.Fprintf(&b, "    vip %s\n    dataplane %s\n    scheduler %s\n    check %s\n", c.Cfg.VIP, c.Cfg.Dataplane, scheduler, check)
 	servers := func() {
 		for i, n := range c.Nodes {
@@ -108,6 +125,10 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 	servers()
 	if c.Cfg.L7VIP != "" {
 		fmt.Fprintf(&b, "\nservice www-l7 {\n    vip %s\n    dataplane l7\n    scheduler %s\n    check %s\n", c.Cfg.L7VIP, scheduler, check)
+		servers()
+	}
+	if c.Cfg.L4VIP != "" {
+		fmt.Fprintf(&b, "\nservice www-l4 {\n    vip %s\n    dataplane l4\n    scheduler %s\n    check %s\n", c.Cfg.L4VIP, scheduler, check)
 		servers()
 	}
 	c.ConfPath = filepath.Join(c.Data, "director.conf")
@@ -198,7 +219,10 @@ type Hosts interface {
 
 // OnTestbed puts every role of a cluster of nodes and iods on its own host
 // (the hosts ClusterHosts names): each listens on its host's address and
-// runs there; the VIP is the director host's port 80.
+// runs there; the VIP is the director host's port 80. With dataplane xdp
+// the VIP is instead the address ending in .100 on the director's /24 (the
+// director puts it on its eth0, the nodes on their loopback) and the nodes
+// listen on port 80, as direct routing keeps the port.
 func (c *ClusterConfig) OnTestbed(hosts Hosts, nodes, iods int) error {
 	var err error
 	at := func(h, port string) string {
@@ -213,8 +237,18 @@ func (c *ClusterConfig) OnTestbed(hosts Hosts, nodes, iods int) error {
 	for i := 1; i <= iods; i++ {
 		c.IODListens = append(c.IODListens, at(fmt.Sprintf("iod%d", i), ":7410"))
 	}
+	nodePort := ":8080"
+	if c.Dataplane == "xdp" {
+		d, e := netip.ParseAddrPort(c.VIP)
+		if e != nil || !d.Addr().Is4() {
+			return fmt.Errorf("director address %q: %v", c.VIP, e)
+		}
+		a := d.Addr().As4()
+		a[3] = 100
+		c.VIP, c.Interface, nodePort = netip.AddrPortFrom(netip.AddrFrom4(a), 80).String(), "eth0", ":80"
+	}
 	for i := 1; i <= nodes; i++ {
-		c.NodeListen = append(c.NodeListen, at(fmt.Sprintf("node%d", i), ":8080"))
+		c.NodeListen = append(c.NodeListen, at(fmt.Sprintf("node%d", i), nodePort))
 	}
 	c.Wrap = hosts.Wrap
 	return err

@@ -7,3 +7,4 @@ package xdp
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" balancer bpf/balancer.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" floor bpf/floor.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" pass bpf/pass.c

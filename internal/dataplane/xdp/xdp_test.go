@@ -166,7 +166,7 @@ func TestSYNEstablishedFIN(t *testing.T) {
 	if got := forward(t, d, pkt{src: from(1000), dst: vip, flags: syn}); got != 0 {
 		t.Fatalf("reused port went to %d", got)
 	}
-	if s = stats(t, d, vip, "tcp"); s.Servers[0].Active != 1 || s.Servers[0].Inactive != 0 {
+	if s = stats(t, d, vip, "tcp"); s.Servers[0].Active != 1 || s.Servers[0].Inactive != 0 || s.Servers[0].Conns != 2 {
 		t.Fatalf("after reuse: %+v", s.Servers[0])
 	}
 }

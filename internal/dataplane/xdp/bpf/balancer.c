@@ -32,16 +32,20 @@ static __always_inline void add_conns(struct service *svc, __u32 slot, __s64 act
 
 /* track follows a known TCP flow's state as LVS does in DR, seeing only the
  * client's side: FIN or RST ends it (active -> inactive); a SYN on an ended
- * flow (the client reusing its port) starts it again on the same server. */
-static __always_inline void track(struct service *svc, struct conn *c, __u8 flags)
+ * flow (the client reusing its port) starts a new connection on the same
+ * server, and track returns 1 for it. */
+static __always_inline int track(struct service *svc, struct conn *c, __u8 flags)
 {
 	if (flags & (TCP_FIN | TCP_RST)) {
 		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED)
 			add_conns(svc, c->slot, -1, 1);
 	} else if ((flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
-		if (__sync_val_compare_and_swap(&c->state, CONN_FIN, CONN_ESTABLISHED) == CONN_FIN)
+		if (__sync_val_compare_and_swap(&c->state, CONN_FIN, CONN_ESTABLISHED) == CONN_FIN) {
 			add_conns(svc, c->slot, 1, -1);
+			return 1;
+		}
 	}
+	return 0;
 }
 
 SEC("xdp")
@@ -91,7 +95,7 @@ int balancer(struct xdp_md *ctx)
 	if (c) {
 		slot = c->slot;
 		if (is_tcp)
-			track(svc, c, p.tcp_flags);
+			new_flow = track(svc, c, p.tcp_flags);
 		c->seen = now;
 	} else {
 		int syn = (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
