@@ -277,11 +277,21 @@ func fileStamp(path string) string {
 }
 
 // Client talks to a director's admin API (corral ctl).
-type Client struct{ Base string }
+type Client struct {
+	Base string
+	HTTP *http.Client // nil: http.DefaultClient
+}
+
+func (c Client) do(req *http.Request) (*http.Response, error) {
+	if c.HTTP != nil {
+		return c.HTTP.Do(req)
+	}
+	return http.DefaultClient.Do(req)
+}
 
 func (c Client) Services(ctx context.Context) ([]ServiceStatus, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/api/services", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +306,7 @@ func (c Client) Services(ctx context.Context) ([]ServiceStatus, error) {
 func (c Client) SetServer(ctx context.Context, service, addr, action string, w int) error {
 	u := fmt.Sprintf("%s/api/services/%s/servers/%s?action=%s&weight=%d", c.Base, service, addr, action, w)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.do(req)
 	if err != nil {
 		return err
 	}

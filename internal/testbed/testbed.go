@@ -50,9 +50,18 @@ var rateRe = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit)$`)
 
 // NewSpec lays out hosts on 10.77.0.0/24 from .10 up, all at rate.
 func NewSpec(name string, hosts []string, rate string) Spec {
-	s := Spec{Name: name, Subnet: netip.MustParsePrefix("10.77.0.0/24")}
+	return NewSpecOn(name, netip.MustParsePrefix("10.77.0.0/24"), hosts, rate)
+}
+
+// NewSpecOn lays out hosts on an IPv4 /24 from .10 up: beds that exist at
+// the same time (tests of different packages) need different subnets.
+func NewSpecOn(name string, subnet netip.Prefix, hosts []string, rate string) Spec {
+	s := Spec{Name: name, Subnet: subnet.Masked()}
+	base := s.Subnet.Addr().As4()
 	for i, h := range hosts {
-		s.Hosts = append(s.Hosts, Host{Name: h, Addr: netip.AddrFrom4([4]byte{10, 77, 0, byte(10 + i)}), Rate: rate})
+		a := base
+		a[3] = byte(10 + i)
+		s.Hosts = append(s.Hosts, Host{Name: h, Addr: netip.AddrFrom4(a), Rate: rate})
 	}
 	return s
 }

@@ -52,9 +52,9 @@ type balancerMhTable struct {
 }
 
 type balancerReal struct {
-	_   structs.HostLayout
-	Mac [6]uint8
-	Pad uint16
+	_     structs.HostLayout
+	Mac   [6]uint8
+	Flags uint16
 }
 
 type balancerRealConns struct {

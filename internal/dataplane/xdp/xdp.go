@@ -40,6 +40,7 @@ const (
 	connFin         = 2
 	connUDP         = 3
 	flagSchedNonSYN = 1
+	realAvailable   = 1
 )
 
 // DropReasons names the drop counters, in bpf/consts.h's order.
@@ -358,12 +359,29 @@ func (d *Dataplane) assignSlots(st *svcState) error {
 		used[uint32(free)] = true
 		st.slots[a] = uint32(free)
 	}
-	// MACs: pool members and retired ones alike (their flows still go).
+	// MACs: pool members; retired slots keep theirs (their flows still
+	// go) but are no longer available for new connections.
 	for _, r := range st.cfg.Servers {
 		var rl balancerReal
 		copy(rl.Mac[:], r.MAC)
+		if r.Weight > 0 {
+			rl.Flags = realAvailable
+		}
 		if err := d.objs.Reals.Put(st.id*MaxReals+st.slots[r.Addr.Unmap()], &rl); err != nil {
 			return err
+		}
+	}
+	for _, slot := range st.retired {
+		var rl balancerReal
+		idx := st.id*MaxReals + slot
+		if err := d.objs.Reals.Lookup(idx, &rl); err != nil {
+			return err
+		}
+		if rl.Flags != 0 {
+			rl.Flags = 0
+			if err := d.objs.Reals.Put(idx, &rl); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -161,13 +161,20 @@ func TestSYNEstablishedFIN(t *testing.T) {
 			t.Fatalf("after FIN/RST, server %d: %d active %d inactive, want %v", i, s.Servers[i].Active, s.Servers[i].Inactive, want)
 		}
 	}
-	// The client reuses its port: a SYN on an ended flow starts it again,
-	// on the same server.
-	if got := forward(t, d, pkt{src: from(1000), dst: vip, flags: syn}); got != 0 {
-		t.Fatalf("reused port went to %d", got)
+	// The client reuses its port: a SYN on an ended flow is a new
+	// connection, scheduled afresh (here away from server 0, now drained),
+	// and the old one leaves server 0's counts.
+	rs := reals(3)
+	rs[0].Weight = 0
+	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: rs}); err != nil {
+		t.Fatal(err)
 	}
-	if s = stats(t, d, vip, "tcp"); s.Servers[0].Active != 1 || s.Servers[0].Inactive != 0 || s.Servers[0].Conns != 2 {
-		t.Fatalf("after reuse: %+v", s.Servers[0])
+	if got := forward(t, d, pkt{src: from(1000), dst: vip, flags: syn}); got != 1 {
+		t.Fatalf("reused port went to %d, want 1 (rr after 2, 0 drained)", got)
+	}
+	s = stats(t, d, vip, "tcp")
+	if s.Servers[0].Inactive != 0 || s.Servers[1].Active != 1 || s.Servers[1].Conns != 2 {
+		t.Fatalf("after reuse: %+v", s.Servers)
 	}
 }
 
@@ -201,6 +208,21 @@ func TestPoolChangesKeepFlows(t *testing.T) {
 	s := stats(t, d, vip, "tcp")
 	if len(s.Servers) != 4 || !s.Servers[3].Retired || s.Servers[3].Addr != rs[1].Addr || s.Servers[3].Active != 10 {
 		t.Fatalf("the removed server should be listed as retired with its 10 flows: %+v", s.Servers)
+	}
+	// A SYN on a flow of the drained server (a client reusing its port
+	// after, say, a refused connection) is scheduled afresh.
+	for p, was := range owner {
+		if was != 0 {
+			continue
+		}
+		before := stats(t, d, vip, "tcp").Servers[0].Active
+		if got := forward(t, d, pkt{src: from(p), dst: vip, flags: syn}); got != 2 && got != 3 {
+			t.Fatalf("a new SYN followed its old flow to drained server 0 (went to %d)", got)
+		}
+		if after := stats(t, d, vip, "tcp").Servers[0].Active; after != before-1 {
+			t.Fatalf("server 0 active %d -> %d: the old flow should leave its counts", before, after)
+		}
+		break
 	}
 }
 

@@ -31,21 +31,13 @@ static __always_inline void add_conns(struct service *svc, __u32 slot, __s64 act
 }
 
 /* track follows a known TCP flow's state as LVS does in DR, seeing only the
- * client's side: FIN or RST ends it (active -> inactive); a SYN on an ended
- * flow (the client reusing its port) starts a new connection on the same
- * server, and track returns 1 for it. */
-static __always_inline int track(struct service *svc, struct conn *c, __u8 flags)
+ * client's side: FIN or RST ends it (active -> inactive). */
+static __always_inline void track(struct service *svc, struct conn *c, __u8 flags)
 {
 	if (flags & (TCP_FIN | TCP_RST)) {
 		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED)
 			add_conns(svc, c->slot, -1, 1);
-	} else if ((flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
-		if (__sync_val_compare_and_swap(&c->state, CONN_FIN, CONN_ESTABLISHED) == CONN_FIN) {
-			add_conns(svc, c->slot, 1, -1);
-			return 1;
-		}
 	}
-	return 0;
 }
 
 SEC("xdp")
@@ -91,14 +83,35 @@ int balancer(struct xdp_md *ctx)
 	__u32 slot;
 	int is_tcp = p.key.proto == IPPROTO_TCP;
 	int new_flow = 0;
+	int syn = is_tcp && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	struct conn *c = bpf_map_lookup_elem(&conns, &p.key);
+	if (c && syn) {
+		/* A SYN on a known flow is a new connection reusing the port (or
+		 * a retransmitted SYN). It is scheduled afresh when the old flow
+		 * has ended (IPVS's conn_reuse_mode) or its server no longer
+		 * takes new flows (down, drained, removed), so that a client
+		 * whose connection was refused by a dead server does not follow
+		 * it there again. Deleting first makes one CPU alone take the old
+		 * flow off the counts. */
+		__u32 old = c->slot, state = c->state;
+		__u32 oidx = sid * MAX_REALS + (old & (MAX_REALS - 1));
+		struct real *orl = bpf_map_lookup_elem(&reals, &oidx);
+		if (state == CONN_FIN || !orl || !(orl->flags & REAL_F_AVAILABLE)) {
+			if (bpf_map_delete_elem(&conns, &p.key) == 0) {
+				if (state == CONN_ESTABLISHED)
+					add_conns(svc, old, -1, 0);
+				else
+					add_conns(svc, old, 0, -1);
+			}
+			c = 0;
+		}
+	}
 	if (c) {
 		slot = c->slot;
 		if (is_tcp)
-			new_flow = track(svc, c, p.tcp_flags);
+			track(svc, c, p.tcp_flags);
 		c->seen = now;
 	} else {
-		int syn = (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 		if (is_tcp && !syn && !(svc->flags & SVC_F_SCHED_NON_SYN)) {
 			count_drop(ss, DROP_NO_CONN);
 			return XDP_DROP;

@@ -47,5 +47,8 @@ enum drop_reason {
 /* Service flags. */
 #define SVC_F_SCHED_NON_SYN 1 /* sh, mh: a mid-flow miss is scheduled (same answer) */
 
+/* Real-server flags. */
+#define REAL_F_AVAILABLE 1 /* in the pool with a weight: takes new flows */
+
 /* Position meaning "none" in the scheduler tables. */
 #define POS_NONE 0xff

@@ -48,7 +48,7 @@ struct mh_table {
 /* One real server slot. */
 struct real {
 	__u8 mac[6];
-	__u16 pad;
+	__u16 flags; /* REAL_F_* */
 };
 
 /* Connection counts of a slot, as LVS keeps activeconns/inactconns. */
