@@ -80,7 +80,7 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (*ScalingResult, error) 
 			return nil, err
 		}
 		time.Sleep(2500 * time.Millisecond) // the director reloads
-		r, err := wrk(ctx, "http://"+cc.VIP+urlPath, cfg.Connections, cfg.Duration)
+		r, err := wrk(ctx, nil, "http://"+cc.VIP+urlPath, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}

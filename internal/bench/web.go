@@ -72,10 +72,12 @@ var (
 	reErr  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)|Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
 )
 
-// wrk runs one wrk and parses its summary.
-func wrk(ctx context.Context, url string, conns int, d time.Duration) (WebRow, error) {
+// wrk runs one wrk (on a test-bed host when wrap is its command prefix)
+// and parses its summary.
+func wrk(ctx context.Context, wrap []string, url string, conns int, d time.Duration) (WebRow, error) {
 	threads := min(2, conns)
-	cmd := exec.CommandContext(ctx, "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--timeout", "10s", "--latency", url)
+	args := append(append([]string{}, wrap...), "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--timeout", "10s", "--latency", url)
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return WebRow{}, fmt.Errorf("wrk %s: %v: %s", url, err, out)
@@ -106,7 +108,7 @@ func wrk(ctx context.Context, url string, conns int, d time.Duration) (WebRow, e
 }
 
 // wrkMany runs one wrk per URL at once, splitting the connections, and sums.
-func wrkMany(ctx context.Context, urls []string, conns int, d time.Duration) (WebRow, error) {
+func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d time.Duration) (WebRow, error) {
 	rows := make([]WebRow, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
@@ -114,7 +116,7 @@ func wrkMany(ctx context.Context, urls []string, conns int, d time.Duration) (We
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rows[i], errs[i] = wrk(ctx, u, max(1, conns/len(urls)), d)
+			rows[i], errs[i] = wrk(ctx, wrap, u, max(1, conns/len(urls)), d)
 		}()
 	}
 	wg.Wait()
@@ -141,11 +143,16 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// startHAProxy runs Debian's haproxy in mode tcp, leastconn, over nodes.
-func startHAProxy(ctx context.Context, dir string, nodes []string) (string, func(), error) {
-	addr, err := freePort()
-	if err != nil {
-		return "", nil, err
+// startHAProxy runs Debian's haproxy in mode tcp, leastconn, over nodes,
+// listening on bind (empty: a free loopback port), on a test-bed host when
+// wrap is its command prefix.
+func startHAProxy(ctx context.Context, dir, bind string, wrap []string, nodes []string) (string, func(), error) {
+	addr := bind
+	if addr == "" {
+		var err error
+		if addr, err = freePort(); err != nil {
+			return "", nil, err
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "global\n  maxconn 4096\ndefaults\n  mode tcp\n  timeout connect 3s\n  timeout client 60s\n  timeout server 60s\n")
@@ -158,14 +165,15 @@ func startHAProxy(ctx context.Context, dir string, nodes []string) (string, func
 		return "", nil, err
 	}
 	logf, _ := os.Create(filepath.Join(dir, "haproxy.log"))
-	cmd := exec.Command("haproxy", "-f", cfg, "-db")
+	args := append(append([]string{}, wrap...), "haproxy", "-f", cfg, "-db")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("haproxy: %w", err)
 	}
 	stop := func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() }
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
+		if c, err := net.Dial("tcp", addr); err == nil { // a bed's hosts are reachable from here too
 			c.Close()
 			return addr, stop, nil
 		}
@@ -216,7 +224,7 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 	for _, n := range cl.Nodes {
 		nodes = append(nodes, n.Addr)
 	}
-	hp, stopHA, err := startHAProxy(ctx, scratch, nodes)
+	hp, stopHA, err := startHAProxy(ctx, scratch, "", nil, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +235,7 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 	res := &WebResult{Scenario: "web", When: time.Now().UTC(), Duration: cfg.Duration.String(), Connections: cfg.Connections}
 	for _, size := range cfg.Sizes {
 		path := "/" + fileName(size)
-		one, err := wrk(ctx, "http://"+nodes[0]+path, cfg.Connections, cfg.Duration)
+		one, err := wrk(ctx, nil, "http://"+nodes[0]+path, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}
@@ -235,14 +243,14 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 		for _, n := range nodes {
 			urls = append(urls, "http://"+n+path)
 		}
-		direct, err := wrkMany(ctx, urls, cfg.Connections, cfg.Duration)
+		direct, err := wrkMany(ctx, nil, urls, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}
 		rows := []WebRow{one, direct}
 		rows[0].Target, rows[1].Target = "one node", "3 nodes direct"
 		for _, t := range []struct{ name, addr string }{{"corral l4", cc.VIP}, {"corral l7", cc.L7VIP}, {"haproxy tcp", hp}} {
-			r, err := wrk(ctx, "http://"+t.addr+path, cfg.Connections, cfg.Duration)
+			r, err := wrk(ctx, nil, "http://"+t.addr+path, cfg.Connections, cfg.Duration)
 			if err != nil {
 				return nil, err
 			}

@@ -75,7 +75,66 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure (I/O servers and the local baseline both use it)")
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
-	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd())
+	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
+	return c
+}
+
+func directorBenchCmd() *cobra.Command {
+	var quick bool
+	var dir, out string
+	var dur time.Duration
+	var conns, runs int
+	c := &cobra.Command{
+		Use:   "director [--quick]",
+		Short: "The XDP dataplane: ns per packet vs a MAC-swap floor; HTTP via XDP-DR vs direct, l4, HAProxy",
+		Long: `Two parts (root):
+
+1. Per packet: the XDP balancer through the kernel's BPF test run, for a SYN
+   opening a new flow (wlc, rr, mh over 8 servers), a frame of an
+   established flow and a frame for no VIP (passed), beside a program that
+   only swaps MACs and transmits (the floor), with the ratio.
+
+2. HTTP on an unshaped test bed (client, director, proxy, 3 nodes, meta, 3
+   I/O servers): wrk from the client host through the VIP with XDP direct
+   routing, straight to the three nodes at once (the zero-cost balancer),
+   through Corral's l4 proxy and through HAProxy mode tcp (both on the proxy
+   host), for 1 KiB, 100 KiB and 10 MiB files, with ratios to direct.
+
+Needs wrk and haproxy (scripts/deps installs them).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.DirectorConfig{Bin: bin, Dir: dir, Runs: runs, Duration: dur, Connections: conns,
+				Sizes: []int64{1 << 10, 100 << 10, 10 << 20}, Log: os.Stdout}
+			if quick {
+				cfg.Runs, cfg.Duration, cfg.Connections = 2000, time.Second, 16
+			}
+			if cfg.Connections < 3 || cfg.Runs < 100 {
+				return fmt.Errorf("want --connections >= 3 (one per node) and --runs >= 100")
+			}
+			if out == "" {
+				out = filepath.Join("results", "director", time.Now().UTC().Format("20060102-150405"))
+			}
+			cfg.Out = out
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := bench.RunDirector(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 2000 packets, 1 s runs")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/director/TIMESTAMP)")
+	c.Flags().DurationVar(&dur, "duration", 10*time.Second, "length of each wrk run")
+	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
+	c.Flags().IntVar(&runs, "runs", 50000, "frames per per-packet figure (SYNs; repeated frames run 20x this)")
 	return c
 }
 

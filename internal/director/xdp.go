@@ -185,6 +185,9 @@ func (p *xdpPlane) loop() {
 		case <-tick.C:
 		case <-p.kick:
 		}
+		if err := p.dp.Tick(); err != nil {
+			p.d.log.Warn("XDP: clock", "err", err)
+		}
 		p.learnMACs()
 		p.mu.Lock()
 		svcs := make([]*service, 0, len(p.svcs))

@@ -26,6 +26,7 @@ type balancerDpConfig struct {
 	_   structs.HostLayout
 	Mac [6]uint8
 	Pad uint16
+	Now uint64
 }
 
 type balancerFlowKey struct {
@@ -126,6 +127,7 @@ const (
 	balancerMapSchedStates = "sched_states"
 	balancerMapServices    = "services"
 	balancerMapSvcStats    = "svc_stats"
+	balancerMapVipPorts    = "vip_ports"
 	balancerProgBalancer   = "balancer"
 )
 
@@ -189,6 +191,7 @@ type balancerMapSpecs struct {
 	SchedStates *ebpf.MapSpec `ebpf:"sched_states"`
 	Services    *ebpf.MapSpec `ebpf:"services"`
 	SvcStats    *ebpf.MapSpec `ebpf:"svc_stats"`
+	VipPorts    *ebpf.MapSpec `ebpf:"vip_ports"`
 }
 
 // balancerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -228,6 +231,7 @@ type balancerMaps struct {
 	SchedStates *ebpf.Map `ebpf:"sched_states"`
 	Services    *ebpf.Map `ebpf:"services"`
 	SvcStats    *ebpf.Map `ebpf:"svc_stats"`
+	VipPorts    *ebpf.Map `ebpf:"vip_ports"`
 }
 
 func (m *balancerMaps) Close() error {
@@ -243,6 +247,7 @@ func (m *balancerMaps) Close() error {
 		m.SchedStates,
 		m.Services,
 		m.SvcStats,
+		m.VipPorts,
 	)
 }
 

@@ -3,6 +3,7 @@ package xdp
 import (
 	"fmt"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -35,4 +36,14 @@ func DetachPass(ifname string) error {
 		return err
 	}
 	return netlink.LinkSetXdpFdWithFlags(l, -1, unix.XDP_FLAGS_DRV_MODE)
+}
+
+// LoadFloor loads the least an XDP forwarder can do (swap the MACs, send
+// the frame back): the floor `corral bench director` compares against.
+func LoadFloor() (*ebpf.Program, error) {
+	var objs floorObjects
+	if err := loadFloorObjects(&objs, nil); err != nil {
+		return nil, err
+	}
+	return objs.FloorSwap, nil
 }

@@ -95,6 +95,8 @@ type Dataplane struct {
 	link     link.Link
 	ifname   string
 	mode     string
+	ports    [65536 / 64]uint64 // vip_ports as last written
+	mac      net.HardwareAddr   // config.mac
 }
 
 type svcKey struct {
@@ -134,7 +136,26 @@ func Load(opts Options, log *slog.Logger) (*Dataplane, error) {
 		}
 		return nil, fmt.Errorf("loading the XDP program: %w", err)
 	}
+	if err := d.Tick(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// Tick writes the current second into the program's clock, which stamps
+// flows as they pass; the director calls it several times a second.
+func (d *Dataplane) Tick() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.writeConfig()
+}
+
+func (d *Dataplane) writeConfig() error {
+	var c balancerDpConfig
+	copy(c.Mac[:], d.mac)
+	c.Now = nowSeconds()
+	return d.objs.Config.Put(uint32(0), &c)
 }
 
 // Program is the balancer program (for test runs and benchmarks).
@@ -191,9 +212,8 @@ func (d *Dataplane) SetMAC(mac net.HardwareAddr) error {
 }
 
 func (d *Dataplane) setMAC(mac net.HardwareAddr) error {
-	var c balancerDpConfig
-	copy(c.Mac[:], mac)
-	return d.objs.Config.Put(uint32(0), &c)
+	d.mac = append(net.HardwareAddr(nil), mac...)
+	return d.writeConfig()
 }
 
 // Close detaches the program and frees the maps.
@@ -280,7 +300,28 @@ func (d *Dataplane) SetService(s Service) error {
 	if err := d.assignSlots(st); err != nil {
 		return err
 	}
-	return d.writeService(k, st)
+	if err := d.writeService(k, st); err != nil {
+		return err
+	}
+	return d.writePorts()
+}
+
+// writePorts updates the bitmap of ports some service listens on.
+func (d *Dataplane) writePorts() error {
+	var next [len(d.ports)]uint64
+	for k := range d.services {
+		p := k.vip.Port()
+		next[p/64] |= 1 << (p % 64)
+	}
+	for i := range next {
+		if next[i] != d.ports[i] {
+			if err := d.objs.VipPorts.Put(uint32(i), next[i]); err != nil {
+				return err
+			}
+			d.ports[i] = next[i]
+		}
+	}
+	return nil
 }
 
 // resetService clears a service id's per-slot state before (re)use.
@@ -481,6 +522,9 @@ func (d *Dataplane) RemoveService(vip netip.AddrPort, protocol string) error {
 	}
 	delete(d.services, k)
 	d.ids[st.id] = false
+	if err := d.writePorts(); err != nil {
+		return err
+	}
 	var fk balancerFlowKey
 	var c balancerConn
 	var dead []balancerFlowKey
@@ -591,20 +635,24 @@ func (d *Dataplane) Global() (GlobalStats, error) {
 	return g, nil
 }
 
-// monotonic is bpf_ktime_get_ns's clock.
-func monotonic() uint64 {
+// nowSeconds is the program's clock: monotonic seconds.
+func nowSeconds() uint64 {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
+	return uint64(ts.Sec)
 }
+
+// seconds is a timeout in the program's clock, at least 1.
+func seconds(t time.Duration) uint64 { return max(1, uint64((t+time.Second-1)/time.Second)) }
 
 // Expire ends connections idle past their service's timeouts and takes them
 // off their server's active or inactive count, as IPVS's connection timers
 // do. It returns how many it ended.
 func (d *Dataplane) Expire() (int, error) {
-	return d.expireAt(monotonic())
+	return d.expireAt(nowSeconds())
 }
 
+// expireAt expires as of now, in the program's clock (seconds).
 func (d *Dataplane) expireAt(now uint64) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -624,7 +672,7 @@ func (d *Dataplane) expireAt(now uint64) (int, error) {
 		case connUDP:
 			t = st.timeouts.UDP
 		}
-		return c.Seen+uint64(t) < now
+		return c.Seen+seconds(t) < now
 	}
 	var fk balancerFlowKey
 	var c balancerConn

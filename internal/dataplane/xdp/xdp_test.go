@@ -33,7 +33,7 @@ func load(t testing.TB) *Dataplane {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	if err := d.SetMAC(directorMAC); err != nil {
+	if err := d.SetMAC(DirectorMAC); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -67,15 +67,15 @@ func run(t testing.TB, prog *ebpf.Program, in []byte) (uint32, []byte) {
 
 // forward runs a frame that must be sent on, checks that only the MACs
 // changed, and returns the real server it went to (by MAC).
-func forward(t *testing.T, d *Dataplane, p pkt) int {
+func forward(t *testing.T, d *Dataplane, p Frame) int {
 	t.Helper()
-	in := p.frame()
+	in := p.Bytes()
 	act, out := run(t, d.Program(), in)
 	if act != xdpTX {
 		t.Fatalf("%+v: action %d, want XDP_TX", p, act)
 	}
-	if !bytes.Equal(out[6:12], directorMAC) {
-		t.Fatalf("source MAC %x, want the director's %x", out[6:12], directorMAC)
+	if !bytes.Equal(out[6:12], DirectorMAC) {
+		t.Fatalf("source MAC %x, want the director's %x", out[6:12], DirectorMAC)
 	}
 	if !bytes.Equal(out[12:], in[12:]) {
 		t.Fatal("the frame changed beyond its MACs")
@@ -89,9 +89,9 @@ func forward(t *testing.T, d *Dataplane, p pkt) int {
 	return -1
 }
 
-func expectAction(t *testing.T, d *Dataplane, p pkt, want uint32) {
+func expectAction(t *testing.T, d *Dataplane, p Frame, want uint32) {
 	t.Helper()
-	in := p.frame()
+	in := p.Bytes()
 	act, out := run(t, d.Program(), in)
 	if act != want {
 		t.Fatalf("%+v: action %d, want %d", p, act, want)
@@ -125,18 +125,18 @@ func TestSYNEstablishedFIN(t *testing.T) {
 	}
 	// rr: three SYNs go to three servers in order.
 	for i := range 3 {
-		if got := forward(t, d, pkt{src: from(uint16(1000 + i)), dst: vip, flags: syn}); got != i {
+		if got := forward(t, d, Frame{Src: from(uint16(1000 + i)), Dst: vip, Flags: SYN}); got != i {
 			t.Fatalf("SYN %d went to %d", i, got)
 		}
 	}
 	// The rest of each flow follows its SYN.
 	for round := range 3 {
 		for i := range 3 {
-			f := uint8(ack)
+			f := uint8(ACK)
 			if round == 1 {
 				f |= 0x08 // PSH
 			}
-			if got := forward(t, d, pkt{src: from(uint16(1000 + i)), dst: vip, flags: f, payload: 100}); got != i {
+			if got := forward(t, d, Frame{Src: from(uint16(1000 + i)), Dst: vip, Flags: f, Payload: 100}); got != i {
 				t.Fatalf("flow %d went to %d", i, got)
 			}
 		}
@@ -151,10 +151,10 @@ func TestSYNEstablishedFIN(t *testing.T) {
 		}
 	}
 	// FIN from the client: active -> inactive; a repeated FIN counts once.
-	forward(t, d, pkt{src: from(1000), dst: vip, flags: fin | ack})
-	forward(t, d, pkt{src: from(1000), dst: vip, flags: fin | ack})
+	forward(t, d, Frame{Src: from(1000), Dst: vip, Flags: FIN | ACK})
+	forward(t, d, Frame{Src: from(1000), Dst: vip, Flags: FIN | ACK})
 	// RST likewise.
-	forward(t, d, pkt{src: from(1001), dst: vip, flags: rst})
+	forward(t, d, Frame{Src: from(1001), Dst: vip, Flags: RST})
 	s = stats(t, d, vip, "tcp")
 	for i, want := range [][2]int64{{0, 1}, {0, 1}, {1, 0}} {
 		if s.Servers[i].Active != want[0] || s.Servers[i].Inactive != want[1] {
@@ -169,7 +169,7 @@ func TestSYNEstablishedFIN(t *testing.T) {
 	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: rs}); err != nil {
 		t.Fatal(err)
 	}
-	if got := forward(t, d, pkt{src: from(1000), dst: vip, flags: syn}); got != 1 {
+	if got := forward(t, d, Frame{Src: from(1000), Dst: vip, Flags: SYN}); got != 1 {
 		t.Fatalf("reused port went to %d, want 1 (rr after 2, 0 drained)", got)
 	}
 	s = stats(t, d, vip, "tcp")
@@ -186,7 +186,7 @@ func TestPoolChangesKeepFlows(t *testing.T) {
 	}
 	owner := map[uint16]int{}
 	for p := uint16(2000); p < 2030; p++ {
-		owner[p] = forward(t, d, pkt{src: from(p), dst: vip, flags: syn})
+		owner[p] = forward(t, d, Frame{Src: from(p), Dst: vip, Flags: SYN})
 	}
 	// Drain server 0, remove server 1, add a fourth: every flow stays.
 	rs[0].Weight = 0
@@ -195,13 +195,13 @@ func TestPoolChangesKeepFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p, want := range owner {
-		if got := forward(t, d, pkt{src: from(p), dst: vip, flags: ack}); got != want {
+		if got := forward(t, d, Frame{Src: from(p), Dst: vip, Flags: ACK}); got != want {
 			t.Fatalf("flow from port %d moved from server %d to %d", p, want, got)
 		}
 	}
 	// New flows go only to servers 2 and 3 (in wrr order).
 	for p := uint16(3000); p < 3010; p++ {
-		if got := forward(t, d, pkt{src: from(p), dst: vip, flags: syn}); got != 2 && got != 3 {
+		if got := forward(t, d, Frame{Src: from(p), Dst: vip, Flags: SYN}); got != 2 && got != 3 {
 			t.Fatalf("new flow went to %d (drained or removed)", got)
 		}
 	}
@@ -216,7 +216,7 @@ func TestPoolChangesKeepFlows(t *testing.T) {
 			continue
 		}
 		before := stats(t, d, vip, "tcp").Servers[0].Active
-		if got := forward(t, d, pkt{src: from(p), dst: vip, flags: syn}); got != 2 && got != 3 {
+		if got := forward(t, d, Frame{Src: from(p), Dst: vip, Flags: SYN}); got != 2 && got != 3 {
 			t.Fatalf("a new SYN followed its old flow to drained server 0 (went to %d)", got)
 		}
 		if after := stats(t, d, vip, "tcp").Servers[0].Active; after != before-1 {
@@ -232,24 +232,24 @@ func TestNotForAVIPPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := netip.MustParseAddrPort("10.0.0.7:80")
-	expectAction(t, d, pkt{src: from(1), dst: other, flags: syn}, xdpPass)                               // other address
-	expectAction(t, d, pkt{src: from(1), dst: netip.AddrPortFrom(vip.Addr(), 22), flags: syn}, xdpPass)  // other port
-	expectAction(t, d, pkt{src: from(1), dst: vip, proto: 17}, xdpPass)                                  // other protocol
-	expectAction(t, d, pkt{src: from(1), dst: vip, flags: syn, fragOff: 0x2000}, xdpPass)                // a fragment
-	expectAction(t, d, pkt{src: from(1), dst: vip, flags: syn, ihl: 4}, xdpPass)                         // bad header length
-	expectAction(t, d, pkt{src: netip.MustParseAddrPort("[fd00::1]:5"), dst: vip6, flags: syn}, xdpPass) // IPv6, no service
-	icmp := pkt{src: from(1), dst: vip, flags: syn}.frame()
+	expectAction(t, d, Frame{Src: from(1), Dst: other, Flags: SYN}, xdpPass)                               // other address
+	expectAction(t, d, Frame{Src: from(1), Dst: netip.AddrPortFrom(vip.Addr(), 22), Flags: SYN}, xdpPass)  // other port
+	expectAction(t, d, Frame{Src: from(1), Dst: vip, Proto: 17}, xdpPass)                                  // other protocol
+	expectAction(t, d, Frame{Src: from(1), Dst: vip, Flags: SYN, FragOff: 0x2000}, xdpPass)                // a fragment
+	expectAction(t, d, Frame{Src: from(1), Dst: vip, Flags: SYN, IHL: 4}, xdpPass)                         // bad header length
+	expectAction(t, d, Frame{Src: netip.MustParseAddrPort("[fd00::1]:5"), Dst: vip6, Flags: SYN}, xdpPass) // IPv6, no service
+	icmp := Frame{Src: from(1), Dst: vip, Flags: SYN}.Bytes()
 	icmp[14+9] = 1 // ICMP to the VIP: the director's own stack answers
 	if act, _ := run(t, d.Program(), icmp); act != xdpPass {
 		t.Fatalf("ICMP to the VIP: action %d", act)
 	}
-	arp := append(append(append([]byte{}, directorMAC...), clientMAC...), 0x08, 0x06)
+	arp := append(append(append([]byte{}, DirectorMAC...), ClientMAC...), 0x08, 0x06)
 	arp = append(arp, make([]byte, 28)...)
 	if act, _ := run(t, d.Program(), arp); act != xdpPass {
 		t.Fatalf("ARP: action %d", act)
 	}
 	// A service with an IPv4 option header still matches.
-	if got := forward(t, d, pkt{src: from(9), dst: vip, flags: syn, ihl: 6}); got < 0 {
+	if got := forward(t, d, Frame{Src: from(9), Dst: vip, Flags: SYN, IHL: 6}); got < 0 {
 		t.Fatal("options")
 	}
 	g, err := d.Global()
@@ -267,12 +267,12 @@ func TestIPv6(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := netip.MustParseAddrPort("[fd00::1]:4000")
-	first := forward(t, d, pkt{src: src, dst: vip6, flags: syn})
-	if got := forward(t, d, pkt{src: src, dst: vip6, flags: ack, payload: 1000}); got != first {
+	first := forward(t, d, Frame{Src: src, Dst: vip6, Flags: SYN})
+	if got := forward(t, d, Frame{Src: src, Dst: vip6, Flags: ACK, Payload: 1000}); got != first {
 		t.Fatal("IPv6 flow moved")
 	}
 	// sh schedules a mid-flow miss too (the same source hashes the same).
-	if got := forward(t, d, pkt{src: netip.AddrPortFrom(src.Addr(), 4001), dst: vip6, flags: ack}); got != first {
+	if got := forward(t, d, Frame{Src: netip.AddrPortFrom(src.Addr(), 4001), Dst: vip6, Flags: ACK}); got != first {
 		t.Fatal("sh: the same source went elsewhere")
 	}
 }
@@ -284,15 +284,15 @@ func TestDrops(t *testing.T) {
 	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: rs}); err != nil {
 		t.Fatal(err)
 	}
-	forward(t, d, pkt{src: from(1), dst: vip, flags: syn})
-	expectAction(t, d, pkt{src: from(2), dst: vip, flags: syn}, xdpDrop) // MAC unknown
-	expectAction(t, d, pkt{src: from(3), dst: vip, flags: ack}, xdpDrop) // not a SYN, unknown flow
+	forward(t, d, Frame{Src: from(1), Dst: vip, Flags: SYN})
+	expectAction(t, d, Frame{Src: from(2), Dst: vip, Flags: SYN}, xdpDrop) // MAC unknown
+	expectAction(t, d, Frame{Src: from(3), Dst: vip, Flags: ACK}, xdpDrop) // not a SYN, unknown flow
 	rs[0].Weight, rs[1].Weight = 0, 0
 	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: rs}); err != nil {
 		t.Fatal(err)
 	}
-	expectAction(t, d, pkt{src: from(4), dst: vip, flags: syn}, xdpDrop) // nobody takes flows
-	forward(t, d, pkt{src: from(1), dst: vip, flags: ack})               // the established flow goes on
+	expectAction(t, d, Frame{Src: from(4), Dst: vip, Flags: SYN}, xdpDrop) // nobody takes flows
+	forward(t, d, Frame{Src: from(1), Dst: vip, Flags: ACK})               // the established flow goes on
 	s := stats(t, d, vip, "tcp")
 	want := map[string]uint64{"no_mac": 1, "no_conn": 1, "no_real": 1, "conn_table": 0}
 	for k, v := range want {
@@ -311,20 +311,20 @@ func TestUDPAndExpiry(t *testing.T) {
 	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: reals(2), Timeouts: to}); err != nil {
 		t.Fatal(err)
 	}
-	u := forward(t, d, pkt{src: from(53), dst: vip, proto: 17, payload: 10})
-	if got := forward(t, d, pkt{src: from(53), dst: vip, proto: 17, payload: 10}); got != u {
+	u := forward(t, d, Frame{Src: from(53), Dst: vip, Proto: 17, Payload: 10})
+	if got := forward(t, d, Frame{Src: from(53), Dst: vip, Proto: 17, Payload: 10}); got != u {
 		t.Fatal("UDP flow moved")
 	}
-	forward(t, d, pkt{src: from(7000), dst: vip, flags: syn})
-	forward(t, d, pkt{src: from(7001), dst: vip, flags: syn})
-	forward(t, d, pkt{src: from(7001), dst: vip, flags: fin | ack})
+	forward(t, d, Frame{Src: from(7000), Dst: vip, Flags: SYN})
+	forward(t, d, Frame{Src: from(7001), Dst: vip, Flags: SYN})
+	forward(t, d, Frame{Src: from(7001), Dst: vip, Flags: FIN | ACK})
 	if s := stats(t, d, vip, "udp"); s.Servers[u].Inactive != 1 {
 		t.Fatalf("a UDP flow counts inactive: %+v", s.Servers)
 	}
-	now := monotonic()
+	now := nowSeconds()
 	expire := func(after time.Duration, want int) {
 		t.Helper()
-		n, err := d.expireAt(now + uint64(after))
+		n, err := d.expireAt(now + uint64(after/time.Second))
 		if err != nil || n != want {
 			t.Fatalf("expiry after %v: %d ended (%v), want %d", after, n, err, want)
 		}
@@ -344,7 +344,7 @@ func TestUDPAndExpiry(t *testing.T) {
 		t.Fatalf("%d flows left", n)
 	}
 	// An expired TCP flow is unknown: a stray segment is dropped, not misrouted.
-	expectAction(t, d, pkt{src: from(7000), dst: vip, flags: ack}, xdpDrop)
+	expectAction(t, d, Frame{Src: from(7000), Dst: vip, Flags: ACK}, xdpDrop)
 }
 
 // TestMalformed feeds truncated and random frames: each must pass or drop,
@@ -358,13 +358,13 @@ func TestMalformed(t *testing.T) {
 	if err := d.SetService(Service{VIP: vip6, Protocol: "udp", Scheduler: "rr", Servers: reals(2)}); err != nil {
 		t.Fatal(err)
 	}
-	full := pkt{src: from(1), dst: vip, flags: syn}.frame()
+	full := Frame{Src: from(1), Dst: vip, Flags: SYN}.Bytes()
 	for n := 14; n < 14+20+20; n++ { // cut inside the IP or TCP header
 		if act, _ := run(t, d.Program(), full[:n]); act != xdpPass {
 			t.Fatalf("frame cut to %d bytes: action %d, want XDP_PASS", n, act)
 		}
 	}
-	full6 := pkt{src: netip.MustParseAddrPort("[fd00::1]:5"), dst: vip6, proto: 17}.frame()
+	full6 := Frame{Src: netip.MustParseAddrPort("[fd00::1]:5"), Dst: vip6, Proto: 17}.Bytes()
 	for n := 14; n < 14+40+8; n++ {
 		if act, _ := run(t, d.Program(), full6[:n]); act != xdpPass {
 			t.Fatalf("IPv6 frame cut to %d bytes: action %d", n, act)
@@ -401,7 +401,7 @@ func TestMalformed(t *testing.T) {
 
 func checkForwarded(t *testing.T, in, out []byte) {
 	t.Helper()
-	if !bytes.Equal(out[12:], in[12:]) || !bytes.Equal(out[6:12], directorMAC) {
+	if !bytes.Equal(out[12:], in[12:]) || !bytes.Equal(out[6:12], DirectorMAC) {
 		t.Fatalf("forwarded frame changed beyond its MACs: %x", in)
 	}
 	if !bytes.Equal(out[:6], realMAC(0)) && !bytes.Equal(out[:6], realMAC(1)) {
@@ -461,8 +461,8 @@ func TestVectors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			p := pkt{src: netip.AddrPortFrom(netip.MustParseAddr(src), uint16(10000+i)), dst: svcVIP, flags: syn}
-			act, out := run(t, d.Program(), p.frame())
+			p := Frame{Src: netip.AddrPortFrom(netip.MustParseAddr(src), uint16(10000+i)), Dst: svcVIP, Flags: SYN}
+			act, out := run(t, d.Program(), p.Bytes())
 			got := -1
 			if act == xdpTX {
 				for j := range rs {

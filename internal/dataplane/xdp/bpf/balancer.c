@@ -18,9 +18,9 @@ static __always_inline void count_drop(struct svc_stats *ss, int reason)
 		ss->drops[reason]++;
 }
 
-static __always_inline void add_conns(struct service *svc, __u32 slot, __s64 active, __s64 inactive)
+static __always_inline void add_conns(__u32 sid, __u32 slot, __s64 active, __s64 inactive)
 {
-	__u32 idx = svc->id * MAX_REALS + (slot & (MAX_REALS - 1));
+	__u32 idx = sid * MAX_REALS + (slot & (MAX_REALS - 1));
 	struct real_conns *rc = bpf_map_lookup_elem(&real_conns, &idx);
 	if (!rc)
 		return;
@@ -32,12 +32,28 @@ static __always_inline void add_conns(struct service *svc, __u32 slot, __s64 act
 
 /* track follows a known TCP flow's state as LVS does in DR, seeing only the
  * client's side: FIN or RST ends it (active -> inactive). */
-static __always_inline void track(struct service *svc, struct conn *c, __u8 flags)
+static __always_inline void track(__u32 sid, struct conn *c, __u8 flags)
 {
 	if (flags & (TCP_FIN | TCP_RST)) {
 		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED)
-			add_conns(svc, c->slot, -1, 1);
+			add_conns(sid, c->slot, -1, 1);
 	}
+}
+
+/* pass counts a frame left to the kernel, by the parser's verdict. */
+static __always_inline int pass(int parse_result)
+{
+	__u32 zero = 0;
+	struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+	if (gs) {
+		if (parse_result == PARSE_MALFORMED)
+			gs->malformed++;
+		else if (parse_result == PARSE_FRAGMENT)
+			gs->fragments++;
+		else
+			gs->passed++;
+	}
+	return XDP_PASS;
 }
 
 SEC("xdp")
@@ -49,41 +65,28 @@ int balancer(struct xdp_md *ctx)
 	struct packet p = {};
 
 	int r = parse(data, data_end, &p);
-	if (r != PARSE_OK) {
-		struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
-		if (gs) {
-			if (r == PARSE_MALFORMED)
-				gs->malformed++;
-			else if (r == PARSE_FRAGMENT)
-				gs->fragments++;
-			else
-				gs->passed++;
-		}
-		return XDP_PASS;
-	}
+	if (r != PARSE_OK)
+		return pass(r);
 
-	struct vip_key vk = {.port = p.key.dport, .proto = p.key.proto};
-	__builtin_memcpy(vk.addr, p.key.dst, sizeof(vk.addr));
-	struct service *svc = bpf_map_lookup_elem(&services, &vk);
-	if (!svc) {
-		struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
-		if (gs)
-			gs->passed++;
-		return XDP_PASS;
-	}
-	__u32 sid = svc->id;
-	struct svc_stats *ss = bpf_map_lookup_elem(&svc_stats, &sid);
+	/* Most frames that are not for a service stop here, at one array
+	 * lookup: no service listens on their destination port. */
+	__u32 word = bpf_ntohs(p.key.dport) >> 6;
+	__u64 *ports = bpf_map_lookup_elem(&vip_ports, &word);
+	if (!ports || !(*ports & (1ULL << (bpf_ntohs(p.key.dport) & 63))))
+		return pass(0);
+
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return XDP_PASS; /* cannot happen: an array of one */
+	__u64 now = cfg->now;
 	__u64 len = data_end - data;
-	if (ss) {
-		ss->packets++;
-		ss->bytes += len;
-	}
-
-	__u64 now = bpf_ktime_get_ns();
-	__u32 slot;
+	__u32 sid, slot;
+	struct svc_stats *ss;
 	int is_tcp = p.key.proto == IPPROTO_TCP;
-	int new_flow = 0;
 	int syn = is_tcp && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	int new_flow = 0;
+
+	/* A known flow needs one lookup: its entry names service and slot. */
 	struct conn *c = bpf_map_lookup_elem(&conns, &p.key);
 	if (c && syn) {
 		/* A SYN on a known flow is a new connection reusing the port (or
@@ -93,25 +96,35 @@ int balancer(struct xdp_md *ctx)
 		 * whose connection was refused by a dead server does not follow
 		 * it there again. Deleting first makes one CPU alone take the old
 		 * flow off the counts. */
-		__u32 old = c->slot, state = c->state;
-		__u32 oidx = sid * MAX_REALS + (old & (MAX_REALS - 1));
+		__u32 old = c->slot, state = c->state, osid = c->svc;
+		__u32 oidx = osid * MAX_REALS + (old & (MAX_REALS - 1));
 		struct real *orl = bpf_map_lookup_elem(&reals, &oidx);
 		if (state == CONN_FIN || !orl || !(orl->flags & REAL_F_AVAILABLE)) {
 			if (bpf_map_delete_elem(&conns, &p.key) == 0) {
 				if (state == CONN_ESTABLISHED)
-					add_conns(svc, old, -1, 0);
+					add_conns(osid, old, -1, 0);
 				else
-					add_conns(svc, old, 0, -1);
+					add_conns(osid, old, 0, -1);
 			}
 			c = 0;
 		}
 	}
 	if (c) {
+		sid = c->svc;
 		slot = c->slot;
+		ss = bpf_map_lookup_elem(&svc_stats, &sid);
 		if (is_tcp)
-			track(svc, c, p.tcp_flags);
-		c->seen = now;
+			track(sid, c, p.tcp_flags);
+		if (c->seen != now) /* one write a second, not per packet */
+			c->seen = now;
 	} else {
+		struct vip_key vk = {.port = p.key.dport, .proto = p.key.proto};
+		__builtin_memcpy(vk.addr, p.key.dst, sizeof(vk.addr));
+		struct service *svc = bpf_map_lookup_elem(&services, &vk);
+		if (!svc)
+			return pass(0);
+		sid = svc->id;
+		ss = bpf_map_lookup_elem(&svc_stats, &sid);
 		if (is_tcp && !syn && !(svc->flags & SVC_F_SCHED_NON_SYN)) {
 			count_drop(ss, DROP_NO_CONN);
 			return XDP_DROP;
@@ -132,9 +145,9 @@ int balancer(struct xdp_md *ctx)
 		if (bpf_map_update_elem(&conns, &p.key, &nc, BPF_NOEXIST) == 0) {
 			new_flow = 1;
 			if (nc.state == CONN_ESTABLISHED)
-				add_conns(svc, slot, 1, 0);
+				add_conns(sid, slot, 1, 0);
 			else
-				add_conns(svc, slot, 0, 1);
+				add_conns(sid, slot, 0, 1);
 		} else {
 			/* another CPU inserted the flow first: follow it */
 			c = bpf_map_lookup_elem(&conns, &p.key);
@@ -144,6 +157,10 @@ int balancer(struct xdp_md *ctx)
 			}
 			slot = c->slot;
 		}
+	}
+	if (ss) {
+		ss->packets++;
+		ss->bytes += len;
 	}
 
 	__u32 ridx = sid * MAX_REALS + (slot & (MAX_REALS - 1));
@@ -164,8 +181,7 @@ int balancer(struct xdp_md *ctx)
 	struct ethhdr *eth = data; /* parse() checked its bounds */
 	if ((void *)(eth + 1) > data_end)
 		return XDP_DROP;
-	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (cfg && (cfg->mac[0] | cfg->mac[1] | cfg->mac[2] | cfg->mac[3] | cfg->mac[4] | cfg->mac[5]))
+	if ((cfg->mac[0] | cfg->mac[1] | cfg->mac[2] | cfg->mac[3] | cfg->mac[4] | cfg->mac[5]))
 		__builtin_memcpy(eth->h_source, cfg->mac, ETH_ALEN);
 	else
 		__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);

@@ -12,6 +12,16 @@ struct {
 	__type(value, struct service);
 } services SEC(".maps");
 
+/* Destination port / 64 -> a bit per port some service listens on (TCP
+ * or UDP, any VIP): most frames not for a service pass after this one
+ * cheap array lookup. Port in host order. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536 / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} vip_ports SEC(".maps");
+
 /* Service id -> rr/wrr position. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -61,6 +71,7 @@ struct {
  * the Go side expires idle flows with IPVS's timeouts. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
 	__uint(max_entries, CONN_TABLE_SIZE);
 	__type(key, struct flow_key);
 	__type(value, struct conn);

@@ -72,13 +72,17 @@ struct conn {
 	__u32 slot;  /* real server slot */
 	__u32 state; /* enum conn_state */
 	__u32 pad;
-	__u64 seen; /* bpf_ktime_get_ns() of the last packet */
+	__u64 seen; /* dp_config.now at the last packet */
 };
 
 /* The director's own settings. */
 struct dp_config {
 	__u8 mac[6]; /* source MAC of forwarded frames */
 	__u16 pad;
+	/* Monotonic seconds, written by the Go side several times a second:
+	 * a flow's last-seen stamp costs a load instead of a clock read per
+	 * packet, and timeouts are whole seconds anyway. */
+	__u64 now;
 };
 
 /* Per-CPU counters of a service. */
