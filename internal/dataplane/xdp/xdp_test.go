@@ -505,3 +505,33 @@ func TestLimits(t *testing.T) {
 		t.Fatal(fmt.Sprintf("service %d accepted", MaxServices+1))
 	}
 }
+
+// FuzzFrames feeds arbitrary frames to the program: each must pass, drop,
+// or be forwarded, and a forwarded frame must be for a service and leave
+// with only its MACs changed.
+func FuzzFrames(f *testing.F) {
+	f.Add(Frame{Src: from(1), Dst: vip, Flags: SYN}.Bytes())
+	f.Add(Frame{Src: from(2), Dst: vip, Flags: ACK, Payload: 40}.Bytes())
+	f.Add(Frame{Src: netip.MustParseAddrPort("[fd00::1]:5"), Dst: vip6, Proto: 17, Payload: 8}.Bytes())
+	f.Add(Frame{Src: from(3), Dst: vip, Flags: SYN, IHL: 7}.Bytes())
+	d := load(f)
+	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "sh", Servers: reals(2)}); err != nil {
+		f.Fatal(err)
+	}
+	if err := d.SetService(Service{VIP: vip6, Protocol: "udp", Scheduler: "rr", Servers: reals(2)}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 14 || len(b) > 1500 {
+			return // the test run refuses frames shorter than Ethernet's header
+		}
+		act, out := run(t, d.Program(), b)
+		switch act {
+		case xdpPass, xdpDrop:
+		case xdpTX:
+			checkForwarded(t, b, out)
+		default:
+			t.Fatalf("action %d", act)
+		}
+	})
+}
