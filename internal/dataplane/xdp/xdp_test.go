@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/corral-cluster/corral/internal/sched"
 )
@@ -534,4 +536,82 @@ func FuzzFrames(f *testing.F) {
 			t.Fatalf("action %d", act)
 		}
 	})
+}
+
+// TestAttach attaches to a veth made for the test, in both modes, and
+// checks the kernel sees the program come and go.
+func TestAttach(t *testing.T) {
+	load(t) // skips unless root
+	name := fmt.Sprintf("cxa%d", os.Getpid()%100000)
+	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(la); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(la) })
+	if err := netlink.LinkSetUp(la); err != nil {
+		t.Fatal(err)
+	}
+	attached := func() (bool, uint32) {
+		l, err := netlink.LinkByName(name)
+		if err != nil || l.Attrs().Xdp == nil {
+			return false, 0
+		}
+		return l.Attrs().Xdp.Attached, l.Attrs().Xdp.AttachMode
+	}
+	for _, mode := range []string{"auto", "native", "generic"} {
+		d, err := Load(Options{ConnTableSize: 1024}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := d.Attach(name, mode)
+		if err != nil {
+			d.Close()
+			t.Fatalf("attach %s: %v", mode, err)
+		}
+		want := map[string]string{"auto": "native", "native": "native", "generic": "generic"}[mode]
+		if got != want {
+			t.Errorf("attach %s: got mode %s, want %s", mode, got, want)
+		}
+		if _, err := d.Attach(name, mode); err == nil {
+			t.Error("a second attach succeeded")
+		}
+		if ok, _ := attached(); !ok {
+			t.Errorf("attach %s: the kernel shows no XDP program on %s", mode, name)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := attached(); ok {
+			t.Errorf("after close (%s) the program is still attached", mode)
+		}
+	}
+	// A bridge has no native XDP: auto falls back to generic.
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("cxb%d", os.Getpid()%100000)}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netlink.LinkDel(br) })
+	d := load(t)
+	if got, err := d.Attach(br.Name, "auto"); err != nil || got != "generic" {
+		t.Errorf("auto on a bridge: mode %q, %v; want the generic fallback", got, err)
+	}
+	d.Close()
+	d = load(t)
+	if _, err := d.Attach(name, "turbo"); err == nil || !strings.Contains(err.Error(), "want auto, native or generic") {
+		t.Errorf("bad mode: %v", err)
+	}
+	if _, err := d.Attach("nosuch0", "auto"); err == nil || !strings.Contains(err.Error(), "nosuch0") {
+		t.Errorf("missing interface: %v", err)
+	}
+	// The veth peer's pass program (the test bed's PrepareDR) stays after
+	// its loader is gone, until detached.
+	if err := AttachPass(name + "p"); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := netlink.LinkByName(name + "p"); l == nil || l.Attrs().Xdp == nil || !l.Attrs().Xdp.Attached {
+		t.Fatal("pass program not attached")
+	}
+	if err := DetachPass(name + "p"); err != nil {
+		t.Fatal(err)
+	}
 }
