@@ -170,6 +170,11 @@ func tcpSendCmd() *cobra.Command {
 					break
 				}
 			}
+			// The last writes only fill socket buffers (megabytes): the
+			// transfer ends when the sink, having read everything, closes.
+			c.(*net.TCPConn).CloseWrite()
+			c.SetReadDeadline(start.Add(maxTime))
+			io.Copy(io.Discard, c)
 			el := time.Since(start)
 			fmt.Printf("%d bytes in %.3f s: %.2f MB/s (%.1f Mbit/s)\n", sent, el.Seconds(), float64(sent)/1e6/el.Seconds(), float64(sent)*8/1e6/el.Seconds())
 			return nil
