@@ -326,7 +326,8 @@ func Parse(name string, b []byte) (*Director, error) {
 	return d, nil
 }
 
-// xdpSchedulers are those internal/dataplane/xdp has in the kernel.
+// xdpSchedulers are those internal/dataplane/xdp has in the kernel (its
+// HasScheduler); kept here so the configuration needs no BPF packages.
 var xdpSchedulers = map[string]bool{"rr": true, "wrr": true, "lc": true, "wlc": true, "sed": true, "nq": true, "sh": true, "mh": true}
 
 func validate(s *Service, file string) error {

@@ -48,8 +48,9 @@ var DropReasons = []string{"no_real", "no_conn", "no_mac", "conn_table"}
 
 var schedKinds = map[string]uint32{"rr": 1, "wrr": 2, "lc": 3, "wlc": 4, "sed": 5, "nq": 6, "sh": 7, "mh": 8}
 
-// Schedulers reports whether the kernel dataplane has the named scheduler.
-func Schedulers(name string) bool { _, ok := schedKinds[name]; return ok }
+// HasScheduler reports whether the kernel dataplane has the named scheduler
+// (config keeps the same list, to stay free of BPF dependencies).
+func HasScheduler(name string) bool { _, ok := schedKinds[name]; return ok }
 
 // Timeouts end idle connections, as IPVS's defaults (ipvsadm --set).
 type Timeouts struct {

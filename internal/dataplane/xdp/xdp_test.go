@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -444,7 +445,7 @@ func TestVectors(t *testing.T) {
 	}
 	ran := 0
 	for vi, v := range vs {
-		if !Schedulers(v.Scheduler) {
+		if !HasScheduler(v.Scheduler) {
 			continue // mwlc needs request sizes: l7 only
 		}
 		ran++
@@ -612,5 +613,17 @@ func TestAttach(t *testing.T) {
 	}
 	if err := DetachPass(name + "p"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestConfigAgrees checks that the configuration accepts for dataplane xdp
+// exactly the schedulers the kernel has.
+func TestConfigAgrees(t *testing.T) {
+	for name := range sched.Names {
+		conf := fmt.Sprintf("interface eth0\nservice s {\n vip 10.0.0.1:80\n dataplane xdp\n scheduler %s\n}\n", name)
+		_, err := config.Parse("c", []byte(conf))
+		if (err == nil) != HasScheduler(name) {
+			t.Errorf("scheduler %s: config says %v, the kernel has it: %v", name, err, HasScheduler(name))
+		}
 	}
 }
