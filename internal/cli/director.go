@@ -108,6 +108,7 @@ func ctlCmd() *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			var notes []string // below the table: one line per xdp service
 			fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes")
 			for _, s := range st {
 				fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns)
@@ -118,7 +119,7 @@ func ctlCmd() *cobra.Command {
 					for _, reason := range xdp.DropReasons {
 						drops = append(drops, fmt.Sprintf("%s=%d", reason, x.Drops[reason]))
 					}
-					fmt.Fprintf(tw, "\t  xdp %s on %s: %d packets, %s in; drops %s\t\t\t\t\t\t\t\t\n", x.Mode, x.Interface, x.Packets, human(int64(x.Bytes)), strings.Join(drops, " "))
+					notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets, %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, human(int64(x.Bytes)), strings.Join(drops, " ")))
 				}
 				for _, r := range s.Servers {
 					h := "up"
@@ -141,7 +142,13 @@ func ctlCmd() *cobra.Command {
 					fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out)
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, n := range notes {
+				fmt.Println(n)
+			}
+			return nil
 		}}
 	set := func(use, short, action string, nargs int) *cobra.Command {
 		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(nargs),
