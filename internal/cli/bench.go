@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -56,18 +57,10 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 					return err
 				}
 			}
-			if out == "" {
-				out = filepath.Join("results", "pfs-local", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunPFSLocal(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("pfs-local", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunPFSLocal(ctx, cfg)
+			})
 		},
 	}
 	pfs.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 32 MiB, fewer layouts, 200 small files")
@@ -115,18 +108,10 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 			if cfg.Connections < 3 || cfg.Runs < 100 {
 				return fmt.Errorf("want --connections >= 3 (one per node) and --runs >= 100")
 			}
-			if out == "" {
-				out = filepath.Join("results", "director", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunDirector(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("director", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunDirector(ctx, cfg)
+			})
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 2000 packets, 1 s runs")
@@ -136,6 +121,25 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 	c.Flags().IntVar(&conns, "connections", 64, "wrk connections")
 	c.Flags().IntVar(&runs, "runs", 50000, "frames per per-packet figure (SYNs; repeated frames run 20x this)")
 	return c
+}
+
+// markdowner is a scenario's result: it renders its tables.
+type markdowner interface{ Markdown() string }
+
+// runScenario runs a scenario until done or interrupted, writing its
+// results to out (default results/NAME/TIMESTAMP), and prints its tables.
+func runScenario(name, out string, run func(ctx context.Context, out string) (markdowner, error)) error {
+	if out == "" {
+		out = filepath.Join("results", name, time.Now().UTC().Format("20060102-150405"))
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := run(ctx, out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
+	return nil
 }
 
 func webBenchCmd() *cobra.Command {
@@ -169,18 +173,10 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 			if cfg.Connections < 3 {
 				return fmt.Errorf("--connections %d: want at least 3 (one per node)", cfg.Connections)
 			}
-			if out == "" {
-				out = filepath.Join("results", "web", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunWeb(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("web", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunWeb(ctx, cfg)
+			})
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 s runs, 2 sizes, small memory test")
@@ -216,18 +212,10 @@ writes results.json, results.md and SVG plots under --out.`,
 					cfg.Rate = "1gbit"
 				}
 			}
-			if out == "" {
-				out = filepath.Join("results", "cssns", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunCSSNS(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("cssns", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunCSSNS(ctx, cfg)
+			})
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): P 2 and 4, 256 KiB files, 1gbit links")
@@ -264,18 +252,10 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 			if quick {
 				cfg.Nodes, cfg.Duration = []int{1, 2}, time.Second
 			}
-			if out == "" {
-				out = filepath.Join("results", "scaling", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunScaling(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("scaling", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunScaling(ctx, cfg)
+			})
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 and 2 nodes, 1 s runs")
@@ -317,18 +297,10 @@ SVG plots under --out.`,
 				cfg.Test2File, cfg.Procs, cfg.Test3File, cfg.MaxN, cfg.MaxM = 2<<20, []int{1, 2}, 2<<20, 2, 2
 				cfg.Others = others && cmd.Flags().Changed("others")
 			}
-			if out == "" {
-				out = filepath.Join("results", "pfs", time.Now().UTC().Format("20060102-150405"))
-			}
-			cfg.Out = out
-			ctx, stop := signalContext()
-			defer stop()
-			res, err := bench.RunPFS(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("\n%s\nresults in %s\n", res.Markdown(), out)
-			return nil
+			return runScenario("pfs", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunPFS(ctx, cfg)
+			})
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
