@@ -253,27 +253,11 @@ func directorWeb(ctx context.Context, cfg DirectorConfig, logf func(string, ...a
 	var out []WebRow
 	for _, size := range cfg.Sizes {
 		path := "/" + fileName(size)
-		var urls []string
-		for _, n := range nodes {
-			urls = append(urls, "http://"+n+path)
-		}
-		direct, err := wrkMany(ctx, wrap, urls, cfg.Connections, cfg.Duration)
+		rows, err := wrkTargets(ctx, wrap, nodes, path, size, []target{{"corral xdp-dr", cc.VIP}, {"corral l4", l4}, {"haproxy tcp", hp}}, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}
-		direct.Target = "direct (3 nodes)"
-		rows := []WebRow{direct}
-		for _, t := range []struct{ name, addr string }{{"corral xdp-dr", cc.VIP}, {"corral l4", l4}, {"haproxy tcp", hp}} {
-			r, err := wrk(ctx, wrap, "http://"+t.addr+path, cfg.Connections, cfg.Duration)
-			if err != nil {
-				return nil, err
-			}
-			r.Target = t.name
-			rows = append(rows, r)
-		}
 		for i := range rows {
-			rows[i].Size = size
-			rows[i].VsDirect = rows[i].ReqPerS / direct.ReqPerS
 			logf("%-8s %-17s %9.0f req/s %8.1f MB/s p99 %7.2f ms  %.2f of direct  errors %d\n",
 				humanBytes(size), rows[i].Target, rows[i].ReqPerS, rows[i].MBPerS, rows[i].P99ms, rows[i].VsDirect, rows[i].Errors)
 		}

@@ -130,6 +130,39 @@ func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d tim
 	return sum, errors.Join(errs...)
 }
 
+// target is a balancer for wrk to go through.
+type target struct{ name, addr string }
+
+// wrkTargets fetches path from all nodes at once (one wrk per node with its
+// share of the connections, summed: the zero-cost balancer), then through
+// each target. Rows come back in that order, with Size and the ratio to the
+// nodes at once filled.
+func wrkTargets(ctx context.Context, wrap []string, nodes []string, path string, size int64, targets []target, conns int, d time.Duration) ([]WebRow, error) {
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, "http://"+n+path)
+	}
+	direct, err := wrkMany(ctx, wrap, urls, conns, d)
+	if err != nil {
+		return nil, err
+	}
+	direct.Target = fmt.Sprintf("%d nodes direct", len(nodes))
+	rows := []WebRow{direct}
+	for _, t := range targets {
+		r, err := wrk(ctx, wrap, "http://"+t.addr+path, conns, d)
+		if err != nil {
+			return nil, err
+		}
+		r.Target = t.name
+		rows = append(rows, r)
+	}
+	for i := range rows {
+		rows[i].Size = size
+		rows[i].VsDirect = rows[i].ReqPerS / direct.ReqPerS
+	}
+	return rows, nil
+}
+
 // freePort picks a free port on a random loopback address: a port freed on
 // 127.0.0.1 can be taken by an outgoing connection before the daemon binds
 // it; nothing else uses 127.x.y.z.
@@ -239,28 +272,14 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		var urls []string
-		for _, n := range nodes {
-			urls = append(urls, "http://"+n+path)
-		}
-		direct, err := wrkMany(ctx, nil, urls, cfg.Connections, cfg.Duration)
+		cmp, err := wrkTargets(ctx, nil, nodes, path, size, []target{{"corral l4", cc.VIP}, {"corral l7", cc.L7VIP}, {"haproxy tcp", hp}}, cfg.Connections, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}
-		rows := []WebRow{one, direct}
-		rows[0].Target, rows[1].Target = "one node", "3 nodes direct"
-		for _, t := range []struct{ name, addr string }{{"corral l4", cc.VIP}, {"corral l7", cc.L7VIP}, {"haproxy tcp", hp}} {
-			r, err := wrk(ctx, nil, "http://"+t.addr+path, cfg.Connections, cfg.Duration)
-			if err != nil {
-				return nil, err
-			}
-			r.Target = t.name
-			rows = append(rows, r)
-		}
+		one.Target, one.Size, one.VsDirect = "one node", size, one.ReqPerS/cmp[0].ReqPerS
+		rows := append([]WebRow{one}, cmp...)
 		for i := range rows {
-			rows[i].Size = size
 			rows[i].VsOne = rows[i].ReqPerS / one.ReqPerS
-			rows[i].VsDirect = rows[i].ReqPerS / direct.ReqPerS
 			logf("%-8s %-15s %9.0f req/s %8.1f MB/s p99 %7.2f ms  %.2f of one node, %.2f of 3 direct  errors %d\n",
 				humanBytes(size), rows[i].Target, rows[i].ReqPerS, rows[i].MBPerS, rows[i].P99ms, rows[i].VsOne, rows[i].VsDirect, rows[i].Errors)
 		}
