@@ -194,6 +194,17 @@ func (d *Director) writeMetrics(w http.ResponseWriter) {
 			}
 		}
 	}
+	if p := d.xdp.Load(); p != nil {
+		if g, err := p.dp.Global(); err == nil {
+			fmt.Fprintf(w, "# HELP corral_director_xdp_passed_total frames the XDP dataplane left to the kernel, by why\n# TYPE corral_director_xdp_passed_total counter\n")
+			for _, x := range []struct {
+				why string
+				n   uint64
+			}{{"not_a_service", g.Passed}, {"malformed", g.Malformed}, {"fragment", g.Fragments}} {
+				fmt.Fprintf(w, "corral_director_xdp_passed_total{why=%q} %d\n", x.why, x.n)
+			}
+		}
+	}
 }
 
 func b2i(b bool) int64 {

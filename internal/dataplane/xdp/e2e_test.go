@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -151,6 +152,22 @@ func TestDirectRouting(t *testing.T) {
 		for _, s := range after.Servers {
 			if s.BytesOut != 0 {
 				t.Fatalf("%s: bytes out %d through the director", s.Addr, s.BytesOut)
+			}
+		}
+		// The same counters reach /metrics.
+		resp, err := c.admin.HTTP.Get(c.admin.Base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			"corral_director_xdp_packets_total{service=\"www\"} ",
+			"corral_director_xdp_drops_total{service=\"www\",reason=\"no_real\"} ",
+			"corral_director_xdp_passed_total{why=\"not_a_service\"} ",
+		} {
+			if !strings.Contains(string(m), want) {
+				t.Errorf("/metrics lacks %s", want)
 			}
 		}
 	})

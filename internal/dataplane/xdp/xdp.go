@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -106,14 +108,13 @@ type svcKey struct {
 }
 
 type svcState struct {
-	id       uint32
-	cfg      Service
-	kind     uint32
-	slots    map[netip.Addr]uint32 // servers in the pool
-	retired  map[netip.Addr]uint32 // removed, with connections left
-	mhBuf    uint32
-	mhFor    string // the pool the live Maglev table was built for
-	timeouts Timeouts
+	id      uint32
+	cfg     Service
+	kind    uint32
+	slots   map[netip.Addr]uint32 // servers in the pool
+	retired map[netip.Addr]uint32 // removed, with connections left
+	mhBuf   uint32
+	mhFor   string // the pool the live Maglev table was built for
 }
 
 // Load loads the program and its maps into the kernel (needs root or
@@ -273,6 +274,9 @@ func (d *Dataplane) SetService(s Service) error {
 	defer d.mu.Unlock()
 	k := svcKey{netip.AddrPortFrom(s.VIP.Addr().Unmap(), s.VIP.Port()), proto}
 	st := d.services[k]
+	if st != nil && reflect.DeepEqual(st.cfg, s) {
+		return nil // the director pushes its pools several times a second
+	}
 	if st == nil {
 		id := -1
 		for i, used := range d.ids {
@@ -297,7 +301,13 @@ func (d *Dataplane) SetService(s Service) error {
 		}
 		st.kind = kind
 	}
-	st.cfg, st.timeouts = s, s.Timeouts
+	// A copy: the next call is compared with it, and the caller may reuse
+	// its slices.
+	s.Servers = slices.Clone(s.Servers)
+	for i := range s.Servers {
+		s.Servers[i].MAC = slices.Clone(s.Servers[i].MAC)
+	}
+	st.cfg = s
 	if err := d.assignSlots(st); err != nil {
 		return err
 	}
@@ -666,12 +676,12 @@ func (d *Dataplane) expireAt(now uint64) (int, error) {
 		if st == nil {
 			return true // its service is gone
 		}
-		t := st.timeouts.TCP
+		t := st.cfg.Timeouts.TCP
 		switch c.State {
 		case connFin:
-			t = st.timeouts.TCPFin
+			t = st.cfg.Timeouts.TCPFin
 		case connUDP:
-			t = st.timeouts.UDP
+			t = st.cfg.Timeouts.UDP
 		}
 		return c.Seen+seconds(t) < now
 	}
@@ -735,7 +745,7 @@ func (d *Dataplane) slotConns(idx uint32) (active, inactive int64, err error) {
 	return rc.Active - ex.Active, rc.Inactive - ex.Inactive, nil
 }
 
-// Conns counts the flows in the connection table (for tests and ctl).
+// Conns counts the flows in the connection table (for tests).
 func (d *Dataplane) Conns() (int, error) {
 	var fk balancerFlowKey
 	var c balancerConn
