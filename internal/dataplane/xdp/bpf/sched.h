@@ -66,8 +66,9 @@ static __always_inline int sched_wrr(struct service *svc)
 	return pick;
 }
 
-/* conns_of reads a position's active and inactive counts; 0 when the maps
- * have no entry (cannot happen: the index is in range). */
+/* conns_of reads a position's active and inactive counts: what the program
+ * counted less what the Go side expired. -1 if a map has no entry (cannot
+ * happen: the index is in range). */
 static __always_inline int conns_of(struct service *svc, __u32 pos, __s64 *active, __s64 *inactive)
 {
 	__u32 idx = svc->id * MAX_REALS + svc->pool[pos & POS_MASK];
