@@ -36,7 +36,7 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd())
+	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd())
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
