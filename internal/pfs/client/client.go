@@ -26,12 +26,13 @@ type Client struct {
 
 	mu      sync.Mutex
 	servers map[uint32]string
+	open    map[uint64]*wstate // inodes with open Files: their shared write state
 }
 
 // New returns a client of the metadata server at meta. No connection is made
 // until the first call.
 func New(meta string) *Client {
-	return &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}}
+	return &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}}
 }
 
 // Meta is the metadata server's address.

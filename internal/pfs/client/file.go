@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
@@ -26,11 +27,28 @@ const (
 // (write-behind); Sync or Close makes them durable and publishes the size.
 // Errors of background writes are reported by the next WriteAt, Sync or
 // Close.
+//
+// Every File of one inode opened through one Client shares the inode's write
+// state (its buffer and the requests in flight), so writes through several
+// handles are ordered as if through one; each handle keeps its own
+// read-ahead, so concurrent sequential readers of a popular file do not
+// disturb each other.
 type File struct {
+	*wstate
+	closed atomic.Bool
+
+	ra readahead
+	// raMax caps the read-ahead window (0: the default of 8-64 MiB).
+	raMax int64
+}
+
+// wstate is the state one Client keeps per open inode.
+type wstate struct {
 	c     *Client
 	ino   uint64
 	lay   layout.Layout
 	addrs []string
+	refs  int // open Files; guarded by c.mu
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -40,16 +58,20 @@ type File struct {
 	touched  []bool // servers written since the last sync
 	pend     []byte // coalescing buffer: contiguous writes inside one request
 	pendOff  int64
-	inflight []span
-	flying   int64 // bytes in flight
+	inflight []*span // write requests not yet acknowledged, oldest first
+	flying   int64   // bytes in flight
 	werr     error
-
-	ra readahead
-	// raMax caps the read-ahead window (0: the default of 8-64 MiB).
-	raMax int64
+	gen      uint64 // bumped by every write and truncate: read-ahead older than it is stale
 }
 
+// span is one write request, from the moment it leaves the coalescing
+// buffer until its server acknowledges it.
 type span struct{ off, end int64 }
+
+// Limits on one inode's write requests not yet acknowledged: bytes (enough
+// to keep every server's link busy, small enough to bound memory) and count
+// (each waits in a goroutine).
+const maxInflight = 256
 
 // OpenAttr opens the regular file described by a (from Lookup, Create, Stat).
 func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
@@ -63,15 +85,45 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	if err := lay.Validate(); err != nil {
 		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
 	}
+	c.mu.Lock()
+	st := c.open[a.Ino]
+	if st != nil {
+		st.refs++
+	}
+	c.mu.Unlock()
+	if st != nil {
+		st.mu.Lock()
+		if !st.dirty && len(st.pend) == 0 && len(st.inflight) == 0 {
+			// Nothing of ours pending: what meta says now is the truth
+			// (another client may have truncated it).
+			st.size, st.metaSize = int64(a.Size), int64(a.Size)
+		}
+		st.mu.Unlock()
+		return newFile(st), nil
+	}
 	addrs, err := c.addrs(ctx, a.Servers)
 	if err != nil {
 		return nil, err
 	}
-	f := &File{c: c, ino: a.Ino, lay: lay, addrs: addrs, size: int64(a.Size), metaSize: int64(a.Size),
-		touched: make([]bool, len(addrs))}
-	f.cond = sync.NewCond(&f.mu)
+	st = &wstate{c: c, ino: a.Ino, lay: lay, addrs: addrs, size: int64(a.Size), metaSize: int64(a.Size),
+		touched: make([]bool, len(addrs)), refs: 1}
+	st.cond = sync.NewCond(&st.mu)
+	c.mu.Lock()
+	if cur := c.open[a.Ino]; cur != nil {
+		// opened meanwhile by another caller: share theirs
+		cur.refs++
+		st = cur
+	} else {
+		c.open[a.Ino] = st
+	}
+	c.mu.Unlock()
+	return newFile(st), nil
+}
+
+func newFile(st *wstate) *File {
+	f := &File{wstate: st}
 	f.ra.f = f
-	return f, nil
+	return f
 }
 
 // SetReadAhead caps the read-ahead window at n bytes (at least one request):
@@ -114,7 +166,6 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if f.werr != nil {
 		return 0, f.werr
 	}
-	f.ra.reset()
 	for done := 0; done < len(p); {
 		o := off + int64(done)
 		end := f.boundary(o)
@@ -125,7 +176,6 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			f.pend = append(f.pend, chunk...)
 		} else {
 			f.flushPend()
-			f.waitOverlap(o, o+int64(n))
 			f.pend = append(make([]byte, 0, max(n, int(min(end-o, 1<<20)))), chunk...)
 			f.pendOff = o
 		}
@@ -136,60 +186,79 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.size = max(f.size, off+int64(len(p)))
 	f.dirty = true
+	f.gen++
 	return len(p), nil
 }
 
-// waitOverlap waits until no write in flight overlaps [off, end), so that
-// two writes to the same bytes land in the order they were made.
-func (f *File) waitOverlap(off, end int64) {
-	for {
-		busy := false
-		for _, s := range f.inflight {
-			if s.off < end && off < s.end {
-				busy = true
-				break
-			}
-		}
-		if !busy {
-			return
-		}
-		f.cond.Wait()
-	}
-}
-
 // flushPend sends the coalescing buffer. Called with f.mu held.
-func (f *File) flushPend() {
+//
+// Ordering: a request is queued behind every older request of this inode
+// and is sent only once no older one overlapping it is still unacknowledged.
+// I/O servers run requests concurrently (several connections, a goroutine
+// each), so this is what makes the later of two overlapping writes win.
+func (f *wstate) flushPend() {
 	if len(f.pend) == 0 {
 		return
 	}
 	data, off := f.pend, f.pendOff
 	f.pend = nil
-	for f.flying > 0 && f.flying+int64(len(data)) > WriteWindow {
-		f.cond.Wait()
-	}
 	k, objOff := f.lay.Locate(off)
 	f.touched[k] = true
-	sp := span{off, off + int64(len(data))}
+	sp := &span{off, off + int64(len(data))}
 	f.inflight = append(f.inflight, sp)
 	f.flying += int64(len(data))
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
-		_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Off: uint64(objOff), Data: data})
-		cancel()
-		f.mu.Lock()
-		for i, s := range f.inflight {
-			if s == sp {
-				f.inflight = append(f.inflight[:i], f.inflight[i+1:]...)
-				break
-			}
+	go f.send(sp, k, objOff, data)
+	// Back-pressure on the writer once enough is queued.
+	for len(f.inflight) > 1 && (f.flying > WriteWindow || len(f.inflight) > maxInflight) && f.queued(sp) {
+		f.cond.Wait()
+	}
+}
+
+// queued reports whether sp is still waiting or in flight.
+func (f *wstate) queued(sp *span) bool {
+	for _, s := range f.inflight {
+		if s == sp {
+			return true
 		}
-		f.flying -= int64(len(data))
-		if err != nil && f.werr == nil {
-			f.werr = fmt.Errorf("write to %s: %w", f.addrs[k], err)
+	}
+	return false
+}
+
+// olderOverlap reports whether a request queued before sp overlaps it.
+func (f *wstate) olderOverlap(sp *span) bool {
+	for _, s := range f.inflight {
+		if s == sp {
+			return false
 		}
-		f.cond.Broadcast()
-		f.mu.Unlock()
-	}()
+		if s.off < sp.end && sp.off < s.end {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
+	f.mu.Lock()
+	for f.olderOverlap(sp) {
+		f.cond.Wait()
+	}
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
+	_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Off: uint64(objOff), Data: data})
+	cancel()
+	f.mu.Lock()
+	for i, s := range f.inflight {
+		if s == sp {
+			f.inflight = append(f.inflight[:i], f.inflight[i+1:]...)
+			break
+		}
+	}
+	f.flying -= int64(len(data))
+	if err != nil && f.werr == nil {
+		f.werr = fmt.Errorf("write to %s: %w", f.addrs[k], err)
+	}
+	f.cond.Broadcast()
+	f.mu.Unlock()
 }
 
 // drain sends buffered writes and waits for all in flight. Called with f.mu
@@ -223,8 +292,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 			return 0, err
 		}
 	}
-	size := f.size
+	size, gen := f.size, f.gen
 	f.mu.Unlock()
+	f.ra.forgetBefore(gen)
 	if off >= size {
 		return 0, io.EOF
 	}
@@ -298,7 +368,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err := f.drain(); err != nil {
 		return err
 	}
-	f.ra.reset()
+	f.gen++
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup
 	for k, a := range f.addrs {
@@ -367,11 +437,23 @@ func (f *File) Sync(ctx context.Context) error {
 	return nil
 }
 
-// Close syncs the file. The File must not be used afterwards.
+// Close syncs the file. The File must not be used afterwards; the inode's
+// shared state is dropped with its last File.
 func (f *File) Close() error {
+	if f.closed.Swap(true) {
+		return fmt.Errorf("inode %d: file already closed", f.ino)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
 	defer cancel()
-	return f.Sync(ctx)
+	err := f.Sync(ctx)
+	c := f.c
+	c.mu.Lock()
+	f.refs--
+	if f.refs == 0 && c.open[f.ino] == f.wstate {
+		delete(c.open, f.ino)
+	}
+	c.mu.Unlock()
+	return err
 }
 
 // readahead keeps whole request-sized blocks of a sequentially read file,
@@ -381,6 +463,7 @@ type readahead struct {
 	mu     sync.Mutex
 	next   int64 // where a sequential reader reads next
 	blocks map[int64]*block
+	gen    uint64 // the write generation the blocks were read at
 }
 
 type block struct {
@@ -389,10 +472,13 @@ type block struct {
 	err  error
 }
 
-func (r *readahead) reset() {
+// forgetBefore drops what was read ahead before the inode's write
+// generation gen: a write through any handle may have changed it.
+func (r *readahead) forgetBefore(gen uint64) {
 	r.mu.Lock()
-	r.blocks = nil
-	r.next = 0
+	if r.gen != gen {
+		r.blocks, r.next, r.gen = nil, 0, gen
+	}
 	r.mu.Unlock()
 }
 

@@ -272,6 +272,7 @@ func (n *node) truncate(ctx context.Context, size int64) syscall.Errno {
 		if f, err = n.fsys.c.OpenAttr(ctx, a); err != nil {
 			return n.errno("truncate", err)
 		}
+		defer f.Close() // drops the client's shared state of the inode
 	}
 	return n.errno("truncate", f.Truncate(ctx, size))
 }
