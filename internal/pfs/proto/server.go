@@ -155,7 +155,7 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 	if s.Security.TLSServer != nil {
 		tc := tls.Server(raw, s.Security.TLSServer)
 		if err := tc.Handshake(); err != nil {
-			s.log().Warn("refused connection", "remote", remote, "reason", "TLS handshake: "+err.Error())
+			s.log().Warn("closing connection", "remote", remote, "reason", "TLS handshake: "+err.Error())
 			return
 		}
 		nc = tc
@@ -164,7 +164,7 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 	bw := bufio.NewWriterSize(nc, 256<<10)
 	kind, err := serverHandshake(br, bw, s.Security.Cred)
 	if err != nil {
-		s.log().Warn("refused connection", "remote", remote, "reason", err.Error())
+		s.log().Warn("closing connection", "remote", remote, "reason", "handshake: "+err.Error())
 		return
 	}
 	nc.SetDeadline(time.Time{})
