@@ -331,3 +331,26 @@ func TestClientBoundsAnnouncedReplies(t *testing.T) {
 		t.Fatalf("%d replies announcing %d bytes grew the client's heap by %d MiB", conns, MaxPayload, grown>>20)
 	}
 }
+
+// TestReadsLargerThanBudget: reads whose replies exceed the whole budget run
+// one at a time instead of waiting for each other forever.
+func TestReadsLargerThanBudget(t *testing.T) {
+	addr, _ := startWith(t, &Server{Handler: &counting{}, Limits: Limits{Budget: 1 << 20}})
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			p := Pool{Security: testSec}
+			defer p.Close()
+			m, err := p.Call(context.Background(), addr, &Read{Handle: 1, Len: 4 << 20})
+			if err == nil && len(m.(*DataReply).Data) != 4<<20 {
+				err = errors.New("short read")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

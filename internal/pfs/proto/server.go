@@ -227,13 +227,14 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 			s.log().Warn("closing connection", "remote", remote, "reason", err.Error())
 			return
 		}
-		if r, ok := req.(*Read); ok { // its reply's data, also in flight
-			more := s.budget.acquire(int64(r.Len))
-			if more < 0 {
-				s.budget.release(held)
+		if r, ok := req.(*Read); ok {
+			// Its reply's data will be in flight too. Every wait for
+			// budget happens holding none (the request is a few bytes),
+			// so waiting readers cannot hold each other up.
+			s.budget.release(held)
+			if held = s.budget.acquire(int64(n) + int64(r.Len)); held < 0 {
 				return
 			}
-			held += more
 		}
 		sem <- struct{}{}
 		wmu.Lock()
