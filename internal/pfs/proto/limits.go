@@ -161,15 +161,16 @@ func (b *budget) close() {
 const firstChunk = 64 << 10
 
 // readPayloadN reads an n-byte payload, growing the buffer as bytes arrive
-// (doubling from 64 KiB), so a peer that announces a large frame and sends
-// nothing costs at most 64 KiB, and one that sends part of it at most twice
-// what it sent.
+// (64 KiB, then four times larger each time it is full), so a peer that
+// announces a large frame and sends nothing costs 64 KiB, and one that sends
+// part of it at most four times what it sent. Growing by four rather than
+// two keeps the copies of an honest 1 MiB write to a third of its size.
 func readPayloadN(r io.Reader, n uint32) ([]byte, error) {
 	want := int(n)
 	buf := make([]byte, 0, min(want, firstChunk))
 	for len(buf) < want {
 		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), min(want, 2*cap(buf)))
+			nb := make([]byte, len(buf), min(want, 4*cap(buf)))
 			copy(nb, buf)
 			buf = nb
 		}
