@@ -75,8 +75,11 @@ type Limits struct {
 
 // Defaults of Limits.
 const (
-	DefaultBudget           = 64 << 20
-	DefaultPerIP            = 64
+	DefaultBudget = 64 << 20
+	// DefaultPerIP: every process of one machine shares its address (all
+	// of corral up's roles come from 127.0.0.1), and a member's connection
+	// costs about 512 KiB of buffers, so 256 bounds one host to ~128 MiB.
+	DefaultPerIP            = 256
 	DefaultHandshakeTimeout = 10 * time.Second
 	DefaultPayloadTimeout   = 60 * time.Second
 	DefaultIdleTimeout      = 10 * time.Minute

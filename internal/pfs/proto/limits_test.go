@@ -354,3 +354,27 @@ func TestReadsLargerThanBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestStrangersCostLittle: connections that never authenticate hold small
+// handshake buffers only, not a member connection's 512 KiB.
+func TestStrangersCostLittle(t *testing.T) {
+	addr, _ := startWith(t, &Server{Handler: &counting{}})
+	before := heapInUse()
+	const conns = 200
+	for range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write([]byte{'C', 'R'}) // a partial header: the server waits in the handshake
+	}
+	var peak uint64
+	for range 20 {
+		time.Sleep(25 * time.Millisecond)
+		peak = max(peak, heapInUse())
+	}
+	if grown := int64(peak) - int64(before); grown > 24<<20 {
+		t.Fatalf("%d unauthenticated connections grew the heap by %d MiB", conns, grown>>20)
+	}
+}

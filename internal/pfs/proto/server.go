@@ -2,6 +2,7 @@ package proto
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -160,14 +161,22 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 		}
 		nc = tc
 	}
-	br := bufio.NewReaderSize(nc, 256<<10)
-	bw := bufio.NewWriterSize(nc, 256<<10)
-	kind, err := serverHandshake(br, bw, s.Security.Cred)
+	// Small buffers until the peer is authenticated: a stranger costs a
+	// few KiB, not the 512 KiB of a member's connection.
+	hbr, hbw := bufio.NewReaderSize(nc, 1024), bufio.NewWriterSize(nc, 1024)
+	kind, err := serverHandshake(hbr, hbw, s.Security.Cred)
 	if err != nil {
 		s.log().Warn("closing connection", "remote", remote, "reason", "handshake: "+err.Error())
 		return
 	}
 	nc.SetDeadline(time.Time{})
+	var rd io.Reader = nc
+	if n := hbr.Buffered(); n > 0 { // a request sent right behind the proof
+		b, _ := hbr.Peek(n)
+		rd = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
+	}
+	br := bufio.NewReaderSize(rd, 256<<10)
+	bw := bufio.NewWriterSize(nc, 256<<10)
 	ctx = context.WithValue(ctx, kindKey{}, kind)
 	var wmu sync.Mutex
 	inflight := 0 // guarded by wmu: replies not yet written
