@@ -296,3 +296,43 @@ func testCerts(t *testing.T) (certFile, keyFile, caFile string) {
 	write(caFile, "CERTIFICATE", caDER)
 	return
 }
+
+// TestReadOnlyMount: a mount given the read-only credential reads and
+// refuses changes with EROFS.
+func TestReadOnlyMount(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root (or fusermount3); run the tests as root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	fsys := pfstest.Start(t, 1)
+	ctx := ctxT(t)
+	full := client.New(fsys.Meta.Addr, client.WithSecurity(proto.Security{Cred: fsys.Cred}))
+	defer full.Close()
+	if err := put(t, ctx, full, "/r", []byte("readable")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	m, err := launch.Start(ctx, "mount", pfstest.Binary(t), filepath.Join(dir, "mount.log"),
+		"mount", "--meta", fsys.Meta.Addr, "--secret-file", fsys.ReadOnlyFile, mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if m.Stop() != nil {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	if b, err := os.ReadFile(filepath.Join(mnt, "r")); err != nil || string(b) != "readable" {
+		t.Fatalf("read through a read-only mount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "w"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("create through a read-only mount: %v", err)
+	}
+	if err := os.Remove(filepath.Join(mnt, "r")); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("unlink through a read-only mount: %v", err)
+	}
+}
