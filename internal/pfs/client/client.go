@@ -33,6 +33,12 @@ type Client struct {
 // credential in $CORRAL_SECRET_FILE.
 func New(meta string, opts ...Option) *Client {
 	c := &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}}
+	c.pool.Name = func(addr string) string {
+		if addr == meta {
+			return "meta at " + addr
+		}
+		return "I/O server at " + addr
+	}
 	set := false
 	for _, o := range opts {
 		set = o(c) || set

@@ -55,6 +55,11 @@ var errNotSent = errors.New("connection closed by the server as idle before the 
 // the server and the server must prove it back. A failed handshake is an
 // error wrapping ErrAuth that says who refused whom.
 func Dial(ctx context.Context, addr string, sec Security) (*Conn, error) {
+	return dial(ctx, addr, addr, sec)
+}
+
+// dial is Dial with who naming the server in handshake errors.
+func dial(ctx context.Context, addr, who string, sec Security) (*Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -84,7 +89,7 @@ func Dial(ctx context.Context, addr string, sec Security) (*Conn, error) {
 	}
 	br := bufio.NewReaderSize(nc, 256<<10)
 	bw := bufio.NewWriterSize(nc, 256<<10)
-	if err := clientHandshake(br, bw, sec.Cred, addr); err != nil {
+	if err := clientHandshake(br, bw, sec.Cred, who); err != nil {
 		raw.Close()
 		return nil, err
 	}
@@ -260,6 +265,8 @@ type Pool struct {
 	PerServer int
 	// Security is what every connection proves and how it is protected.
 	Security Security
+	// Name, if set, names a server in handshake errors ("meta at ADDR").
+	Name func(addr string) string
 
 	mu    sync.Mutex
 	conns map[string][]*Conn
@@ -307,7 +314,11 @@ func (p *Pool) get(ctx context.Context, addr string) (*Conn, error) {
 	d := &dialing{done: make(chan struct{})}
 	p.dials[k] = d
 	p.mu.Unlock()
-	d.c, d.err = Dial(ctx, addr, p.Security)
+	who := addr
+	if p.Name != nil {
+		who = p.Name(addr)
+	}
+	d.c, d.err = dial(ctx, addr, who, p.Security)
 	p.mu.Lock()
 	delete(p.dials, k)
 	if d.err == nil {
