@@ -350,7 +350,9 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 		if errors.Is(err, ErrBadMagic) || errors.Is(err, ErrVersion) || errors.Is(err, ErrTooBig) {
 			return fmt.Errorf("%w: %s is not a corral server of protocol version %d: %v", ErrAuth, addr, Version, err)
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A server that closes without reading our hello resets the
+		// connection rather than ending it.
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 			return fmt.Errorf("%w: %s closed the connection during the handshake (not a corral server of protocol version %d, or it expects TLS?)", ErrAuth, addr, Version)
 		}
 		return fmt.Errorf("%w: handshake with %s: %v", ErrUnavailable, addr, err)
