@@ -352,8 +352,9 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 		}
 		// A server that closes without reading our hello resets the
 		// connection rather than ending it.
+		// Possibly passing (a server going down): unavailable, not refused.
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return fmt.Errorf("%w: %s closed the connection during the handshake (not a corral server of protocol version %d, or it expects TLS?)", ErrAuth, addr, Version)
+			return fmt.Errorf("%w: %s closed the connection during the handshake (stopping? not a corral server of protocol version %d? expects TLS?)", ErrUnavailable, addr, Version)
 		}
 		return fmt.Errorf("%w: handshake with %s: %v", ErrUnavailable, addr, err)
 	}

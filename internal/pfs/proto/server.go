@@ -89,10 +89,17 @@ func (s *Server) Serve(l net.Listener) error {
 			s.perIP = map[string]int{}
 		}
 		if s.perIP[ip] >= lim.PerIP {
+			s.wg.Add(1)
 			s.mu.Unlock()
-			s.log().Warn("refusing connection", "remote", nc.RemoteAddr().String(),
-				"reason", fmt.Sprintf("%s already holds %d connections (limit %d)", ip, lim.PerIP, lim.PerIP))
-			nc.Close()
+			reason := fmt.Sprintf("%s already holds %d connections (limit %d)", ip, lim.PerIP, lim.PerIP)
+			s.log().Warn("refusing connection", "remote", nc.RemoteAddr().String(), "reason", reason)
+			go func() {
+				defer s.wg.Done()
+				bw := bufio.NewWriterSize(nc, 512)
+				nc.SetDeadline(time.Now().Add(time.Second))
+				refuse(bw, reason)
+				lingerClose(nc)
+			}()
 			continue
 		}
 		s.perIP[ip]++
@@ -299,12 +306,20 @@ func (s *Server) goAway(nc net.Conn, bw *bufio.Writer, wmu *sync.Mutex, handlers
 	if err != nil {
 		return
 	}
+	lingerClose(nc)
+}
+
+// lingerClose ends our side, then reads what the peer still sends for a
+// moment: closing with unread bytes would reset the connection, and the
+// peer could lose what we wrote last.
+func lingerClose(nc net.Conn) {
 	type closeWriter interface{ CloseWrite() error }
 	if cw, ok := nc.(closeWriter); ok {
 		cw.CloseWrite()
 	}
 	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
 	io.Copy(io.Discard, io.LimitReader(nc, 1<<20))
+	nc.Close()
 }
 
 func isReply(op Op) bool { return op < OpLookup }
