@@ -207,7 +207,7 @@ var (
 	// ErrAuth means the handshake failed: wrong or missing secret on either
 	// side, or a peer that is not a corral server. Not retried.
 	ErrAuth = errors.New("authentication failed")
-	// ErrReadOnly is the errno-carrying refusal of a write by a read-only peer.
+	// errReadOnly is the errno of a request a read-only peer may not make.
 	errReadOnly = syscall.EROFS
 )
 
