@@ -41,13 +41,20 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
 	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	var sf secFlags
+	sf.add(c.PersistentFlags(), true)
 	// run gives a subcommand a client and turns its error into coreutils-style
 	// output and exit status 1.
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			cl := client.New(metaAddr)
+			sec, err := sf.security(false)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "corral fs %s: %v\n", cmd.Name(), err)
+				return exitError{1}
+			}
+			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
 			if err := f(ctx, cl, args); err != nil {
@@ -203,7 +210,7 @@ directory). The new file takes its directory's layout unless --stripe-size or
 			return tw.Flush()
 		})}
 
-	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run))
+	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), secretCmd(&sf))
 	return c
 }
 

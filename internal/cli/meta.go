@@ -10,6 +10,8 @@ import (
 
 func metaCmd() *cobra.Command {
 	var listen, data, stripe string
+	var sf secFlags
+	var lf limitFlags
 	c := &cobra.Command{
 		Use:   "meta --listen HOST:PORT --data DIR",
 		Short: "Run the file system's metadata server (name space, attributes, layouts)",
@@ -18,7 +20,12 @@ and each file's layout, in an embedded store (DIR/meta.db, bbolt). Every
 acknowledged change is on disk before the reply leaves.
 
 I/O servers register with it; clients ask it once per file, then talk to the
-I/O servers directly.`,
+I/O servers directly.
+
+At its first start it writes the cluster secret to DIR/cluster.secret (mode
+0600): iods, mounts, nodes and 'corral fs' must be given it (--secret-file or
+CORRAL_SECRET_FILE), or the read-only credential derived from it ('corral fs
+secret --read-only'), to be served.`,
 		Example: "  corral meta --listen 127.0.0.10:7400 --data /var/lib/corral/meta",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -32,14 +39,25 @@ I/O servers directly.`,
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return err
 			}
+			sec, err := sf.security(true)
+			if err != nil {
+				return err
+			}
+			lim, err := lf.limits()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
-			return meta.Run(ctx, listen, meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta")},
+			return meta.Run(ctx, listen, meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
+				Security: sec, Limits: lim},
 				func(a string) { ready("meta", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7400", "address to serve on")
 	c.Flags().StringVar(&data, "data", "corral-data/meta", "directory for the metadata store")
 	c.Flags().StringVar(&stripe, "default-stripe-size", "64K", "stripe size of files whose directories set none")
+	sf.add(c.Flags(), false)
+	lf.add(c.Flags(), "64M")
 	return c
 }

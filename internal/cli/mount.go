@@ -10,6 +10,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/fusefs"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
@@ -17,6 +18,7 @@ func mountCmd() *cobra.Command {
 	var metaAddr string
 	var readOnly, unmount, debug bool
 	var attrTimeout time.Duration
+	var sf secFlags
 	c := &cobra.Command{
 		Use:   "mount [--meta HOST:PORT] [--read-only] MOUNTPOINT",
 		Short: "Mount the file system with FUSE (runs until unmounted or Ctrl-C)",
@@ -46,7 +48,14 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			} else if !fi.IsDir() {
 				return fmt.Errorf("%s: not a directory", dir)
 			}
-			cl := client.New(metaAddr)
+			sec, err := sf.security(false)
+			if err != nil {
+				return err
+			}
+			if sec.Cred.Kind() == proto.KindReadOnly {
+				readOnly = true // the servers would refuse every change anyway
+			}
+			cl := client.New(metaAddr, client.WithSecurity(sec))
 			defer cl.Close()
 			ctx, stop := signalContext()
 			defer stop()
@@ -84,6 +93,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	sf.add(c.Flags(), true)
 	return c
 }
 

@@ -34,6 +34,10 @@ type Config struct {
 	// Advertise is the address clients use (default: the bound address).
 	Advertise string
 	Log       *slog.Logger
+	// Security: the cluster secret (required: meta and clients prove it)
+	// and optional TLS. Limits: see proto.Limits (budget default 256 MiB).
+	Security proto.Security
+	Limits   proto.Limits
 }
 
 // Store is the object store under one data directory.
@@ -283,14 +287,25 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	if addr == "" {
 		addr = l.Addr().String()
 	}
-	var pool proto.Pool
+	if cfg.Security.Cred == nil {
+		l.Close()
+		return fmt.Errorf("no cluster secret: give --secret-file META_DATA/%s (or %s); meta writes it at its first start", proto.SecretFileName, proto.SecretEnv)
+	}
+	if cfg.Security.Cred.Kind() != proto.KindFull {
+		l.Close()
+		return fmt.Errorf("an I/O server needs the cluster secret (META_DATA/%s), not the read-only credential", proto.SecretFileName)
+	}
+	if cfg.Limits.Budget == 0 {
+		cfg.Limits.Budget = 256 << 20
+	}
+	pool := proto.Pool{Security: cfg.Security}
 	defer pool.Close()
 	id, err := st.register(ctx, &pool, cfg.Meta, addr)
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("register with metadata server: %w", err)
 	}
-	srv := &proto.Server{Handler: st, Log: log, MaxInflight: 64}
+	srv := &proto.Server{Handler: st, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
 	go func() {
 		t := time.NewTicker(Heartbeat)
 		defer t.Stop()

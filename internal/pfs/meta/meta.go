@@ -50,6 +50,10 @@ type Config struct {
 	// set one (default layout.DefaultStripeSize).
 	DefaultStripeSize uint32
 	Log               *slog.Logger
+	// Security: the cluster secret (nil: DATA/cluster.secret, created at
+	// the first start) and optional TLS. Limits: see proto.Limits.
+	Security proto.Security
+	Limits   proto.Limits
 }
 
 // Service implements the metadata requests. Create it with Open.
@@ -67,6 +71,8 @@ type Service struct {
 	iodsMu sync.Mutex
 	iods   map[uint32]proto.ServerInfo
 	pool   proto.Pool
+	sec    proto.Security
+	limits proto.Limits
 }
 
 type commit struct {
@@ -81,11 +87,19 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Security.Cred == nil {
+		if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(cfg.Data, proto.SecretFileName)); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	s := &Service{
+		sec: cfg.Security, limits: cfg.Limits,
 		db: db, log: cfg.Log, defSize: cfg.DefaultStripeSize,
 		commits: make(chan *commit, 1024), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
 	}
+	s.pool.Security = cfg.Security
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -973,7 +987,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	if err != nil {
 		return err
 	}
-	srv := &proto.Server{Handler: s, Log: s.log, MaxInflight: 256}
+	srv := &proto.Server{Handler: s, Log: s.log, MaxInflight: 256, Security: s.sec, Limits: s.limits}
 	go func() { <-ctx.Done(); srv.Close() }()
 	if ready != nil {
 		ready(l.Addr().String())
