@@ -8,6 +8,7 @@ package fusefs_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,13 +39,23 @@ var intendedDiffs = map[string]string{
 
 func TestMain(m *testing.M) {
 	if os.Getenv("CORRAL_CONF_HELPER") == "1" {
-		// Run one operation as whoever started us (see asUser).
-		op, ok := userOps[os.Args[1]]
-		if !ok {
-			fmt.Println("unknown helper op", os.Args[1])
+		// Run operations as whoever started us (see asUser): a JSON list
+		// of [op, args...] in, a JSON list of results out.
+		var calls [][]string
+		if err := json.NewDecoder(os.Stdin).Decode(&calls); err != nil {
+			fmt.Println(err)
 			os.Exit(2)
 		}
-		fmt.Print(op(os.Args[2:]...))
+		out := make([]string, len(calls))
+		for i, c := range calls {
+			op, ok := userOps[c[0]]
+			if !ok {
+				fmt.Println("unknown helper op", c[0])
+				os.Exit(2)
+			}
+			out[i] = op(c[1:]...)
+		}
+		json.NewEncoder(os.Stdout).Encode(out)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -109,14 +120,36 @@ func openRes(p string, flags int) string {
 // asUser runs a userOps operation as uid/gid nobody.
 func asUser(t *testing.T, bin string, op string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{op}, args...)...)
+	return asUserBatch(t, bin, [][]string{append([]string{op}, args...)})[0]
+}
+
+// asUserBatch runs userOps operations, [op, args...] each, as nobody in one
+// helper process (starting one per case would be slow under -race).
+func asUserBatch(t *testing.T, bin string, calls [][]string) []string {
+	t.Helper()
+	in, _ := json.Marshal(calls)
+	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "CORRAL_CONF_HELPER=1")
+	cmd.Stdin = bytes.NewReader(in)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("helper %s %v: %v %s", op, args, err, out)
+	out, err := cmd.Output()
+	var res []string
+	if err == nil {
+		err = json.Unmarshal(out, &res)
 	}
-	return string(out)
+	if err != nil || len(res) != len(calls) {
+		t.Fatalf("helper %v: %v %s", calls, err, out)
+	}
+	return res
+}
+
+// userBatch collects the table's non-root operations; each case gets a
+// placeholder that the batch's result replaces.
+type userBatch struct{ calls [][]string }
+
+func (b *userBatch) add(call []string) string {
+	b.calls = append(b.calls, call)
+	return fmt.Sprintf("\x00user%d\x00", len(b.calls)-1)
 }
 
 // helperBinary copies the test binary where nobody may run it.
@@ -221,7 +254,7 @@ type confCase struct {
 
 var long = strings.Repeat("n", 256)
 
-func confCases(helper string) []confCase {
+func confCases(batch *userBatch) []confCase {
 	f := func(r string) { wf(r+"/f", "hello", 0o644) }
 	fd := func(r string) { wf(r+"/f", "hello", 0o644); md(r+"/d", 0o755) }
 	user := func(op string, args ...string) func(t *testing.T, r string) string {
@@ -233,7 +266,7 @@ func confCases(helper string) []confCase {
 					full[i] = a[1:]
 				}
 			}
-			return asUser(t, helper, op, full...)
+			return batch.add(append([]string{op}, full...))
 		}
 	}
 	xset := func(p, name string, v []byte, flags int) string { return res(unix.Setxattr(p, name, v, flags)) }
@@ -845,9 +878,10 @@ func TestConformance(t *testing.T) {
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
 
-	var diffs []string
-	for i, c := range confCases(helper) {
-		var got [2]string
+	var batch userBatch
+	cases := confCases(&batch)
+	got := make([][2]string, len(cases))
+	for i, c := range cases {
 		for j, base := range []string{mnt, local} {
 			r := filepath.Join(base, fmt.Sprintf("c%03d", i))
 			if err := os.Mkdir(r, 0o755); err != nil {
@@ -857,7 +891,18 @@ func TestConformance(t *testing.T) {
 			if c.setup != nil {
 				c.setup(r)
 			}
-			got[j] = strings.ReplaceAll(c.op(t, r), r, "R")
+			got[i][j] = strings.ReplaceAll(c.op(t, r), r, "R")
+		}
+	}
+	userRes := asUserBatch(t, helper, batch.calls)
+	var diffs []string
+	for i, c := range cases {
+		got := got[i]
+		for j := range got {
+			var k int
+			if _, err := fmt.Sscanf(got[j], "\x00user%d\x00", &k); err == nil {
+				got[j] = userRes[k]
+			}
 		}
 		reason, intended := intendedDiffs[c.name]
 		switch {
