@@ -376,13 +376,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		victim.mu.Lock()
 		defer victim.mu.Unlock()
 		if victim.refs > 0 {
-			// Replacing a file that is open here: swap the two
-			// atomically, then unlink the old one as an orphan, so its
-			// open descriptors keep using it until their last close.
-			if err := n.fsys.c.Rename(ctx, n.ino(), name, np, newName, proto.RenameExchange); err != nil {
-				return n.errno("rename", err)
-			}
-			return victim.unlinkOpen(ctx, n.ino(), name)
+			// Replacing a file that is open here: it stays as an orphan
+			// for its open descriptors until their last close.
+			return victim.renameOver(ctx, n.ino(), name, np, newName)
 		}
 	}
 	return n.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))

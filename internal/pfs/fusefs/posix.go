@@ -36,6 +36,26 @@ func (n *node) unlinkOpen(ctx context.Context, parent uint64, name string) sysca
 	if err != nil {
 		return n.errno("unlink", err)
 	}
+	n.orphaned(a)
+	return 0
+}
+
+// renameOver renames (oldParent, oldName) over n, which this mount holds
+// open, in one metadata transaction. Called with n.mu held.
+func (n *node) renameOver(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string) syscall.Errno {
+	r, err := n.fsys.c.Call(ctx, &proto.Rename{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName, Flags: proto.RenameOrphan})
+	if err != nil {
+		return n.errno("rename", err)
+	}
+	if ar, ok := r.(*proto.AttrReply); ok {
+		n.orphaned(ar.Attr)
+	}
+	return 0
+}
+
+// orphaned records that n lost its last name, given its attributes after
+// an unlink or rename. Called with n.mu held.
+func (n *node) orphaned(a proto.Attr) {
 	if a.Nlink == 0 && !n.orphan {
 		n.orphan = true
 		n.fsys.orphansMu.Lock()
@@ -45,7 +65,6 @@ func (n *node) unlinkOpen(ctx context.Context, parent uint64, name string) sysca
 		n.fsys.orphans[n.ino()] = true
 		n.fsys.orphansMu.Unlock()
 	}
-	return 0
 }
 
 func (fsys *filesystem) releaseOrphan(ino uint64) {

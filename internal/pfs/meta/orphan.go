@@ -67,6 +67,74 @@ func (s *Service) unlinkOpen(ctx context.Context, m *proto.UnlinkOpen) (proto.Ms
 	return r, nil
 }
 
+// renameOrphan is rename(2) of a non-directory over another that the
+// sender holds open: one transaction, so both names always resolve, and the
+// replaced file becomes an orphan if this was its last link.
+// It replies with the replaced file's attributes.
+func (s *Service) renameOrphan(ctx context.Context, m *proto.Rename) (proto.Msg, error) {
+	var r proto.Msg
+	err := s.update(ctx, func(t tx) error {
+		for _, n := range []string{m.OldName, m.NewName} {
+			if err := checkName(n); err != nil {
+				return err
+			}
+		}
+		op, err := t.dir(m.OldParent)
+		if err != nil {
+			return err
+		}
+		np, err := t.dir(m.NewParent)
+		if err != nil {
+			return err
+		}
+		if op.Ino == np.Ino {
+			np = op
+		}
+		src, err := t.lookup(m.OldParent, m.OldName)
+		if err != nil {
+			return err
+		}
+		dst, err := t.lookup(m.NewParent, m.NewName)
+		if err != nil {
+			return err
+		}
+		if src.isDir() || dst.isDir() {
+			return proto.Errorf(syscall.EINVAL, "rename: the orphan flag is for files only")
+		}
+		r = attrReply(dst)
+		if src.Ino == dst.Ino {
+			return nil // same file: rename(2) does nothing
+		}
+		if err := t.delChild(op.Ino, m.OldName); err != nil {
+			return err
+		}
+		if err := t.setChild(np.Ino, m.NewName, src.Ino); err != nil {
+			return err
+		}
+		if dst.Nlink > 0 {
+			dst.Nlink--
+		}
+		if dst.Nlink == 0 {
+			if err := t.Bucket(bOrphan).Put(u64key(dst.Ino), u64key(uint64(t.now))); err != nil {
+				return err
+			}
+		}
+		src.Ctime, dst.Ctime = t.now, t.now
+		op.Mtime, op.Ctime, np.Mtime, np.Ctime = t.now, t.now, t.now, t.now
+		for _, n := range []*inode{src, dst, op, np} {
+			if err := t.put(n); err != nil {
+				return err
+			}
+		}
+		r = attrReply(dst)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // freeOrphan deletes orphan ino and queues its objects for reclaim; false if
 // it is no orphan.
 func (t tx) freeOrphan(ino uint64) (bool, error) {

@@ -137,6 +137,23 @@ func TestOrphan(t *testing.T) {
 	call[*proto.OK](t, s, &proto.ReleaseOrphan{Ino: g.Ino})
 	call[*proto.AttrReply](t, s, &proto.GetAttr{Ino: g.Ino})
 
+	// Rename over an open file: one transaction, the replaced file an orphan.
+	a1 := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "a1", Mode: 0o644}).Attr
+	b1 := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "b1", Mode: 0o644}).Attr
+	if a := call[*proto.AttrReply](t, s, &proto.Rename{OldParent: RootIno, OldName: "a1", NewParent: RootIno, NewName: "b1", Flags: proto.RenameOrphan}).Attr; a.Ino != b1.Ino || a.Nlink != 0 {
+		t.Fatalf("replaced file: %+v", a)
+	}
+	if a := call[*proto.AttrReply](t, s, &proto.Lookup{Parent: RootIno, Name: "b1"}).Attr; a.Ino != a1.Ino {
+		t.Fatalf("b1 is inode %d, want %d", a.Ino, a1.Ino)
+	}
+	errno(t, s, &proto.Lookup{Parent: RootIno, Name: "a1"}, syscall.ENOENT)
+	call[*proto.AttrReply](t, s, &proto.GetAttr{Ino: b1.Ino})
+	call[*proto.OK](t, s, &proto.ReleaseOrphan{Ino: b1.Ino})
+	errno(t, s, &proto.GetAttr{Ino: b1.Ino}, syscall.ENOENT)
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "dd", Mode: 0o755})
+	errno(t, s, &proto.Rename{OldParent: RootIno, OldName: "b1", NewParent: RootIno, NewName: "dd", Flags: proto.RenameOrphan}, syscall.EINVAL)
+	errno(t, s, &proto.Rename{OldParent: RootIno, OldName: "b1", NewParent: RootIno, NewName: "none", Flags: proto.RenameOrphan}, syscall.ENOENT)
+
 	// Orphans of a crashed mount expire unless renewed.
 	h := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "h", Mode: 0o644}).Attr
 	k := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "k", Mode: 0o644}).Attr

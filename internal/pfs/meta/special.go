@@ -19,6 +19,11 @@ func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, 
 			return nil, checkName(m.Name), true
 		}
 		return nil, nil, false
+	case *proto.Rename:
+		if m.Flags != proto.RenameOrphan {
+			return nil, nil, false
+		}
+		r, err = s.renameOrphan(ctx, m)
 	case *proto.Mknod:
 		r, err = s.mknod(ctx, m)
 	case *proto.SetXattr:

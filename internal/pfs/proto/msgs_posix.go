@@ -29,6 +29,11 @@ const (
 	XattrListMax = 64 << 10
 )
 
+// RenameOrphan is a Rename flag for a mount that holds the file being
+// replaced open: if the rename removes its last link, it stays as an orphan
+// (see UnlinkOpen) instead of being freed. Both names must be non-directories.
+const RenameOrphan uint32 = 1 << 8
+
 // SetXattr flags, as setxattr(2).
 const (
 	XattrCreate  uint32 = 1
