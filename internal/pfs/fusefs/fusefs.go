@@ -127,26 +127,20 @@ type node struct {
 }
 
 var (
-	_ fs.NodeLookuper      = (*node)(nil)
-	_ fs.NodeGetattrer     = (*node)(nil)
-	_ fs.NodeSetattrer     = (*node)(nil)
-	_ fs.NodeReaddirer     = (*node)(nil)
-	_ fs.NodeMkdirer       = (*node)(nil)
-	_ fs.NodeRmdirer       = (*node)(nil)
-	_ fs.NodeUnlinker      = (*node)(nil)
-	_ fs.NodeRenamer       = (*node)(nil)
-	_ fs.NodeCreater       = (*node)(nil)
-	_ fs.NodeOpener        = (*node)(nil)
-	_ fs.NodeSymlinker     = (*node)(nil)
-	_ fs.NodeReadlinker    = (*node)(nil)
-	_ fs.NodeLinker        = (*node)(nil)
-	_ fs.NodeStatfser      = (*node)(nil)
-	_ fs.NodeMknoder       = (*node)(nil)
-	_ fs.NodeFsyncer       = (*node)(nil)
-	_ fs.NodeGetxattrer    = (*node)(nil)
-	_ fs.NodeSetxattrer    = (*node)(nil)
-	_ fs.NodeListxattrer   = (*node)(nil)
-	_ fs.NodeRemovexattrer = (*node)(nil)
+	_ fs.NodeLookuper   = (*node)(nil)
+	_ fs.NodeGetattrer  = (*node)(nil)
+	_ fs.NodeSetattrer  = (*node)(nil)
+	_ fs.NodeReaddirer  = (*node)(nil)
+	_ fs.NodeMkdirer    = (*node)(nil)
+	_ fs.NodeRmdirer    = (*node)(nil)
+	_ fs.NodeUnlinker   = (*node)(nil)
+	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeCreater    = (*node)(nil)
+	_ fs.NodeOpener     = (*node)(nil)
+	_ fs.NodeSymlinker  = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeLinker     = (*node)(nil)
+	_ fs.NodeStatfser   = (*node)(nil)
 )
 
 // detachNote: every operation runs to completion even when the kernel
@@ -504,12 +498,11 @@ type handle struct {
 }
 
 var (
-	_ fs.FileReader    = (*handle)(nil)
-	_ fs.FileWriter    = (*handle)(nil)
-	_ fs.FileFlusher   = (*handle)(nil)
-	_ fs.FileFsyncer   = (*handle)(nil)
-	_ fs.FileReleaser  = (*handle)(nil)
-	_ fs.FileAllocater = (*handle)(nil)
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

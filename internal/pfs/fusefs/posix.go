@@ -12,6 +12,16 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
+var (
+	_ fs.NodeMknoder       = (*node)(nil)
+	_ fs.NodeFsyncer       = (*node)(nil)
+	_ fs.NodeGetxattrer    = (*node)(nil)
+	_ fs.NodeSetxattrer    = (*node)(nil)
+	_ fs.NodeListxattrer   = (*node)(nil)
+	_ fs.NodeRemovexattrer = (*node)(nil)
+	_ fs.FileAllocater     = (*handle)(nil)
+)
+
 // maxName is NAME_MAX: a longer name is ENAMETOOLONG on every call, as ext4.
 const maxName = 255
 
