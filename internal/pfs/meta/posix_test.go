@@ -16,6 +16,8 @@ func TestLookupNameTooLong(t *testing.T) {
 	s := open(t)
 	errno(t, s, &proto.Lookup{Parent: RootIno, Name: strings.Repeat("x", 256)}, syscall.ENAMETOOLONG)
 	errno(t, s, &proto.Lookup{Parent: RootIno, Name: strings.Repeat("x", 255)}, syscall.ENOENT)
+	errno(t, s, &proto.Walk{Path: "/a/" + strings.Repeat("x", 256) + "/b"}, syscall.ENAMETOOLONG)
+	errno(t, s, &proto.Walk{Path: "/" + strings.Repeat("x", 255)}, syscall.ENOENT)
 }
 
 func TestMknod(t *testing.T) {

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -17,6 +18,13 @@ func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, 
 		// ext4 says a name over 255 bytes is too long, not absent.
 		if len(m.Name) > maxName {
 			return nil, checkName(m.Name), true
+		}
+		return nil, nil, false
+	case *proto.Walk:
+		for _, c := range strings.Split(m.Path, "/") {
+			if len(c) > maxName {
+				return nil, checkName(c), true
+			}
 		}
 		return nil, nil, false
 	case *proto.Rename:
