@@ -161,6 +161,10 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, err
 		}
 		return &proto.SizeReply{Size: uint64(fi.Size())}, nil
+	case *proto.Punch:
+		return nil, s.punch(m)
+	case *proto.Alloc:
+		return nil, s.alloc(m)
 	}
 	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("an I/O server does not serve op %d", req.Op()))
 }

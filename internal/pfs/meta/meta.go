@@ -123,6 +123,7 @@ func Open(cfg Config) (*Service, error) {
 	s.wg.Add(2)
 	go s.committer()
 	go s.reclaimer()
+	s.startPosix()
 	return s, nil
 }
 
@@ -222,6 +223,9 @@ func exists(name string) error {
 
 // Handle serves one request.
 func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if r, err, ok := s.handlePosix(ctx, req); ok {
+		return r, err
+	}
 	switch m := req.(type) {
 	case *proto.Lookup:
 		var r proto.Msg

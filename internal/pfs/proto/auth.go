@@ -399,6 +399,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 var readOnlyOps = map[Op]bool{
 	OpLookup: true, OpWalk: true, OpGetAttr: true, OpReaddir: true, OpReadlink: true,
 	OpStatfs: true, OpServers: true, OpRead: true, OpObjStat: true,
+	OpGetXattr: true, OpListXattr: true,
 }
 
 type kindKey struct{}

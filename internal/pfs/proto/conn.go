@@ -389,7 +389,8 @@ func Idempotent(op Op) bool {
 	switch op {
 	case OpLookup, OpWalk, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
 		OpServers, OpRegister, OpSetLayout,
-		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat:
+		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat,
+		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc:
 		return true
 	}
 	return false
@@ -402,6 +403,9 @@ var opNames = map[Op]string{
 	OpReadlink: "readlink", OpSetLayout: "setlayout", OpStatfs: "statfs",
 	OpRegister: "register", OpServers: "servers", OpRead: "read", OpWrite: "write",
 	OpTruncate: "truncate", OpSync: "sync", OpRemove: "remove", OpObjStat: "objstat",
+	OpMknod: "mknod", OpSetXattr: "setxattr", OpGetXattr: "getxattr", OpListXattr: "listxattr",
+	OpRemoveXattr: "removexattr", OpUnlinkOpen: "unlink-open", OpReleaseOrphan: "release-orphan",
+	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc",
 }
 
 func opName(op Op) string {

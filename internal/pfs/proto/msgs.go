@@ -123,7 +123,7 @@ func New(op Op) Msg {
 	case OpObjStat:
 		return &ObjStat{}
 	}
-	return nil
+	return newPosix(op)
 }
 
 // Decode parses a payload for op, rejecting unknown ops, short payloads and

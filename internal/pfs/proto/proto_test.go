@@ -36,7 +36,7 @@ func samples() []Msg {
 
 func TestRoundTrip(t *testing.T) {
 	seen := map[Op]bool{}
-	for _, m := range samples() {
+	for _, m := range append(samples(), posixSamples()...) {
 		seen[m.Op()] = true
 		var buf bytes.Buffer
 		if err := WriteFrame(&buf, 42, m); err != nil {
