@@ -19,8 +19,6 @@ const (
 	OpServerR Op = 7 // ServersReply
 	OpData    Op = 8 // DataReply
 	OpSize    Op = 9 // SizeReply
-	OpObjects Op = 15 // ObjectsReply
-	OpRefs    Op = 16 // RefsReply
 
 	// Metadata requests.
 	OpLookup    Op = 20
@@ -40,10 +38,6 @@ const (
 	OpStatfs    Op = 34
 	OpRegister  Op = 35
 	OpServers   Op = 36
-	// OpReplace accepts an empty disk as a lost server (ReplaceServer).
-	OpReplace Op = 37
-	// OpRefCheck asks which objects files still reference (RefCheck).
-	OpRefCheck Op = 38
 
 	// I/O server requests.
 	OpRead     Op = 50
@@ -52,8 +46,6 @@ const (
 	OpSync     Op = 53
 	OpRemove   Op = 54
 	OpObjStat  Op = 55
-	OpList     Op = 58 // ListObjects
-	OpIdentify Op = 59 // Identify
 )
 
 // Msg is one message body.

@@ -2,6 +2,15 @@ package proto
 
 // Messages of I/O server identity, replacement and garbage collection.
 
+const (
+	OpObjects  Op = 15 // ObjectsReply
+	OpRefs     Op = 16 // RefsReply
+	OpReplace  Op = 37 // ReplaceServer: accept an empty disk as a lost server
+	OpRefCheck Op = 38 // RefCheck: which objects files still reference
+	OpList     Op = 58 // ListObjects (I/O server)
+	OpIdentify Op = 59 // Identify (I/O server)
+)
+
 // AnyIndex in an ObjRef stands for an object of a data directory made before
 // objects carried their stripe index: it may hold any index of its file.
 const AnyIndex = ^uint32(0)
