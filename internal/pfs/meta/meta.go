@@ -49,11 +49,12 @@ type Config struct {
 	// DefaultStripeSize applies where neither the file nor its directories
 	// set one (default layout.DefaultStripeSize).
 	DefaultStripeSize uint32
+	Log               *slog.Logger
+
 	// Reserve is the percentage of an I/O server's capacity kept free: a
 	// server with less free space gets no new files (0: DefaultReserve;
 	// negative: none).
 	Reserve float64
-	Log     *slog.Logger
 }
 
 // Service implements the metadata requests. Create it with Open.
