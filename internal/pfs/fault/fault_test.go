@@ -307,4 +307,3 @@ func (c *cluster) waitState(id uint32, state string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
