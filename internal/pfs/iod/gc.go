@@ -3,6 +3,7 @@ package iod
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,8 +62,8 @@ func (s *Store) objects() ([]proto.ObjectInfo, error) {
 		}
 		for _, e := range ents {
 			r, ok := parseObject(e.Name(), id.legacy)
-			if !ok || !e.Type().IsRegular() {
-				continue
+			if !ok || !e.Type().IsRegular() || fmt.Sprintf("%02x", r.Ino&0xff) != d.Name() {
+				continue // not an object: no request can reach it
 			}
 			fi, err := e.Info()
 			if err != nil {
