@@ -66,7 +66,7 @@ func TestFullDisk(t *testing.T) {
 		}
 	}
 
-	c.waitState(small, "up") // its space back, as the next heartbeat reports
+	c.waitState(small, "up")                        // its space back, as the next heartbeat reports
 	c.mustPut("/a", 6<<20, "--stripe-count", "all") // 2 MiB each: the small one half full
 	c.mustPut("/b", 3<<20, "--stripe-count", "all") // 1 MiB more: 25 % free, under the 30 % reserve
 	c.waitState(small, "full")
