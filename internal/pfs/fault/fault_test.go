@@ -24,6 +24,18 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
+// binary is the corral command under test: this tree's, or the one
+// CORRAL_FAULT_BIN names (to run these tests against an older build and see
+// which of its defects they catch).
+func binary(t *testing.T) string {
+	if b := os.Getenv("CORRAL_FAULT_BIN"); b != "" {
+		return b
+	}
+	return pfstest.Binary(t)
+}
+
+func oldBuild() bool { return os.Getenv("CORRAL_FAULT_BIN") != "" }
+
 // proc is a daemon started without waiting for it to serve (an I/O server
 // that must wait is the point of several tests).
 type proc struct {
@@ -40,7 +52,7 @@ func spawn(t *testing.T, name string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(pfstest.Binary(t), args...)
+	cmd := exec.Command(binary(t), args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -106,6 +118,24 @@ func (p *proc) waitLog(t *testing.T, s string, within time.Duration) {
 	}
 }
 
+// waitAny waits until the log contains one of ss and returns it.
+func (p *proc) waitAny(t *testing.T, within time.Duration, ss ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		log := p.logText()
+		for _, s := range ss {
+			if strings.Contains(log, s) {
+				return s
+			}
+		}
+		if time.Now().After(deadline) || p.exited() {
+			t.Fatalf("%s: none of %q in its log", p.name, ss)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (p *proc) waitReady(t *testing.T) {
 	t.Helper()
 	p.waitLog(t, ": listening on ", 30*time.Second)
@@ -148,21 +178,29 @@ func newCluster(t *testing.T, n int, metaArgs ...string) *cluster {
 }
 
 func (c *cluster) startMeta() *proc {
-	c.meta = spawn(c.t, "meta", append([]string{"meta", "--listen", c.metaAddr, "--data", filepath.Join(c.dir, "meta")}, c.metaArgs...)...)
+	args := []string{"meta", "--listen", c.metaAddr, "--data", filepath.Join(c.dir, "meta")}
+	if !oldBuild() {
+		args = append(args, c.metaArgs...)
+	}
+	c.meta = spawn(c.t, "meta", args...)
 	return c.meta
 }
 
 func (c *cluster) iodDir(i int) string { return filepath.Join(c.dir, fmt.Sprintf("iod%d", i+1)) }
 
 func (c *cluster) startIOD(i int, extra ...string) *proc {
-	args := append([]string{"iod", "--listen", c.iodAddrs[i], "--data", c.iodDir(i), "--meta", c.metaAddr, "--heartbeat", "300ms"}, extra...)
+	args := []string{"iod", "--listen", c.iodAddrs[i], "--data", c.iodDir(i), "--meta", c.metaAddr}
+	if !oldBuild() {
+		args = append(args, "--heartbeat", "300ms") // an older build has no such flag
+	}
+	args = append(args, extra...)
 	c.iods[i] = spawn(c.t, fmt.Sprintf("iod%d", i+1), args...)
 	return c.iods[i]
 }
 
 // fs runs `corral fs ARGS` and returns its output and exit status.
 func (c *cluster) fs(args ...string) (string, int) {
-	cmd := exec.Command(pfstest.Binary(c.t), append([]string{"fs", "--meta", c.metaAddr}, args...)...)
+	cmd := exec.Command(binary(c.t), append([]string{"fs", "--meta", c.metaAddr}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -281,6 +319,10 @@ func (c *cluster) serverID(i int) uint32 {
 	c.t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.iodDir(i), "identity"))
 	if err != nil {
+		// An older build keeps the ID alone, 4 bytes big-endian.
+		if old, oerr := os.ReadFile(filepath.Join(c.iodDir(i), "id")); oerr == nil && len(old) == 4 {
+			return uint32(old[0])<<24 | uint32(old[1])<<16 | uint32(old[2])<<8 | uint32(old[3])
+		}
 		c.t.Fatal(err)
 	}
 	m := regexp.MustCompile(`server (\d+)`).FindSubmatch(b)
@@ -298,6 +340,10 @@ func (c *cluster) waitState(id uint32, state string) {
 	deadline := time.Now().Add(40 * time.Second)
 	for {
 		out := c.mustFS("servers")
+		if !strings.Contains(out, "STATE") {
+			time.Sleep(2 * time.Second) // an older build shows no states: give it time
+			return
+		}
 		if m := re.FindStringSubmatch(out); m != nil && m[1] == state {
 			return
 		}

@@ -52,6 +52,14 @@ func TestIODRestartedOnEmptyDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	iod := c.startIOD(1)
+	// This build waits for `servers replace`; an older one served at once.
+	iod.waitAny(t, 20*time.Second, "corral fs servers replace", ": listening on ")
+
+	// Files spanning the lost server fail clearly; none reads wrong.
+	failed := c.verify()
+	if t.Failed() {
+		t.FailNow()
+	}
 	iod.waitLog(t, "corral fs servers replace", 20*time.Second)
 	if iod.exited() {
 		t.Fatal("iod on the empty directory exited instead of waiting")
@@ -61,9 +69,6 @@ func TestIODRestartedOnEmptyDirectory(t *testing.T) {
 	if strings.Count(out, c.iodAddrs[1]) != 1 {
 		t.Fatalf("address %s listed more than once:\n%s", c.iodAddrs[1], out)
 	}
-
-	// Files spanning the lost server fail clearly; none reads wrong.
-	failed := c.verify()
 	for p := range c.files {
 		if slices.Contains(c.servers(p), victim) != slices.Contains(failed, p) {
 			t.Errorf("%s on %v: read failed %v", p, c.servers(p), slices.Contains(failed, p))
