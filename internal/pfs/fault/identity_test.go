@@ -1,11 +1,13 @@
 package fault
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -18,10 +20,19 @@ func TestIODStartsBeforeMeta(t *testing.T) {
 	c.iods = []*proc{nil}
 	iod := c.startIOD(0)
 	node := spawn(t, "node", "node", "--listen", "127.0.0.1:0", "--meta", c.metaAddr)
+	var mount *proc
+	mnt := t.TempDir()
+	if canMount() {
+		t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) }) // runs after the mount's stop
+		mount = spawn(t, "mount", "mount", "--meta", c.metaAddr, mnt)
+	}
 	iod.waitLog(t, "waiting for meta at "+c.metaAddr, 20*time.Second)
 	node.waitLog(t, "waiting for meta at "+c.metaAddr, 20*time.Second)
+	if mount != nil {
+		mount.waitLog(t, "waiting for meta at "+c.metaAddr, 20*time.Second)
+	}
 	time.Sleep(time.Second) // a few retries: still waiting, not gone
-	if iod.exited() || node.exited() {
+	if iod.exited() || node.exited() || (mount != nil && mount.exited()) {
 		t.Fatal("a daemon exited while meta was not up")
 	}
 	if n := strings.Count(iod.logText(), "waiting for meta"); n != 1 {
@@ -34,6 +45,26 @@ func TestIODStartsBeforeMeta(t *testing.T) {
 	if failed := c.verify(); len(failed) > 0 {
 		t.Fatalf("unreadable: %v", failed)
 	}
+	if mount != nil {
+		mount.waitReady(t)
+		b, err := os.ReadFile(filepath.Join(mnt, "f"))
+		if err != nil || !bytes.Equal(b, c.files["/f"]) {
+			t.Fatalf("read through the mount: %d bytes, %v", len(b), err)
+		}
+	}
+}
+
+// canMount reports whether a FUSE mount can be made here (root, /dev/fuse).
+func canMount() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // An I/O server restarted on an empty data directory at its old address
