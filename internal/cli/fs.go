@@ -224,7 +224,7 @@ put that fails leaves nothing behind.`,
 func parseCount(s string) (uint32, error) {
 	var n uint32
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 1 || n > layout.MaxServers || fmt.Sprint(n) != s {
-		return 0, fmt.Errorf("invalid stripe count %q (want 1..%d)", s, layout.MaxServers)
+		return 0, fmt.Errorf("invalid stripe count %q (want 1..%d, or all)", s, layout.MaxServers)
 	}
 	return n, nil
 }

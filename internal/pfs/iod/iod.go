@@ -134,15 +134,28 @@ func (s *Store) missing(k objKey, op string) error {
 		id.id, op, k.ino, k.idx))
 }
 
+// openExisting opens object k under its name, or its legacy name, with
+// flag; an error wrapping os.ErrNotExist when it does not exist. The common
+// case costs one open, as before objects had indexes.
+func (s *Store) openExisting(k objKey, flag int) (*os.File, error) {
+	f, err := os.OpenFile(s.path(k), flag, 0)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	if id, _ := s.identity(); id.legacy && k.idx != 0 {
+		if lf, lerr := os.OpenFile(s.path(objKey{ino: k.ino}), flag, 0); lerr == nil {
+			return lf, nil
+		}
+	}
+	return nil, err
+}
+
 // open opens object k for writing, creating it (and its directory) if
 // needed, unless it was lost.
 func (s *Store) open(k objKey, op string) (*os.File, error) {
-	p, ok, err := s.resolve(k)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		return os.OpenFile(p, os.O_RDWR, 0)
+	f, err := s.openExisting(k, os.O_RDWR)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return f, err
 	}
 	if err := s.missing(k, op); err != nil {
 		return nil, err
@@ -180,16 +193,12 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("read of %d bytes over the limit of %d", m.Len, proto.MaxIO))
 		}
 		k := objKey{m.Handle, m.Index}
-		p, ok, err := s.resolve(k)
-		if err == nil && !ok {
+		f, err := s.openExisting(k, os.O_RDONLY)
+		if errors.Is(err, os.ErrNotExist) {
 			if err := s.missing(k, "read"); err != nil {
 				return nil, err
 			}
 			return &proto.DataReply{}, nil // never written: a hole
-		}
-		var f *os.File
-		if err == nil {
-			f, err = os.Open(p)
 		}
 		if err != nil {
 			return nil, err
@@ -307,14 +316,10 @@ func (s *Store) remove(k objKey) error {
 }
 
 func (s *Store) sync(k objKey) error {
-	p, ok, err := s.resolve(k)
-	if err != nil {
-		return err
-	}
-	if !ok {
+	f, err := s.openExisting(k, os.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
@@ -331,7 +336,7 @@ func (s *Store) sync(k objKey) error {
 		return nil
 	}
 	// A new object's directory entry must be durable too.
-	d, err := os.Open(filepath.Dir(p))
+	d, err := os.Open(filepath.Dir(s.path(k)))
 	if err != nil {
 		return err
 	}
