@@ -390,7 +390,7 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 	return nil
 }
 
-func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts) (err error) {
+func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts) error {
 	src, err := os.Open(local)
 	if err != nil {
 		return err
@@ -411,78 +411,11 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 		}
 		return err
 	}
-	// Written under a temporary name, renamed over remote when on disk: a
-	// failed put leaves neither a partial file nor its objects (the
-	// metadata server reclaims those of the removed temporary).
-	base := path.Base("/" + remote)
-	if len(base) > 200 {
-		base = base[:200] // the temporary name must fit 255 bytes too
-	}
-	tmp := path.Join(path.Dir("/"+remote), fmt.Sprintf(".%s.corral-put-%d", base, time.Now().UnixNano()))
-	o.Excl = true
-	f, err := cl.CreatePath(ctx, tmp, uint32(fi.Mode().Perm()), o)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			pe.Path = remote
-		}
+	// WriteFile writes under a temporary name, renamed over remote when on
+	// disk: a failed put leaves neither a partial file nor its objects.
+	bar := newProgress("put "+filepath.Base(local), fi.Size())
+	if err := cl.WriteFile(ctx, remote, src, uint32(fi.Mode().Perm()), o, bar.set); err != nil {
 		return err
-	}
-	closed := false
-	defer func() {
-		if err == nil {
-			return
-		}
-		if !closed {
-			f.Close()
-		}
-		// The caller's ctx may be what failed (Ctrl-C): clean up anyway.
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if rerr := cl.Remove(cctx, tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			fmt.Fprintf(os.Stderr, "corral fs put: could not remove the partial copy %s: %s\n", tmp, errText(rerr))
-		}
-	}()
-	err = copyInto(ctx, f, src, remote, fi.Size(), filepath.Base(local))
-	if err != nil {
-		return err
-	}
-	closed = true
-	if err = f.Close(); err != nil {
-		return &fs.PathError{Op: "close", Path: remote, Err: err}
-	}
-	if err = cl.RenamePath(ctx, tmp, remote, false); err != nil {
-		return err
-	}
-	return nil
-}
-
-// copyInto writes src into f from offset 0.
-func copyInto(ctx context.Context, f *client.File, src io.Reader, remote string, size int64, label string) error {
-	bar := newProgress("put "+label, size)
-	buf := make([]byte, transferBuf)
-	var off int64
-	for {
-		n, rerr := io.ReadFull(src, buf)
-		if n > 0 {
-			if _, err := f.WriteAt(buf[:n], off); err != nil {
-				return &fs.PathError{Op: "write", Path: remote, Err: err}
-			}
-			off += int64(n)
-			bar.set(off)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			return rerr
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-	}
-	if err := f.Sync(ctx); err != nil {
-		return &fs.PathError{Op: "write", Path: remote, Err: err}
 	}
 	bar.done()
 	return nil
