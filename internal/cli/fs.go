@@ -371,6 +371,9 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 	addr := map[uint32]string{}
 	for _, s := range ss {
 		addr[s.ID] = s.Addr
+		if s.State != proto.ServerUp {
+			addr[s.ID] += " (" + proto.StateName(s.State) + ")"
+		}
 	}
 	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers}
 	units := (int64(a.Size) + int64(a.StripeSize) - 1) / int64(a.StripeSize)
