@@ -92,6 +92,14 @@ func (s *Service) awaitServers(ctx context.Context) {
 // imported to keep the packages apart).
 const iodHeartbeat = 5 * time.Second
 
+// heardSince reports whether server id has registered since this start.
+func (s *Service) heardSince(id uint32) bool {
+	s.iodsMu.Lock()
+	defer s.iodsMu.Unlock()
+	_, ok := s.heard[id]
+	return ok
+}
+
 func (s *Service) lookupServer(id uint32) (proto.ServerInfo, bool) {
 	s.iodsMu.Lock()
 	defer s.iodsMu.Unlock()
@@ -226,9 +234,23 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 	if !known {
 		return nil, proto.Errorf(syscall.ENOENT, fmt.Sprintf("register: I/O server id %d is unknown to this metadata server (cluster %s); was its data directory made for another file system?", m.ID, s.cluster))
 	}
-	if x, ok := s.owner(m.Addr, m.ID); ok {
-		return nil, proto.Errorf(syscall.EEXIST, fmt.Sprintf("register: I/O server %d registers at %s, which belongs to I/O server %d: each server needs its own address (if server %d is gone for good, keep the new one on its old address %s)",
-			m.ID, m.Addr, x.ID, x.ID, cur.Addr))
+	if cur.Addr != m.Addr {
+		if x, ok := s.owner(m.Addr, m.ID); ok {
+			return nil, proto.Errorf(syscall.EEXIST, fmt.Sprintf("register: I/O server %d registers at %s, which belongs to I/O server %d: each server needs its own address (if server %d is gone for good, keep the new one on its old address %s)",
+				m.ID, m.Addr, x.ID, x.ID, cur.Addr))
+		}
+	} else if !s.heardSince(m.ID) {
+		// Stores from before identity checks may list a second ID at this
+		// address (an iod restarted on an empty directory got a new one):
+		// the older ID's objects are gone, whatever serves here now.
+		for _, x := range s.servers() {
+			if x.ID != m.ID && x.Addr == m.Addr && x.State != proto.ServerLost {
+				raw, _ := s.lookupServer(x.ID)
+				if err := s.markLost(ctx, raw, fmt.Sprintf("its address %s is served by I/O server %d", m.Addr, m.ID)); err != nil {
+					return nil, err
+				}
+			}
+		}
 	}
 	si := cur
 	si.Addr, si.Capacity, si.Free, si.Seen = m.Addr, m.Capacity, m.Free, now

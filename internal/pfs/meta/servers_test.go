@@ -186,3 +186,32 @@ func TestRefCheck(t *testing.T) {
 		t.Fatal("object of an unlinked file still referenced")
 	}
 }
+
+// A store from before identity checks may list two IDs at one address (an
+// iod restarted on an empty directory got a second one). The server whose
+// directory serves there now registers; the older ID is marked lost.
+func TestDuplicateAddressFromOldStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Data: dir, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, si := range []proto.ServerInfo{{ID: 2, Addr: "127.0.0.1:5"}, {ID: 4, Addr: "127.0.0.1:5"}} {
+		if err := s.persistServer(context.Background(), &si, false, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.Cluster()
+	s.Close()
+	s, err = Open(Config{Data: dir, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := register(t, s, &proto.Register{ID: 4, Addr: "127.0.0.1:5", Cluster: c}); err != nil {
+		t.Fatalf("server 4 at its recorded address: %v", err)
+	}
+	if st := stateOf(t, s, 2); st != proto.ServerLost {
+		t.Fatalf("server 2 sharing its address: %s, want lost", proto.StateName(st))
+	}
+}
