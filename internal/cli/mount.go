@@ -26,7 +26,8 @@ func mountCmd() *cobra.Command {
 		Long: `Mount the parallel file system at MOUNTPOINT so that ordinary tools work on
 it. The command stays in the foreground serving the mount; Ctrl-C or SIGTERM
 unmounts. A mount whose process was killed leaves a dead mount point: clean it
-with 'corral mount --unmount MOUNTPOINT'.
+with 'corral mount --unmount MOUNTPOINT'. Started before the metadata server,
+it waits for it ("waiting for meta at ADDR"), retrying with backoff.
 
 Consistency is close-to-open: what one client wrote and closed, another sees
 when it next opens the file. As root the mount is made directly (no

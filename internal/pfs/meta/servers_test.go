@@ -215,3 +215,22 @@ func TestDuplicateAddressFromOldStore(t *testing.T) {
 		t.Fatalf("server 2 sharing its address: %s, want lost", proto.StateName(st))
 	}
 }
+
+// Stored server records are decoded in two formats; no input may crash it.
+func FuzzDecodeServer(f *testing.F) {
+	f.Add(encodeServer(proto.ServerInfo{ID: 3, Addr: "127.0.0.1:1", State: proto.ServerLost, Base: 9}))
+	e := proto.Enc{}
+	e.U32(1)
+	e.U32(7)
+	e.Str("a:1")
+	e.U64(1)
+	e.U64(2)
+	e.I64(3)
+	f.Add(e.B)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		si, err := decodeServer(b)
+		if err == nil && si.Addr == "" && si.ID == 0 && len(b) > 64 {
+			t.Logf("decoded an empty record from %d bytes", len(b))
+		}
+	})
+}
