@@ -2,8 +2,11 @@
 // local object file (dense, see package layout) and serves byte ranges of it.
 //
 // Objects live at DATA/objects/XX/INO (stripe index 0) or XX/INO.K (stripe
-// index K), where XX spreads them over 256 directories. Writes go to the page cache; Sync (sent by clients on fsync and
-// close) makes them durable, including the directory entry of a new object.
+// index K), where XX spreads them over 256 directories. Writes go to the page
+// cache; Sync (sent by clients on fsync and close) makes them durable,
+// including the directory entry of a new object. The data directory carries
+// its identity (identity.go); until the metadata server accepts it, requests
+// are refused.
 package iod
 
 import (
