@@ -38,6 +38,18 @@ func TestIODStartsBeforeMeta(t *testing.T) {
 	if n := strings.Count(iod.logText(), "waiting for meta"); n != 1 {
 		t.Errorf("iod logged the wait %d times, want once", n)
 	}
+	// Ctrl-C still stops a waiting daemon, cleanly.
+	other := spawn(t, "iod-interrupted", "iod", "--listen", "127.0.0.1:0", "--data", filepath.Join(c.dir, "other"), "--meta", c.metaAddr)
+	other.waitLog(t, "waiting for meta", 20*time.Second)
+	other.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-other.done:
+		if code := other.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("interrupted while waiting: exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a waiting iod ignored SIGINT")
+	}
 	c.startMeta()
 	iod.waitReady(t)
 	node.waitLog(t, "metadata server reachable", 20*time.Second)
