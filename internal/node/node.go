@@ -239,6 +239,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
+	go s.watchMeta(ctx)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

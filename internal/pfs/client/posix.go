@@ -104,12 +104,12 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 	}
 	f.gen++ // read-ahead of every handle is stale now
 	if mode&(FallocPunchHole|FallocZeroRange) != 0 {
-		if err := f.objects(ctx, off, n, func(h, o, l uint64) proto.Msg { return &proto.Punch{Handle: h, Off: o, Len: l} }); err != nil {
+		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg { return &proto.Punch{Handle: h, Index: k, Off: o, Len: l} }); err != nil {
 			return err
 		}
 	}
 	if mode&FallocPunchHole == 0 {
-		if err := f.objects(ctx, off, n, func(h, o, l uint64) proto.Msg { return &proto.Alloc{Handle: h, Off: o, Len: l} }); err != nil {
+		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg { return &proto.Alloc{Handle: h, Index: k, Off: o, Len: l} }); err != nil {
 			return err
 		}
 	}
@@ -129,7 +129,7 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 // file range [off, off+n). Objects are dense, so that is one contiguous
 // range per object: from its size for a file of size off to its size for a
 // file of size off+n. Called with f.mu held.
-func (f *File) objects(ctx context.Context, off, n int64, mk func(handle, off, n uint64) proto.Msg) error {
+func (f *File) objects(ctx context.Context, off, n int64, mk func(handle uint64, index uint32, off, n uint64) proto.Msg) error {
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup
 	for k, a := range f.addrs {
@@ -141,7 +141,7 @@ func (f *File) objects(ctx context.Context, off, n int64, mk func(handle, off, n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := mk(f.ino, uint64(lo), uint64(hi-lo))
+			req := mk(f.ino, uint32(k), uint64(lo), uint64(hi-lo))
 			if _, err := f.c.pool.Call(ctx, a, req); err != nil {
 				errs[k] = fmt.Errorf("%T on %s: %w", req, a, err)
 			}

@@ -23,9 +23,11 @@ func (s *Store) punch(m *proto.Punch) error {
 	if err := checkRange("punch", m.Off, m.Len); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(s.path(m.Handle), os.O_RDWR, 0)
+	k := objKey{m.Handle, m.Index}
+	f, err := s.openExisting(k, os.O_RDWR)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		// All hole already, unless the object was lost with its disk.
+		return s.missing(k, "punch")
 	}
 	if err != nil {
 		return err
@@ -57,7 +59,7 @@ func (s *Store) alloc(m *proto.Alloc) error {
 	if err := checkRange("allocate", m.Off, m.Len); err != nil {
 		return err
 	}
-	f, err := s.open(m.Handle)
+	f, err := s.open(objKey{m.Handle, m.Index}, "allocate")
 	if err != nil {
 		return err
 	}

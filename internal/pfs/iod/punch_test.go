@@ -27,17 +27,18 @@ func TestPunchAndAlloc(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	s.registered.Store(true)
 	ctx := context.Background()
 	data := bytes.Repeat([]byte{0xab}, 4<<20)
 	if _, err := s.Handle(ctx, &proto.Write{Handle: 7, Off: 0, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	s.Handle(ctx, &proto.Sync{Handle: 7})
-	before := blocks(t, s.path(7))
+	before := blocks(t, s.path(objKey{ino: 7}))
 	if _, err := s.Handle(ctx, &proto.Punch{Handle: 7, Off: 1 << 20, Len: 2 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if after := blocks(t, s.path(7)); after > before-(2<<20)/512 {
+	if after := blocks(t, s.path(objKey{ino: 7})); after > before-(2<<20)/512 {
 		t.Errorf("punching 2 MiB: %d blocks before, %d after", before, after)
 	}
 	r, err := s.Handle(ctx, &proto.Read{Handle: 7, Off: 0, Len: 4 << 20})
@@ -54,15 +55,15 @@ func TestPunchAndAlloc(t *testing.T) {
 	if _, err := s.Handle(ctx, &proto.Punch{Handle: 8, Off: 0, Len: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s.path(8)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(s.path(objKey{ino: 8})); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("punch created an object: %v", err)
 	}
 	if _, err := s.Handle(ctx, &proto.Alloc{Handle: 9, Off: 0, Len: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	fi, _ := os.Stat(s.path(9))
-	if fi.Size() != 0 || blocks(t, s.path(9)) < (1<<20)/512 {
-		t.Errorf("alloc: size %d, %d blocks", fi.Size(), blocks(t, s.path(9)))
+	fi, _ := os.Stat(s.path(objKey{ino: 9}))
+	if fi.Size() != 0 || blocks(t, s.path(objKey{ino: 9})) < (1<<20)/512 {
+		t.Errorf("alloc: size %d, %d blocks", fi.Size(), blocks(t, s.path(objKey{ino: 9})))
 	}
 	for _, m := range []proto.Msg{&proto.Punch{Handle: 7, Off: 0, Len: 0}, &proto.Alloc{Handle: 7, Off: 1 << 62, Len: 1 << 62}} {
 		if _, err := s.Handle(ctx, m); !errors.Is(err, syscall.EINVAL) {

@@ -302,7 +302,7 @@ func TestReadOnlyCredential(t *testing.T) {
 	p := Pool{Security: Security{Cred: testSec.Cred.ReadOnly()}}
 	defer p.Close()
 	ctx := context.Background()
-	for _, m := range []Msg{&Read{Handle: 1, Len: 10}, &Lookup{1, "a"}, &GetAttr{1}, &Readdir{Ino: 1}, &Statfs{}, &ObjStat{1}, &Servers{}} {
+	for _, m := range []Msg{&Read{Handle: 1, Len: 10}, &Lookup{1, "a"}, &GetAttr{1}, &Readdir{Ino: 1}, &Statfs{}, &ObjStat{Handle: 1}, &Servers{}} {
 		if _, err := p.Call(ctx, addr, m); err != nil {
 			t.Errorf("%T refused to a reader: %v", m, err)
 		}
@@ -311,8 +311,8 @@ func TestReadOnlyCredential(t *testing.T) {
 		t.Errorf("handler saw kind %v", Kind(h.kind.Load()))
 	}
 	ran := h.n.Load()
-	for _, m := range []Msg{&Write{1, 0, []byte("x")}, &Create{Parent: 1, Name: "f"}, &Unlink{1, "a"}, &SetAttr{Ino: 1},
-		&Register{ID: 1, Addr: "127.0.0.1:1"}, &Remove{1}, &Truncate{1, 0}, &Rename{1, "a", 1, "b", 0}, &Sync{1}} {
+	for _, m := range []Msg{&Write{Handle: 1, Data: []byte("x")}, &Create{Parent: 1, Name: "f"}, &Unlink{1, "a"}, &SetAttr{Ino: 1},
+		&Register{ID: 1, Addr: "127.0.0.1:1"}, &Remove{Handle: 1}, &Truncate{Handle: 1}, &Rename{1, "a", 1, "b", 0}, &Sync{Handle: 1}, &SetXattr{Ino: 1, Name: "user.a"}, &Punch{Handle: 1, Len: 1}} {
 		_, err := p.Call(ctx, addr, m)
 		if !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "read-only credential") {
 			t.Errorf("%T by a reader: %v", m, err)

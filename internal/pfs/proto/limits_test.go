@@ -105,9 +105,9 @@ func TestBudgetBackPressure(t *testing.T) {
 	defer c.Close()
 	big := bytes.Repeat([]byte{7}, 768<<10)
 	errs := make(chan error, 2)
-	go func() { _, err := a.Call(ctx, addr, &Write{1, 0, big}); errs <- err }()
+	go func() { _, err := a.Call(ctx, addr, &Write{Handle: 1, Data: big}); errs <- err }()
 	<-h.entered
-	go func() { _, err := b.Call(ctx, addr, &Write{2, 0, big}); errs <- err }()
+	go func() { _, err := b.Call(ctx, addr, &Write{Handle: 2, Data: big}); errs <- err }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		s.budget.mu.Lock()
 		w := s.budget.waiting

@@ -195,22 +195,24 @@ func (m *RenewOrphans) Decode(d *Dec) {
 // its space is freed; the object's size does not change.
 type Punch struct {
 	Handle uint64
+	Index  uint32 // the object's stripe index in the file's layout
 	Off    uint64
 	Len    uint64
 }
 
 func (*Punch) Op() Op          { return OpPunch }
-func (m *Punch) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Off); e.U64(m.Len) }
-func (m *Punch) Decode(d *Dec) { m.Handle, m.Off, m.Len = d.U64(), d.U64(), d.U64() }
+func (m *Punch) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Off); e.U64(m.Len) }
+func (m *Punch) Decode(d *Dec) { m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U64() }
 
 // Alloc reserves disk space for the object range [Off, Off+Len) without
 // changing the object's size (fallocate FALLOC_FL_KEEP_SIZE).
 type Alloc struct {
 	Handle uint64
+	Index  uint32 // the object's stripe index in the file's layout
 	Off    uint64
 	Len    uint64
 }
 
 func (*Alloc) Op() Op          { return OpAlloc }
-func (m *Alloc) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Off); e.U64(m.Len) }
-func (m *Alloc) Decode(d *Dec) { m.Handle, m.Off, m.Len = d.U64(), d.U64(), d.U64() }
+func (m *Alloc) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Off); e.U64(m.Len) }
+func (m *Alloc) Decode(d *Dec) { m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U64() }

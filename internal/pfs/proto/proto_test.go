@@ -23,14 +23,16 @@ func samples() []Msg {
 		&OK{}, &Error{Errno: 2, Msg: "x: no such file"}, &AttrReply{Attr: a, Created: true},
 		&EntriesReply{Entries: []Entry{{Name: "a", Attr: a}, {Name: "bb", Attr: Attr{Servers: []uint32{}}}}, More: true},
 		&TargetReply{Target: "../t"}, &StatfsReply{1, 2, 3, 4},
-		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7}}},
+		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7, ServerLost, 12}}, Cluster: "c1"},
 		&DataReply{Data: []byte("hello")}, &SizeReply{Size: 9},
 		&Lookup{1, "n"}, &Walk{"/a/b"}, &GetAttr{3}, &SetAttr{1, SetSize | SetMode, 0o755, 1, 2, 3, 4, 5},
 		&Create{1, "f", 0o644, 1, 2, true, 65536, 2}, &Mkdir{1, "d", 0o755, 0, 0},
 		&Symlink{1, "l", "/t", 0, 0}, &Link{5, 1, "h"}, &Unlink{1, "u"}, &Rmdir{1, "r"},
 		&Rename{1, "a", 2, "b", RenameNoReplace}, &Readdir{1, "m", 100}, &Readlink{4},
-		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50}, &Servers{},
-		&Read{1, 2, 3}, &Write{1, 2, []byte("data")}, &Truncate{1, 9}, &Sync{1}, &Remove{1}, &ObjStat{1},
+		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true}, &Servers{},
+		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
+		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
+		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
 	}
 }
 
