@@ -104,12 +104,16 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 	}
 	f.gen++ // read-ahead of every handle is stale now
 	if mode&(FallocPunchHole|FallocZeroRange) != 0 {
-		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg { return &proto.Punch{Handle: h, Index: k, Off: o, Len: l} }); err != nil {
+		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg {
+			return &proto.Punch{Handle: h, Index: k, Off: o, Len: l}
+		}); err != nil {
 			return err
 		}
 	}
 	if mode&FallocPunchHole == 0 {
-		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg { return &proto.Alloc{Handle: h, Index: k, Off: o, Len: l} }); err != nil {
+		if err := f.objects(ctx, off, n, func(h uint64, k uint32, o, l uint64) proto.Msg {
+			return &proto.Alloc{Handle: h, Index: k, Off: o, Len: l}
+		}); err != nil {
 			return err
 		}
 	}
