@@ -51,8 +51,7 @@ objects this way when it starts.`,
 			if err != nil {
 				return err
 			}
-			pool := &proto.Pool{}
-			defer pool.Close()
+			pool := cl.Pool()
 			cut := time.Now().Add(-grace).UnixNano()
 			var totalN int
 			var totalB uint64

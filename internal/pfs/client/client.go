@@ -74,6 +74,10 @@ func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	return c.pool.Call(ctx, c.meta, req)
 }
 
+// Pool is the client's connection pool (its credential and TLS included),
+// for tools that talk to I/O servers directly.
+func (c *Client) Pool() *proto.Pool { return c.pool }
+
 // Call sends any request to the metadata server.
 func (c *Client) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) { return c.call(ctx, req) }
 

@@ -22,7 +22,28 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
+
+// secretFile is the cluster secret every process of these tests proves: the
+// daemons and `corral fs` find it in CORRAL_SECRET_FILE, and each cluster's
+// meta is given it as its DATA/cluster.secret before its first start.
+var secretFile string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "corral-fault-")
+	if err != nil {
+		panic(err)
+	}
+	secretFile = filepath.Join(dir, proto.SecretFileName)
+	if _, err := proto.EnsureSecretFile(secretFile); err != nil {
+		panic(err)
+	}
+	os.Setenv(proto.SecretEnv, secretFile)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // binary is the corral command under test: this tree's, or the one
 // CORRAL_FAULT_BIN names (to run these tests against an older build and see
@@ -178,7 +199,16 @@ func newCluster(t *testing.T, n int, metaArgs ...string) *cluster {
 }
 
 func (c *cluster) startMeta() *proc {
-	args := []string{"meta", "--listen", c.metaAddr, "--data", filepath.Join(c.dir, "meta")}
+	metaDir := filepath.Join(c.dir, "meta")
+	if err := os.MkdirAll(metaDir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if b, err := os.ReadFile(secretFile); err != nil {
+		c.t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(metaDir, proto.SecretFileName), b, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	args := []string{"meta", "--listen", c.metaAddr, "--data", metaDir}
 	if !oldBuild() {
 		args = append(args, c.metaArgs...)
 	}
