@@ -13,11 +13,12 @@ import (
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/node"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
 func directorCmd() *cobra.Command {
-	var cfgPath string
+	var cfgPath, secretFile string
 	c := &cobra.Command{
 		Use:   "director --config FILE",
 		Short: "Run the director: virtual services spread over real servers",
@@ -30,18 +31,28 @@ the configured loopback address; 'corral ctl' talks to it.`,
 		Example: "  corral director --config /etc/corral/director.conf",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if secretFile != "" {
+				// The director's file-system client (file sizes for
+				// scheduling) takes its credential from the environment.
+				if _, err := proto.LoadCredential(secretFile); err != nil {
+					return err
+				}
+				os.Setenv(proto.SecretEnv, secretFile)
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) })
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")
+	c.Flags().StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "file-system credential for the config's meta (the read-only one suffices; env "+proto.SecretEnv+")")
 	return c
 }
 
 func nodeCmd() *cobra.Command {
 	var listen, metaAddr, docroot, defDomain, drVIP string
 	var accessLog bool
+	var sf secFlags
 	c := &cobra.Command{
 		Use:   "node --listen HOST:PORT --meta HOST:PORT",
 		Short: "Run a cluster node: serves virtual domains from the file system over HTTP",
@@ -62,6 +73,10 @@ answers clients straight back; all undone on exit.`,
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node")}
+			var err error
+			if cfg.Security, err = sf.security(false); err != nil {
+				return err
+			}
 			if accessLog {
 				cfg.AccessLog = os.Stderr
 			}
@@ -80,6 +95,7 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")
+	sf.add(c.Flags(), true)
 	c.Flags().StringVar(&drVIP, "dr", "", "be a direct-routing real server for this VIP (dataplane xdp): VIP on lo, arp_ignore=1, arp_announce=2 (root)")
 	return c
 }

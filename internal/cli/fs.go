@@ -41,13 +41,20 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
 	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	var sf secFlags
+	sf.add(c.PersistentFlags(), true)
 	// run gives a subcommand a client and turns its error into coreutils-style
 	// output and exit status 1.
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			cl := client.New(metaAddr)
+			sec, err := sf.security(false)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "corral fs %s: %v\n", cmd.Name(), err)
+				return exitError{1}
+			}
+			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
 			if err := f(ctx, cl, args); err != nil {
@@ -110,7 +117,10 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
 directory). The new file takes its directory's layout unless --stripe-size or
---stripe-count say otherwise. The copy is on disk when put returns.`,
+--stripe-count say otherwise (--stripe-count all: every usable I/O server).
+The copy is written under a temporary name next to REMOTE and renamed over
+it once on disk, so REMOTE is either the old file or the whole new one; a
+put that fails leaves nothing behind.`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
 			if putSize != "" {
@@ -123,7 +133,9 @@ directory). The new file takes its directory's layout unless --stripe-size or
 				}
 				o.StripeSize = uint32(n)
 			}
-			if putCount != "" {
+			if putCount == "all" {
+				o.StripeCount = proto.AllServers
+			} else if putCount != "" {
 				n, err := parseCount(putCount)
 				if err != nil {
 					return err
@@ -133,7 +145,7 @@ directory). The new file takes its directory's layout unless --stripe-size or
 			return putFile(ctx, cl, args[0], args[1], o)
 		})}
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
-	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans")
+	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
 
 	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)", Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
@@ -188,29 +200,38 @@ directory). The new file takes its directory's layout unless --stripe-size or
 		})}
 	ln.Flags().BoolP("symbolic", "s", true, "symbolic link (the only kind ln makes here)")
 
-	servers := &cobra.Command{Use: "servers", Short: "List the I/O servers and their space", Args: cobra.NoArgs,
+	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space", Args: cobra.NoArgs,
+		Long: `List the I/O servers the metadata server knows, with their state:
+  up         heard from lately, free space above the reserve: gets new files
+  full       up, but free space is below the reserve (corral meta --reserve)
+  down       not heard from since the metadata server started, or lately
+  lost       came back without its objects (empty or replaced disk): no new
+             files, and reads of its data fail with EIO
+  replacing  'servers replace' was run: the next empty disk at its address
+             takes it over`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			ss, err := cl.Servers(ctx)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tCAPACITY\tFREE\tLAST SEEN")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tCAPACITY\tFREE\tLAST SEEN")
 			for _, s := range ss {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, human(int64(s.Capacity)), human(int64(s.Free)),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, proto.StateName(s.State), human(int64(s.Capacity)), human(int64(s.Free)),
 					time.Since(time.Unix(0, s.Seen)).Round(time.Second))
 			}
 			return tw.Flush()
 		})}
+	servers.AddCommand(replaceCmd(run))
 
-	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run))
+	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), gcCmd(run), secretCmd(&sf))
 	return c
 }
 
 func parseCount(s string) (uint32, error) {
 	var n uint32
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 1 || n > layout.MaxServers || fmt.Sprint(n) != s {
-		return 0, fmt.Errorf("invalid stripe count %q (want 1..%d)", s, layout.MaxServers)
+		return 0, fmt.Errorf("invalid stripe count %q (want 1..%d, or all)", s, layout.MaxServers)
 	}
 	return n, nil
 }
@@ -357,6 +378,9 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 	addr := map[uint32]string{}
 	for _, s := range ss {
 		addr[s.ID] = s.Addr
+		if s.State != proto.ServerUp {
+			addr[s.ID] += " (" + proto.StateName(s.State) + ")"
+		}
 	}
 	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers}
 	units := (int64(a.Size) + int64(a.StripeSize) - 1) / int64(a.StripeSize)
@@ -397,37 +421,11 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 		}
 		return err
 	}
-	f, err := cl.CreatePath(ctx, remote, uint32(fi.Mode().Perm()), o)
-	if err != nil {
-		return err
-	}
+	// WriteFile writes under a temporary name, renamed over remote when on
+	// disk: a failed put leaves neither a partial file nor its objects.
 	bar := newProgress("put "+filepath.Base(local), fi.Size())
-	buf := make([]byte, transferBuf)
-	var off int64
-	for {
-		n, rerr := io.ReadFull(src, buf)
-		if n > 0 {
-			if _, err := f.WriteAt(buf[:n], off); err != nil {
-				f.Close()
-				return &fs.PathError{Op: "write", Path: remote, Err: err}
-			}
-			off += int64(n)
-			bar.set(off)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			f.Close()
-			return rerr
-		}
-		if ctx.Err() != nil {
-			f.Close()
-			return ctx.Err()
-		}
-	}
-	if err := f.Close(); err != nil {
-		return &fs.PathError{Op: "close", Path: remote, Err: err}
+	if err := cl.WriteFile(ctx, remote, src, uint32(fi.Mode().Perm()), o, bar.set); err != nil {
+		return err
 	}
 	bar.done()
 	return nil

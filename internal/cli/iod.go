@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/iod"
 	"github.com/spf13/cobra"
@@ -9,23 +10,46 @@ import (
 
 func iodCmd() *cobra.Command {
 	var listen, data, metaAddr, advertise string
+	var sf secFlags
+	var lf limitFlags
+	var heartbeat, grace time.Duration
 	c := &cobra.Command{
 		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT",
 		Short: "Run an I/O server: stores file stripes on local disk",
-		Long: `Run an I/O server. It registers with the metadata server (keeping the ID it
-is given in DIR/id), stores each file's stripe units as one object under
-DIR/objects, serves byte ranges, and syncs to disk when a client fsyncs or
-closes. It re-registers every few seconds, so it may start before or after
-the metadata server restarts.`,
+		Long: `Run an I/O server. It registers with the metadata server, keeping its
+identity (cluster ID and server ID) in DIR/identity and DIR/objects/STORE,
+stores each file's stripe units as one object under DIR/objects, serves byte
+ranges, and syncs to disk when a client fsyncs or closes. It re-registers
+every few seconds, so it may start before or after the metadata server:
+started first, it logs "waiting for meta at ADDR" and retries with backoff.
+
+Started on an empty DIR at the address of a known server, or with its
+objects directory wiped, it waits: the metadata server marks that server
+lost until 'corral fs servers replace ID' accepts the empty disk. A DIR of
+another cluster, or an address that belongs to another server, is refused
+with an error. At start it removes objects older than --gc-grace that no
+file references (left by crashes).
+
+It needs the cluster secret (--secret-file META_DATA/cluster.secret): to
+register, and to check its clients.`,
 		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.10:7400",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return err
 			}
+			sec, err := sf.security(false)
+			if err != nil {
+				return err
+			}
+			lim, err := lf.limits()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
-			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod")},
+			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
+				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim},
 				func(a string, _ uint32) { ready("iod", a) })
 		},
 	}
@@ -33,6 +57,10 @@ the metadata server restarts.`,
 	c.Flags().StringVar(&data, "data", "corral-data/iod", "directory for stripe objects")
 	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
 	c.Flags().StringVar(&advertise, "advertise", "", "address clients should use (default: the listening address)")
+	sf.add(c.Flags(), true)
+	lf.add(c.Flags(), "256M")
+	c.Flags().DurationVar(&heartbeat, "heartbeat", iod.Heartbeat, "interval of re-registration (carries free space)")
+	c.Flags().DurationVar(&grace, "gc-grace", iod.DefaultGrace, "start-up sweep: remove unreferenced objects older than this (negative: no sweep)")
 	return c
 }
 

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"syscall"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/fusefs"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
@@ -17,13 +20,15 @@ func mountCmd() *cobra.Command {
 	var metaAddr string
 	var readOnly, unmount, debug bool
 	var attrTimeout time.Duration
+	var sf secFlags
 	c := &cobra.Command{
 		Use:   "mount [--meta HOST:PORT] [--read-only] MOUNTPOINT",
 		Short: "Mount the file system with FUSE (runs until unmounted or Ctrl-C)",
 		Long: `Mount the parallel file system at MOUNTPOINT so that ordinary tools work on
 it. The command stays in the foreground serving the mount; Ctrl-C or SIGTERM
 unmounts. A mount whose process was killed leaves a dead mount point: clean it
-with 'corral mount --unmount MOUNTPOINT'.
+with 'corral mount --unmount MOUNTPOINT'. Started before the metadata server,
+it waits for it ("waiting for meta at ADDR"), retrying with backoff.
 
 Consistency is close-to-open: what one client wrote and closed, another sees
 when it next opens the file. As root the mount is made directly (no
@@ -46,14 +51,25 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			} else if !fi.IsDir() {
 				return fmt.Errorf("%s: not a directory", dir)
 			}
-			cl := client.New(metaAddr)
+			sec, err := sf.security(false)
+			if err != nil {
+				return err
+			}
+			if sec.Cred.Kind() == proto.KindReadOnly {
+				readOnly = true // the servers would refuse every change anyway
+			}
+			cl := client.New(metaAddr, client.WithSecurity(sec))
 			defer cl.Close()
 			ctx, stop := signalContext()
 			defer stop()
-			if _, err := cl.Statfs(ctx); err != nil {
+			log := daemonLog("mount")
+			if err := waitForMeta(ctx, metaAddr, log, func(ctx context.Context) error { _, err := cl.Statfs(ctx); return err }); err != nil {
+				if ctx.Err() != nil {
+					return nil // interrupted while waiting
+				}
 				return fmt.Errorf("metadata server: %w", err)
 			}
-			srv, err := fusefs.Mount(dir, cl, fusefs.Options{ReadOnly: readOnly, AttrTimeout: attrTimeout, Debug: debug, Log: daemonLog("mount")})
+			srv, err := fusefs.Mount(dir, cl, fusefs.Options{ReadOnly: readOnly, AttrTimeout: attrTimeout, Debug: debug, Log: log})
 			if err != nil {
 				return fmt.Errorf("mount %s: %w", dir, err)
 			}
@@ -84,6 +100,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	sf.add(c.Flags(), true)
 	return c
 }
 
@@ -105,4 +122,36 @@ func forceUnmount(dir string) error {
 		}
 	}
 	return errors.New("unmount needs root or fusermount3 (apt-get install fuse3)")
+}
+
+// waitForMeta calls probe until the metadata server at addr answers,
+// logging "waiting for meta at ADDR" once and retrying quietly with backoff
+// (up to 3 s). It returns probe's error only when it is not about reaching
+// meta, or ctx's when interrupted.
+func waitForMeta(ctx context.Context, addr string, log *slog.Logger, probe func(context.Context) error) error {
+	wait := 100 * time.Millisecond
+	for logged := false; ; {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := probe(cctx)
+		cancel()
+		if err == nil {
+			if logged {
+				log.Info("metadata server reachable", "meta", addr)
+			}
+			return nil
+		}
+		if !errors.Is(err, proto.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if !logged {
+			log.Warn("waiting for meta at "+addr, "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 3*time.Second)
+	}
 }

@@ -120,6 +120,7 @@ Ctrl-C stops everything and removes the test bed.
   VIP       http://%[1]s/   (%[4]s, %[5]s; virtual domain %[6]s)
 
 Try, in another terminal:
+  export CORRAL_SECRET_FILE=%[7]s   # the cluster secret
   curl http://%[1]s/
   curl -H 'Host: %[6]s' -r 0-99 http://%[1]s/big.bin | wc -c
   %[2]s ctl services
@@ -128,7 +129,7 @@ Try, in another terminal:
   mkdir -p /tmp/corral && %[2]s mount --meta %[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
 Ctrl-C stops everything.
-`, cfg.VIP, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain)
+`, cfg.VIP, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain, cl.SecretFile)
 			}
 			died := make(chan string, len(all))
 			for _, p := range all {

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // SampleDomain is the virtual domain `corral up` serves.
@@ -60,7 +61,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{FS: fsys, Cfg: cfg}
-	if err := UploadSample(ctx, fsys.Meta.Addr); err != nil {
+	if err := UploadSample(ctx, fsys.Meta.Addr, client.WithSecurity(proto.Security{Cred: fsys.Cred})); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("upload sample site: %w", err)
 	}
@@ -76,7 +77,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Stop()
 		return nil, err
 	}
-	c.Director, err = c.start(ctx, "director", "director", "--config", c.ConfPath)
+	c.Director, err = c.start(ctx, "director", "director", "--config", c.ConfPath, "--secret-file", c.ReadOnlyFile)
 	if err != nil {
 		c.Stop()
 		return nil, err
@@ -87,7 +88,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
-	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain}
+	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
 	if c.Cfg.Dataplane == "xdp" {
 		vip, err := netip.ParseAddrPort(c.Cfg.VIP)
 		if err != nil {
@@ -155,8 +156,8 @@ func (c *Cluster) Stop() {
 
 // UploadSample puts the embedded sample site under /www/SampleDomain unless
 // it is there already, plus a 1 MiB file for Range requests.
-func UploadSample(ctx context.Context, meta string) error {
-	cl := client.New(meta)
+func UploadSample(ctx context.Context, meta string, opts ...client.Option) error {
+	cl := client.New(meta, opts...)
 	defer cl.Close()
 	dir := "/www/" + SampleDomain
 	if _, err := cl.Stat(ctx, dir+"/index.html"); err == nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // readyMarker is what a daemon prints on stdout once it accepts connections:
@@ -140,6 +143,11 @@ type FS struct {
 	Bin, Data string
 	Meta      *Proc
 	IODs      []*Proc
+	// SecretFile is the cluster secret (meta's DATA/cluster.secret), given
+	// to the iods; ReadOnlyFile the read-only credential derived from it,
+	// given to the web nodes and the director.
+	SecretFile, ReadOnlyFile string
+	Cred                     *proto.Credential
 	// Wrap, if set, gives the command prefix that runs a role on its host
 	// (the test bed's nsenter); roles are named meta, iod1.., node1..,
 	// director.
@@ -168,6 +176,9 @@ func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []str
 func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListens []string, wrap func(string) []string) (*FS, error) {
 	f := &FS{Bin: bin, Data: data, Wrap: wrap}
 	var err error
+	if err = f.prepareSecret(); err != nil {
+		return nil, err
+	}
 	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
 		return nil, err
 	}
@@ -190,7 +201,61 @@ func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
 // StartIOD (re)starts I/O server i.
 func (f *FS) StartIOD(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("iod%d", i+1)
-	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr)
+	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr,
+		"--secret-file", f.SecretFile)
+}
+
+// prepareSecret gives the cluster its secret before meta first starts (meta
+// adopts an existing DATA/cluster.secret) and writes the read-only
+// credential next to the logs. A new cluster takes this process's secret
+// ($CORRAL_SECRET_FILE) when there is one; otherwise it gets a fresh secret
+// and $CORRAL_SECRET_FILE is pointed at it, so that file-system clients made
+// in this process without an explicit credential (client.New) and commands
+// it runs (corral fs, corral mount) are members of the clusters it starts:
+// tests and benchmarks keep working unchanged.
+func (f *FS) prepareSecret() error {
+	// Clusters started at once by parallel tests must agree on the one
+	// secret $CORRAL_SECRET_FILE names.
+	secretMu.Lock()
+	defer secretMu.Unlock()
+	dir := filepath.Join(f.Data, "meta")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f.SecretFile = filepath.Join(dir, proto.SecretFileName)
+	if _, err := os.Stat(f.SecretFile); errors.Is(err, fs.ErrNotExist) {
+		cred, _ := proto.DefaultCredential()
+		adopt := cred != nil && cred.Kind() == proto.KindFull
+		if !adopt {
+			if cred, err = proto.NewSecret(); err != nil {
+				return err
+			}
+		}
+		if err := writeFile(f.SecretFile, cred.Marshal()); err != nil {
+			return err
+		}
+		if !adopt {
+			os.Setenv(proto.SecretEnv, f.SecretFile)
+		}
+	}
+	cred, err := proto.EnsureSecretFile(f.SecretFile)
+	if err != nil {
+		return err
+	}
+	f.Cred = cred
+	f.ReadOnlyFile = filepath.Join(f.Data, "read-only.secret")
+	return writeFile(f.ReadOnlyFile, cred.ReadOnly().Marshal())
+}
+
+var secretMu sync.Mutex
+
+// writeFile writes a credential file (mode 0600) atomically.
+func writeFile(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Stop ends the I/O servers, then the metadata server.

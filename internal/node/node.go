@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/vhost"
 )
 
@@ -46,6 +47,9 @@ type Config struct {
 	// DRVIP makes the node a direct-routing real server for this VIP
 	// (SetupDR) and serves it too, on the listen address's port.
 	DRVIP netip.Addr
+	// Security is the file-system credential (the read-only one suffices;
+	// nil Cred: $CORRAL_SECRET_FILE) and optional TLS.
+	Security proto.Security
 }
 
 // Server serves the virtual domains.
@@ -66,7 +70,7 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Server{cfg: cfg, fs: client.New(cfg.Meta)}
+	return &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 }
 
 // Close drops the file-system connections.
@@ -235,6 +239,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
+	go s.watchMeta(ctx)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

@@ -30,9 +30,38 @@ type Client struct {
 }
 
 // New returns a client of the metadata server at meta. No connection is made
-// until the first call.
-func New(meta string) *Client {
-	return &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}}
+// until the first call. Without WithSecurity the client proves the
+// credential in $CORRAL_SECRET_FILE.
+func New(meta string, opts ...Option) *Client {
+	c := &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}}
+	c.pool.Name = func(addr string) string {
+		if addr == meta {
+			return "meta at " + addr
+		}
+		return "I/O server at " + addr
+	}
+	set := false
+	for _, o := range opts {
+		set = o(c) || set
+	}
+	if !set {
+		// An unreadable file shows up as the handshake's "no cluster
+		// secret" error on the first call.
+		c.pool.Security.Cred, _ = proto.DefaultCredential()
+	}
+	return c
+}
+
+// Option configures a Client; it reports whether it set the credential.
+type Option func(*Client) bool
+
+// WithSecurity makes the client prove sec.Cred (full or read-only) to every
+// server, over TLS if sec.TLSClient is set.
+func WithSecurity(sec proto.Security) Option {
+	return func(c *Client) bool {
+		c.pool.Security = sec
+		return sec.Cred != nil
+	}
 }
 
 // Meta is the metadata server's address.
@@ -44,6 +73,10 @@ func (c *Client) Close() { c.pool.Close() }
 func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	return c.pool.Call(ctx, c.meta, req)
 }
+
+// Pool is the client's connection pool (its credential and TLS included),
+// for tools that talk to I/O servers directly.
+func (c *Client) Pool() *proto.Pool { return c.pool }
 
 // Call sends any request to the metadata server.
 func (c *Client) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) { return c.call(ctx, req) }

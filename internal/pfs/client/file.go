@@ -244,7 +244,7 @@ func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
 	}
 	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
-	_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Off: uint64(objOff), Data: data})
+	_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data})
 	cancel()
 	f.mu.Lock()
 	for i, s := range f.inflight {
@@ -340,7 +340,7 @@ func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
 	for done := int64(0); done < ch.Len; {
 		n := min(ch.Len-done, maxReq)
 		part := dst[done : done+n]
-		r, err := f.c.pool.CallInto(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Off: uint64(ch.ObjOff + done), Len: uint32(n)}, part)
+		r, err := f.c.pool.CallInto(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Index: uint32(ch.Server), Off: uint64(ch.ObjOff + done), Len: uint32(n)}, part)
 		if err != nil {
 			return fmt.Errorf("read from %s: %w", f.addrs[ch.Server], err)
 		}
@@ -375,7 +375,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := f.c.pool.Call(ctx, a, &proto.Truncate{Handle: f.ino, Size: uint64(f.lay.ObjectSize(k, size))})
+			_, err := f.c.pool.Call(ctx, a, &proto.Truncate{Handle: f.ino, Index: uint32(k), Size: uint64(f.lay.ObjectSize(k, size))})
 			if err != nil {
 				errs[k] = fmt.Errorf("truncate on %s: %w", a, err)
 			}
@@ -412,7 +412,7 @@ func (f *File) Sync(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := f.c.pool.Call(ctx, a, &proto.Sync{Handle: f.ino}); err != nil {
+			if _, err := f.c.pool.Call(ctx, a, &proto.Sync{Handle: f.ino, Index: uint32(k)}); err != nil {
 				errs[k] = fmt.Errorf("sync on %s: %w", a, err)
 			}
 		}()

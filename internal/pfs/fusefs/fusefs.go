@@ -5,8 +5,9 @@
 // data to the I/O servers, syncs it and publishes the size; open revalidates
 // attributes (timeouts default to 0) and drops the kernel's cached pages.
 // All open descriptors of one inode share one client.File, so their writes
-// and sizes agree. A file unlinked while open is renamed to a hidden name and
-// removed on its last close, as NFS clients do.
+// and sizes agree. A file unlinked while open becomes an orphan on the
+// metadata server (nlink 0, in no directory) that this mount frees at its
+// last close (see posix.go).
 package fusefs
 
 import (
@@ -55,10 +56,14 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		// to spot changes; close-to-open only needs them at open, which
 		// drops cached pages anyway (no FOPEN_KEEP_CACHE).
 		ExplicitDataCacheControl: true,
-		// No extended attributes: tools like cp -a then skip ACLs quietly.
-		DisableXAttrs: true,
+		// Reads answer from memory, never from a file descriptor, so
+		// go-fuse's splice path cannot apply: it would only fill a pipe
+		// with the header to throw it away, and for a 1 MiB read (header
+		// included over the 1 MiB pipe limit) log a warning every time.
+		DisableSplice: true,
 		Options:       []string{"default_permissions"},
 		Debug:         o.Debug,
+		Logger:        slog.NewLogLogger(o.Log.Handler(), slog.LevelWarn),
 	}
 	if syscall.Geteuid() == 0 {
 		// As root: mount(2) directly (no fusermount needed) and let every
@@ -75,9 +80,13 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		EntryTimeout:    &t,
 		NegativeTimeout: &t,
 		RootStableAttr:  &fs.StableAttr{Ino: 1},
+		// Keep mode 0000 as it is: go-fuse would otherwise show it as
+		// 0644/0755 and let every user read it.
+		NullPermissions: true,
 	})
 	if err == nil {
 		raiseReadAhead(dir, o.Log)
+		go root.fsys.renewOrphans(srv)
 	}
 	return srv, err
 }
@@ -100,6 +109,9 @@ func raiseReadAhead(dir string, log *slog.Logger) {
 type filesystem struct {
 	c    *client.Client
 	opts Options
+
+	orphansMu sync.Mutex
+	orphans   map[uint64]bool // orphans this mount holds open
 }
 
 // node is one inode of the file system.
@@ -110,12 +122,8 @@ type node struct {
 	mu     sync.Mutex
 	file   *client.File // shared by every open descriptor
 	refs   int
-	hidden *hiddenName // set when unlinked while open
-}
-
-type hiddenName struct {
-	parent uint64
-	name   string
+	orphan bool  // unlinked while open: freed at the last close
+	caps   *caps // security.capability while open (see posix.go)
 }
 
 var (
@@ -169,9 +177,10 @@ func fillAttr(a *proto.Attr, out *fuse.Attr) {
 	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
 	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
 	out.Blksize = 1 << 16
-	if a.StripeSize != 0 {
+	if a.StripeSize != 0 && a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		out.Blksize = a.StripeSize
 	}
+	out.Rdev = a.Rdev()
 }
 
 // child wraps a looked-up or created inode.
@@ -191,6 +200,9 @@ func (n *node) withOpenSize(a *proto.Attr) {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx = context.WithoutCancel(ctx) // see detachNote
+	if tooLong(name) {
+		return nil, syscall.ENAMETOOLONG
+	}
 	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("lookup", err)
@@ -302,6 +314,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.rofs() {
 		return nil, syscall.EROFS
 	}
+	if tooLong(name) {
+		return nil, syscall.ENAMETOOLONG
+	}
 	uid, gid := caller(ctx)
 	a, err := n.fsys.c.AttrCall(ctx, &proto.Mkdir{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid})
 	if err != nil {
@@ -315,6 +330,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if n.rofs() {
 		return syscall.EROFS
 	}
+	if tooLong(name) {
+		return syscall.ENAMETOOLONG
+	}
 	return n.errno("rmdir", n.fsys.c.Rmdir(ctx, n.ino(), name))
 }
 
@@ -323,42 +341,19 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if n.rofs() {
 		return syscall.EROFS
 	}
-	if cn := openChild(&n.Inode, name); cn != nil {
-		// Keep the data for the open descriptors.
-		return cn.hide(ctx, n.ino(), name)
+	if tooLong(name) {
+		return syscall.ENAMETOOLONG
+	}
+	if cn := childNode(&n.Inode, name); cn != nil {
+		// Held across the call so that an open and a last close cannot
+		// slip in between the check and the unlink.
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		if cn.refs > 0 {
+			return cn.unlinkOpen(ctx, n.ino(), name)
+		}
 	}
 	return n.errno("unlink", n.fsys.c.Unlink(ctx, n.ino(), name))
-}
-
-// openChild returns dir's child name if this mount has it open.
-func openChild(dir *fs.Inode, name string) *node {
-	ch := dir.GetChild(name)
-	if ch == nil {
-		return nil
-	}
-	cn, ok := ch.Operations().(*node)
-	if !ok {
-		return nil
-	}
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	if cn.refs == 0 || cn.hidden != nil {
-		return nil
-	}
-	return cn
-}
-
-// hide renames an open, unlinked file to a hidden name in the same
-// directory; its last close removes it (as NFS clients do).
-func (n *node) hide(ctx context.Context, parent uint64, name string) syscall.Errno {
-	hidden := fmt.Sprintf(".corral-hidden-%d", n.ino())
-	if err := n.fsys.c.Rename(ctx, parent, name, parent, hidden, 0); err != nil {
-		return n.errno("unlink", err)
-	}
-	n.mu.Lock()
-	n.hidden = &hiddenName{parent: parent, name: hidden}
-	n.mu.Unlock()
-	return 0
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -366,16 +361,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if n.rofs() {
 		return syscall.EROFS
 	}
+	if tooLong(name) || tooLong(newName) {
+		return syscall.ENAMETOOLONG
+	}
 	np := newParent.EmbeddedInode().StableAttr().Ino
-	if flags == 0 {
-		if victim := openChild(newParent.EmbeddedInode(), newName); victim != nil && victim.StableAttr().Mode != syscall.S_IFDIR {
-			// Replacing a file that is open here: swap the two atomically,
-			// then hide the old one until its last close, so its open
-			// descriptors keep reading it.
-			if err := n.fsys.c.Rename(ctx, n.ino(), name, np, newName, proto.RenameExchange); err != nil {
-				return n.errno("rename", err)
-			}
-			return victim.hide(ctx, n.ino(), name)
+	src, victim := childNode(&n.Inode, name), childNode(newParent.EmbeddedInode(), newName)
+	if flags == 0 && src != nil && victim != nil && src != victim &&
+		src.StableAttr().Mode != syscall.S_IFDIR && victim.StableAttr().Mode != syscall.S_IFDIR {
+		victim.mu.Lock()
+		defer victim.mu.Unlock()
+		if victim.refs > 0 {
+			// Replacing a file that is open here: it stays as an orphan
+			// for its open descriptors until their last close.
+			return victim.renameOver(ctx, n.ino(), name, np, newName)
 		}
 	}
 	return n.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))
@@ -385,6 +383,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, syscall.EROFS
+	}
+	if tooLong(name) {
+		return nil, syscall.ENAMETOOLONG
 	}
 	uid, gid := caller(ctx)
 	a, err := n.fsys.c.AttrCall(ctx, &proto.Symlink{Parent: n.ino(), Name: name, Target: target, Uid: uid, Gid: gid})
@@ -407,6 +408,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, syscall.EROFS
+	}
+	if tooLong(name) {
+		return nil, syscall.ENAMETOOLONG
 	}
 	a, err := n.fsys.c.Link(ctx, target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
 	if err != nil {
@@ -434,6 +438,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx = context.WithoutCancel(ctx) // see detachNote
 	if n.rofs() {
 		return nil, nil, 0, syscall.EROFS
+	}
+	if tooLong(name) {
+		return nil, nil, 0, syscall.ENAMETOOLONG
 	}
 	uid, gid := caller(ctx)
 	r, err := n.fsys.c.Call(ctx, &proto.Create{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid, Excl: flags&syscall.O_EXCL != 0})
@@ -534,17 +541,16 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	n.refs--
 	var err error
-	var hidden *hiddenName
+	orphan := false
 	if n.refs == 0 {
 		err = n.file.Close()
 		n.file = nil
-		hidden, n.hidden = n.hidden, nil
+		n.caps = nil
+		orphan, n.orphan = n.orphan, false
 	}
 	n.mu.Unlock()
-	if hidden != nil {
-		if uerr := n.fsys.c.Unlink(context.Background(), hidden.parent, hidden.name); uerr != nil {
-			n.fsys.opts.Log.Warn("removing unlinked open file", "name", hidden.name, "err", uerr)
-		}
+	if orphan {
+		n.fsys.releaseOrphan(n.ino())
 	}
 	return n.errno("release", err)
 }

@@ -1,14 +1,17 @@
 // Package iod is the I/O server: it keeps each file's stripe units as one
 // local object file (dense, see package layout) and serves byte ranges of it.
 //
-// Objects live at DATA/objects/XX/INO where XX spreads them over 256
-// directories. Writes go to the page cache; Sync (sent by clients on fsync and
-// close) makes them durable, including the directory entry of a new object.
+// Objects live at DATA/objects/XX/INO (stripe index 0) or XX/INO.K (stripe
+// index K), where XX spreads them over 256 directories. Writes go to the page
+// cache; Sync (sent by clients on fsync and close) makes them durable,
+// including the directory entry of a new object. The data directory carries
+// its identity (identity.go); until the metadata server accepts it, requests
+// are refused.
 package iod
 
 import (
+	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +38,15 @@ type Config struct {
 	// Advertise is the address clients use (default: the bound address).
 	Advertise string
 	Log       *slog.Logger
+	// Security: the cluster secret (required: meta and clients prove it)
+	// and optional TLS. Limits: see proto.Limits (budget default 256 MiB).
+	Security proto.Security
+	Limits   proto.Limits
+	// Heartbeat between registrations (default Heartbeat).
+	Heartbeat time.Duration
+	// SweepGrace: the start-up sweep removes objects no file references
+	// that are older than this (default DefaultGrace; negative: no sweep).
+	SweepGrace time.Duration
 }
 
 // Store is the object store under one data directory.
@@ -42,7 +55,21 @@ type Store struct {
 	lock *os.File
 
 	mu  sync.Mutex
-	new map[uint64]bool // objects created since their last Sync
+	new map[objKey]bool // objects created since their last Sync
+
+	log        *slog.Logger
+	identMu    sync.Mutex
+	ident      identity
+	fresh      bool // objects/ has no store marker: empty or wiped
+	markerOK   bool // the marker on disk matches ident
+	registered atomic.Bool
+	lostLogged sync.Map // objKey -> true: lost objects already logged
+}
+
+// objKey names one object: inode number and stripe index.
+type objKey struct {
+	ino uint64
+	idx uint32
 }
 
 // OpenStore opens (creating) a data directory and locks it.
@@ -58,33 +85,100 @@ func OpenStore(dir string) (*Store, error) {
 		lf.Close()
 		return nil, fmt.Errorf("%s: locked by another process (is an I/O server already running on it?)", dir)
 	}
-	return &Store{dir: dir, lock: lf, new: map[uint64]bool{}}, nil
+	s := &Store{dir: dir, lock: lf, new: map[objKey]bool{}, log: slog.Default()}
+	if err := s.loadIdentity(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close releases the lock.
 func (s *Store) Close() error { return s.lock.Close() }
 
-func (s *Store) path(h uint64) string {
-	return filepath.Join(s.dir, "objects", fmt.Sprintf("%02x", h&0xff), strconv.FormatUint(h, 10))
+// path is where object k lives under the current naming.
+func (s *Store) path(k objKey) string {
+	name := strconv.FormatUint(k.ino, 10)
+	if k.idx != 0 {
+		name += "." + strconv.FormatUint(uint64(k.idx), 10)
+	}
+	return filepath.Join(s.dir, "objects", fmt.Sprintf("%02x", k.ino&0xff), name)
 }
 
-// open opens object h for writing, creating it (and its directory) if needed.
-func (s *Store) open(h uint64) (*os.File, error) {
-	p := s.path(h)
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
+// resolve is the path of object k if it exists: its own name, or on a store
+// from before stripe indexes its index-less legacy name. ok is false when
+// the object does not exist.
+func (s *Store) resolve(k objKey) (p string, ok bool, err error) {
+	p = s.path(k)
+	_, err = os.Stat(p)
 	if err == nil {
-		return f, nil
+		return p, true, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
+		return p, false, err
+	}
+	if id, _ := s.identity(); id.legacy && k.idx != 0 {
+		lp := s.path(objKey{ino: k.ino})
+		if _, err := os.Stat(lp); err == nil {
+			return lp, true, nil
+		}
+	}
+	return p, false, nil
+}
+
+// missing is the answer for object k that does not exist: nil when that is
+// a hole, EIO when the object was lost with a replaced disk (the file is
+// older than this store, see identity.base).
+func (s *Store) missing(k objKey, op string) error {
+	id, _ := s.identity()
+	if k.ino >= id.base {
+		return nil
+	}
+	if _, logged := s.lostLogged.LoadOrStore(k, true); !logged {
+		s.log.Error("object lost with a replaced disk: answering EIO", "server", id.id, "file", k.ino, "stripe", k.idx, "op", op)
+	}
+	return proto.Errorf(syscall.EIO, fmt.Sprintf("I/O server %d: %s of file %d stripe %d: its data were lost with the server's replaced disk",
+		id.id, op, k.ino, k.idx))
+}
+
+// openExisting opens object k under its name, or its legacy name, with
+// flag; an error wrapping os.ErrNotExist when it does not exist. The common
+// case costs one open, as before objects had indexes.
+func (s *Store) openExisting(k objKey, flag int) (*os.File, error) {
+	f, err := os.OpenFile(s.path(k), flag, 0)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	if id, _ := s.identity(); id.legacy && k.idx != 0 {
+		if lf, lerr := os.OpenFile(s.path(objKey{ino: k.ino}), flag, 0); lerr == nil {
+			return lf, nil
+		}
+	}
+	return nil, err
+}
+
+// open opens object k for writing, creating it (and its directory) if
+// needed, unless it was lost.
+func (s *Store) open(k objKey, op string) (*os.File, error) {
+	f, err := s.openExisting(k, os.O_RDWR)
+	if err == nil || !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	if err := s.missing(k, op); err != nil {
 		return nil, err
 	}
+	return s.create(k)
+}
+
+func (s *Store) create(k objKey) (*os.File, error) {
+	p := s.path(k)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, err
 	}
-	f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err == nil {
 		s.mu.Lock()
-		s.new[h] = true
+		s.new[k] = true
 		s.mu.Unlock()
 	}
 	return f, err
@@ -92,13 +186,25 @@ func (s *Store) open(h uint64) (*os.File, error) {
 
 // Handle serves one I/O request.
 func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if id, ok := req.(*proto.Identify); ok {
+		return s.identify(id), nil
+	}
+	if !s.registered.Load() {
+		// Until meta accepts this directory, its objects (or their absence)
+		// mean nothing: never answer a read with a hole.
+		return nil, proto.Errorf(syscall.EIO, "I/O server not registered with the metadata server yet (waiting for it, or for `corral fs servers replace`)")
+	}
 	switch m := req.(type) {
 	case *proto.Read:
 		if m.Len > proto.MaxIO {
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("read of %d bytes over the limit of %d", m.Len, proto.MaxIO))
 		}
-		f, err := os.Open(s.path(m.Handle))
+		k := objKey{m.Handle, m.Index}
+		f, err := s.openExisting(k, os.O_RDONLY)
 		if errors.Is(err, os.ErrNotExist) {
+			if err := s.missing(k, "read"); err != nil {
+				return nil, err
+			}
 			return &proto.DataReply{}, nil // never written: a hole
 		}
 		if err != nil {
@@ -116,7 +222,7 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		if m.Off+uint64(len(m.Data)) > 1<<62 {
 			return nil, proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
 		}
-		f, err := s.open(m.Handle)
+		f, err := s.open(objKey{m.Handle, m.Index}, "write")
 		if err != nil {
 			return nil, err
 		}
@@ -126,37 +232,55 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		}
 		return nil, nil
 	case *proto.Truncate:
+		k := objKey{m.Handle, m.Index}
 		if m.Size == 0 {
-			if _, err := os.Stat(s.path(m.Handle)); errors.Is(err, os.ErrNotExist) {
-				return nil, nil
+			_, ok, err := s.resolve(k)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				if s.missing(k, "truncate") == nil {
+					return nil, nil // a hole stays a hole
+				}
+				// Cutting a lost object to nothing loses nothing more:
+				// an empty object makes the file whole again.
+				f, err := s.create(k)
+				if err != nil {
+					return nil, err
+				}
+				return nil, f.Close()
 			}
 		}
-		f, err := s.open(m.Handle)
+		f, err := s.open(k, "truncate")
 		if err != nil {
 			return nil, err
 		}
 		defer f.Close()
 		return nil, f.Truncate(int64(m.Size))
 	case *proto.Sync:
-		return nil, s.sync(m.Handle)
+		return nil, s.sync(objKey{m.Handle, m.Index})
 	case *proto.Remove:
-		err := os.Remove(s.path(m.Handle))
-		if errors.Is(err, os.ErrNotExist) {
-			err = nil
-		}
-		s.mu.Lock()
-		delete(s.new, m.Handle)
-		s.mu.Unlock()
-		return nil, err
+		return nil, s.remove(objKey{m.Handle, m.Index})
 	case *proto.ObjStat:
-		fi, err := os.Stat(s.path(m.Handle))
-		if errors.Is(err, os.ErrNotExist) {
-			return &proto.SizeReply{}, nil
+		k := objKey{m.Handle, m.Index}
+		p, ok, err := s.resolve(k)
+		if err != nil {
+			return nil, err
 		}
+		if !ok {
+			return &proto.SizeReply{}, s.missing(k, "stat")
+		}
+		fi, err := os.Stat(p)
 		if err != nil {
 			return nil, err
 		}
 		return &proto.SizeReply{Size: uint64(fi.Size())}, nil
+	case *proto.Punch:
+		return nil, s.punch(m)
+	case *proto.Alloc:
+		return nil, s.alloc(m)
+	case *proto.ListObjects:
+		return s.list(m)
 	}
 	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("an I/O server does not serve op %d", req.Op()))
 }
@@ -185,8 +309,25 @@ func getBuf(n int) *[]byte {
 
 func putBuf(bp *[]byte) { bufPools[sizeClass(cap(*bp))].Put(bp) }
 
-func (s *Store) sync(h uint64) error {
-	f, err := os.Open(s.path(h))
+// remove deletes object k (and, on a legacy store, its index-less name).
+func (s *Store) remove(k objKey) error {
+	err := os.Remove(s.path(k))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	if id, _ := s.identity(); id.legacy && k.idx != 0 && err == nil {
+		if lerr := os.Remove(s.path(objKey{ino: k.ino})); lerr != nil && !errors.Is(lerr, os.ErrNotExist) {
+			err = lerr
+		}
+	}
+	s.mu.Lock()
+	delete(s.new, k)
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Store) sync(k objKey) error {
+	f, err := s.openExisting(k, os.O_RDONLY)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -199,14 +340,14 @@ func (s *Store) sync(h uint64) error {
 		return err
 	}
 	s.mu.Lock()
-	isNew := s.new[h]
-	delete(s.new, h)
+	isNew := s.new[k]
+	delete(s.new, k)
 	s.mu.Unlock()
 	if !isNew {
 		return nil
 	}
 	// A new object's directory entry must be durable too.
-	d, err := os.Open(filepath.Dir(s.path(h)))
+	d, err := os.Open(filepath.Dir(s.path(k)))
 	if err != nil {
 		return err
 	}
@@ -223,58 +364,25 @@ func (s *Store) usage() (capacity, free uint64) {
 	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize)
 }
 
-func (s *Store) loadID() uint32 {
-	b, err := os.ReadFile(filepath.Join(s.dir, "id"))
-	if err != nil || len(b) != 4 {
-		return 0
-	}
-	return binary.BigEndian.Uint32(b)
-}
-
-func (s *Store) saveID(id uint32) error {
-	p := filepath.Join(s.dir, "id")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, binary.BigEndian.AppendUint32(nil, id), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
-}
-
-// register announces the server to meta, keeping the ID meta hands out.
-func (s *Store) register(ctx context.Context, pool *proto.Pool, meta, addr string) (uint32, error) {
-	c, f := s.usage()
-	id := s.loadID()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	r, err := pool.Call(cctx, meta, &proto.Register{ID: id, Addr: addr, Capacity: c, Free: f})
-	if err != nil {
-		return 0, err
-	}
-	sr, ok := r.(*proto.ServersReply)
-	if !ok || len(sr.Servers) != 1 {
-		return 0, fmt.Errorf("metadata server %s: unexpected reply to register", meta)
-	}
-	if got := sr.Servers[0].ID; got != id {
-		if err := s.saveID(got); err != nil {
-			return 0, err
-		}
-		id = got
-	}
-	return id, nil
-}
-
 // Run serves on listen until ctx ends, registering with the metadata server
-// and re-registering every Heartbeat.
+// and re-registering every heartbeat. Started before meta, it waits for it
+// (logging "waiting for meta at ADDR"); requests are refused with EIO until
+// meta has accepted the data directory.
 func Run(ctx context.Context, listen string, cfg Config, ready func(addr string, id uint32)) error {
 	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
+	}
+	hb := cfg.Heartbeat
+	if hb <= 0 {
+		hb = Heartbeat
 	}
 	st, err := OpenStore(cfg.Data)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	st.log = log
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -283,16 +391,34 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	if addr == "" {
 		addr = l.Addr().String()
 	}
-	var pool proto.Pool
-	defer pool.Close()
-	id, err := st.register(ctx, &pool, cfg.Meta, addr)
-	if err != nil {
+	if cfg.Security.Cred == nil {
 		l.Close()
-		return fmt.Errorf("register with metadata server: %w", err)
+		return fmt.Errorf("no cluster secret: give --secret-file META_DATA/%s (or %s); meta writes it at its first start", proto.SecretFileName, proto.SecretEnv)
 	}
-	srv := &proto.Server{Handler: st, Log: log, MaxInflight: 64}
+	if cfg.Security.Cred.Kind() != proto.KindFull {
+		l.Close()
+		return fmt.Errorf("an I/O server needs the cluster secret (META_DATA/%s), not the read-only credential", proto.SecretFileName)
+	}
+	if cfg.Limits.Budget == 0 {
+		cfg.Limits.Budget = 256 << 20
+	}
+	pool := proto.Pool{Security: cfg.Security}
+	defer pool.Close()
+	srv := &proto.Server{Handler: st, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	id, err := st.registerLoop(ctx, &pool, cfg.Meta, addr)
+	if err != nil {
+		srv.Close()
+		<-served
+		l.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("register with metadata server %s: %w", cfg.Meta, err)
+	}
 	go func() {
-		t := time.NewTicker(Heartbeat)
+		t := time.NewTicker(hb)
 		defer t.Stop()
 		failing := false
 		for {
@@ -311,10 +437,13 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 			failing = err != nil
 		}
 	}()
+	if cfg.SweepGrace >= 0 {
+		go st.sweep(ctx, &pool, cfg.Meta, id, cmp.Or(cfg.SweepGrace, DefaultGrace))
+	}
 	if ready != nil {
 		ready(addr, id)
 	}
-	err = srv.Serve(l)
+	err = <-served
 	srv.Close()
 	return err
 }

@@ -50,6 +50,15 @@ type Config struct {
 	// set one (default layout.DefaultStripeSize).
 	DefaultStripeSize uint32
 	Log               *slog.Logger
+	// Security: the cluster secret (nil: DATA/cluster.secret, created at
+	// the first start) and optional TLS. Limits: see proto.Limits.
+	Security proto.Security
+	Limits   proto.Limits
+
+	// Reserve is the percentage of an I/O server's capacity kept free: a
+	// server with less free space gets no new files (0: DefaultReserve;
+	// negative: none).
+	Reserve float64
 }
 
 // Service implements the metadata requests. Create it with Open.
@@ -67,6 +76,14 @@ type Service struct {
 	iodsMu sync.Mutex
 	iods   map[uint32]proto.ServerInfo
 	pool   proto.Pool
+	sec    proto.Security
+	limits proto.Limits
+
+	cluster string  // this file system's cluster ID, made at the first start
+	reserve float64 // percent of capacity kept free
+	started time.Time
+	regMu   sync.Mutex       // one registration decision at a time
+	heard   map[uint32]int64 // last registration since this start (ns); persisted Seen times prove nothing
 }
 
 type commit struct {
@@ -81,11 +98,30 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Security.Cred == nil {
+		if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(cfg.Data, proto.SecretFileName)); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	s := &Service{
+		sec: cfg.Security, limits: cfg.Limits,
 		db: db, log: cfg.Log, defSize: cfg.DefaultStripeSize,
 		commits: make(chan *commit, 1024), done: make(chan struct{}),
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
+		reserve: cfg.Reserve, started: time.Now(), heard: map[uint32]int64{},
 	}
+	switch {
+	case s.reserve == 0:
+		s.reserve = DefaultReserve
+	case s.reserve < 0:
+		s.reserve = 0
+	}
+	if s.cluster, err = clusterID(db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.pool.Security = cfg.Security
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -109,6 +145,7 @@ func Open(cfg Config) (*Service, error) {
 	s.wg.Add(2)
 	go s.committer()
 	go s.reclaimer()
+	s.startPosix()
 	return s, nil
 }
 
@@ -208,6 +245,9 @@ func exists(name string) error {
 
 // Handle serves one request.
 func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if r, err, ok := s.handlePosix(ctx, req); ok {
+		return r, err
+	}
 	switch m := req.(type) {
 	case *proto.Lookup:
 		var r proto.Msg
@@ -286,7 +326,11 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	case *proto.Register:
 		return s.register(ctx, m)
 	case *proto.Servers:
-		return &proto.ServersReply{Servers: s.servers()}, nil
+		return &proto.ServersReply{Servers: s.servers(), Cluster: s.cluster}, nil
+	case *proto.ReplaceServer:
+		return s.replace(ctx, m)
+	case *proto.RefCheck:
+		return s.refCheck(m)
 	}
 	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("the metadata server does not serve op %d", req.Op()))
 }
@@ -478,6 +522,10 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 			return nil, proto.Errorf(syscall.EINVAL, err.Error())
 		}
 	}
+	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
+		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
+	}
+	s.awaitServers(ctx)
 	var r *proto.AttrReply
 	err := s.update(ctx, func(t tx) error {
 		if err := checkName(m.Name); err != nil {
@@ -533,30 +581,24 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	return r, nil
 }
 
-// pick chooses count servers (0: all) for a new file. Servers heard from
-// recently come first; the starting point rotates so that files spread over
-// all servers even when each has one stripe.
+// pick chooses count servers (0 or AllServers: every usable one) for a new
+// file among the usable servers (see usable); the starting point rotates so
+// that files spread over all servers even when each has one stripe.
 func (s *Service) pick(count int) ([]uint32, error) {
 	all := s.servers()
-	if len(all) == 0 {
-		return nil, proto.Errorf(syscall.ENOSPC, "no I/O servers registered: start `corral iod --meta ...` first")
-	}
-	cut := time.Now().Add(-LiveWindow).UnixNano()
-	var live []uint32
-	for _, si := range all {
-		if si.Seen >= cut {
-			live = append(live, si.ID)
-		}
-	}
+	live := usable(all)
 	if len(live) == 0 {
-		// Just restarted, or every server is late: use them all; a client
-		// that cannot reach one will say which.
-		for _, si := range all {
-			live = append(live, si.ID)
+		if len(all) == 0 {
+			return nil, proto.Errorf(syscall.ENOSPC, "no I/O servers registered: start `corral iod --meta ...` first")
 		}
+		return nil, proto.Errorf(syscall.ENOSPC, "no usable I/O server: "+stateSummary(all)+" (see `corral fs servers`)")
 	}
-	if count <= 0 || count > len(live) {
+	if count <= 0 || count == int(proto.AllServers) {
 		count = len(live)
+	}
+	if count > len(live) {
+		return nil, proto.Errorf(syscall.ENOSPC, fmt.Sprintf("stripe count %d, but only %d I/O servers are usable: %s (use a stripe count of at most %d, or all)",
+			count, len(live), stateSummary(all), len(live)))
 	}
 	start := int(s.rot.Add(1))
 	out := make([]uint32, count)
@@ -819,52 +861,22 @@ func (s *Service) statfs() (proto.Msg, error) {
 	return r, err
 }
 
-// Register records an I/O server, handing out an ID on first contact.
-func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, error) {
-	if _, _, err := net.SplitHostPort(m.Addr); err != nil {
-		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("register: bad address %q: %v", m.Addr, err))
-	}
-	si := proto.ServerInfo{ID: m.ID, Addr: m.Addr, Capacity: m.Capacity, Free: m.Free, Seen: time.Now().UnixNano()}
-	s.iodsMu.Lock()
-	old, known := s.iods[m.ID]
-	s.iodsMu.Unlock()
-	if known && old.Addr == m.Addr {
-		// A heartbeat: keep it in memory, no disk write.
-		s.iodsMu.Lock()
-		s.iods[m.ID] = si
-		s.iodsMu.Unlock()
-		return &proto.ServersReply{Servers: []proto.ServerInfo{si}}, nil
-	}
-	err := s.update(ctx, func(t tx) error {
-		b := t.Bucket(bSys)
-		if si.ID == 0 {
-			next := uint32(1)
-			if v := b.Get(kNextIOD); v != nil {
-				next = binary.BigEndian.Uint32(v)
-			}
-			si.ID = next
-			if err := b.Put(kNextIOD, binary.BigEndian.AppendUint32(nil, next+1)); err != nil {
-				return err
-			}
-		} else if t.Bucket(bIOD).Get(binary.BigEndian.AppendUint32(nil, si.ID)) == nil {
-			return proto.Errorf(syscall.ENOENT, fmt.Sprintf("register: I/O server id %d is unknown to this metadata server (was its data directory made for another file system?)", si.ID))
-		}
-		return t.Bucket(bIOD).Put(binary.BigEndian.AppendUint32(nil, si.ID), encodeServer(si))
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.iodsMu.Lock()
-	s.iods[si.ID] = si
-	s.iodsMu.Unlock()
-	s.log.Info("I/O server registered", "id", si.ID, "addr", si.Addr)
-	return &proto.ServersReply{Servers: []proto.ServerInfo{si}}, nil
-}
-
+// servers lists the known I/O servers with their state as of now.
 func (s *Service) servers() []proto.ServerInfo {
+	cut := time.Now().Add(-LiveWindow).UnixNano()
 	s.iodsMu.Lock()
 	out := make([]proto.ServerInfo, 0, len(s.iods))
 	for _, si := range s.iods {
+		if si.State != proto.ServerLost && si.State != proto.ServerReplacing {
+			switch h, ok := s.heard[si.ID]; {
+			case !ok || h < cut:
+				si.State = proto.ServerDown
+			case si.Capacity > 0 && float64(si.Free) < float64(si.Capacity)*s.reserve/100:
+				si.State = proto.ServerFull
+			default:
+				si.State = proto.ServerUp
+			}
+		}
 		out = append(out, si)
 	}
 	s.iodsMu.Unlock()
@@ -883,10 +895,19 @@ func decodeServer(b []byte) (proto.ServerInfo, error) {
 	var r proto.ServersReply
 	d := proto.Dec{B: b}
 	r.Decode(&d)
-	if d.Err() != nil || len(r.Servers) != 1 {
+	if d.Err() == nil && len(r.Servers) == 1 {
+		return r.Servers[0], nil
+	}
+	// A record from before server states: count, ID, address, capacity,
+	// free, seen.
+	var si proto.ServerInfo
+	d = proto.Dec{B: b}
+	n := d.U32()
+	si.ID, si.Addr, si.Capacity, si.Free, si.Seen = d.U32(), d.Str(), d.U64(), d.U64(), d.I64()
+	if d.Err() != nil || n != 1 {
 		return proto.ServerInfo{}, fmt.Errorf("corrupt I/O server record")
 	}
-	return r.Servers[0], nil
+	return si, nil
 }
 
 func (s *Service) wake() {
@@ -937,21 +958,31 @@ func (s *Service) reclaimOnce() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, j := range jobs {
-		var left []uint32
-		for _, id := range j.servers {
+		// The list keeps layout positions (the stripe index names the
+		// object); a server done with its object becomes 0.
+		left := make([]uint32, len(j.servers))
+		done, pending := 0, 0
+		for k, id := range j.servers {
+			if id == 0 {
+				continue
+			}
 			addr, ok := addrs[id]
 			if !ok {
+				done++
 				continue // server forgotten: nothing to ask
 			}
-			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino}); err != nil {
-				left = append(left, id)
+			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: uint32(k)}); err != nil {
+				left[k] = id
+				pending++
+				continue
 			}
+			done++
 		}
-		if len(left) == len(j.servers) {
+		if done == 0 && pending > 0 {
 			continue
 		}
 		s.update(ctx, func(t tx) error {
-			if len(left) == 0 {
+			if pending == 0 {
 				return t.Bucket(bReclaim).Delete(u64key(j.ino))
 			}
 			e := proto.Enc{}
@@ -973,7 +1004,8 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	if err != nil {
 		return err
 	}
-	srv := &proto.Server{Handler: s, Log: s.log, MaxInflight: 256}
+	srv := &proto.Server{Handler: s, Log: s.log, MaxInflight: 256, Security: s.sec, Limits: s.limits}
+	s.log.Info("metadata server", "cluster", s.cluster, "reserve_percent", s.reserve)
 	go func() { <-ctx.Done(); srv.Close() }()
 	if ready != nil {
 		ready(l.Addr().String())

@@ -17,6 +17,8 @@ var (
 	bSys     = []byte("sys")     // counters and file-system defaults
 	bIOD     = []byte("iod")     // server id -> proto.ServerInfo
 	bReclaim = []byte("reclaim") // ino -> servers still holding its objects
+	bXattr   = []byte("xattr")   // ino + name -> extended attribute value
+	bOrphan  = []byte("orphan")  // ino (unlinked, still open) -> last renewal, i64 ns
 
 	kNextIno = []byte("nextino")
 	kNextIOD = []byte("nextiod")
@@ -168,7 +170,7 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(btx *bolt.Tx) error {
-		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim} {
+		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan} {
 			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package proto
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -46,18 +47,55 @@ type call struct {
 	into []byte
 }
 
-// Dial connects to a server.
-func Dial(ctx context.Context, addr string) (*Conn, error) {
+// errNotSent marks calls failed by a server's goodbye on an idle
+// connection: the server read none of them, so any may be resent.
+var errNotSent = errors.New("connection closed by the server as idle before the request was read")
+
+// Dial connects to a server and runs the handshake: sec.Cred is proved to
+// the server and the server must prove it back. A failed handshake is an
+// error wrapping ErrAuth that says who refused whom.
+func Dial(ctx context.Context, addr string, sec Security) (*Conn, error) {
+	return dial(ctx, addr, addr, sec)
+}
+
+// dial is Dial with who naming the server in handshake errors.
+func dial(ctx context.Context, addr, who string, sec Security) (*Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, err)
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	c := &Conn{addr: addr, nc: nc, bw: bufio.NewWriterSize(nc, 256<<10), pending: map[uint32]*call{}}
-	go c.readLoop()
+	dl := time.Now().Add(DefaultHandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	raw.SetDeadline(dl)
+	nc := raw
+	if sec.TLSClient != nil {
+		cfg := sec.TLSClient
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, fmt.Errorf("%w: TLS with %s: %v", ErrAuth, addr, err)
+		}
+		nc = tc
+	}
+	br := bufio.NewReaderSize(nc, 256<<10)
+	bw := bufio.NewWriterSize(nc, 256<<10)
+	if err := clientHandshake(br, bw, sec.Cred, who); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	raw.SetDeadline(time.Time{})
+	c := &Conn{addr: addr, nc: nc, bw: bw, pending: map[uint32]*call{}}
+	go c.readLoop(br)
 	return c, nil
 }
 
@@ -67,12 +105,15 @@ func (c *Conn) Addr() string { return c.addr }
 // Dead reports whether the connection has failed.
 func (c *Conn) Dead() bool { return c.dead.Load() }
 
-func (c *Conn) readLoop() {
-	br := bufio.NewReaderSize(c.nc, 256<<10)
+func (c *Conn) readLoop(br *bufio.Reader) {
 	for {
 		op, id, n, err := readHeader(br)
 		if err != nil {
 			c.fail(fmt.Errorf("%w: connection to %s lost: %v", ErrUnavailable, c.addr, err))
+			return
+		}
+		if op == OpGoAway && id == 0 && n == 0 {
+			c.fail(fmt.Errorf("%w: %s: %w", ErrUnavailable, c.addr, errNotSent))
 			return
 		}
 		c.mu.Lock()
@@ -108,15 +149,16 @@ func (c *Conn) readReply(br *bufio.Reader, op Op, n uint32, cl *call) (Msg, erro
 			}
 			return &DataReply{Data: cl.into[:l]}, nil
 		}
-		payload := make([]byte, n)
-		copy(payload, lb[:])
-		if err := readPayload(br, payload[4:]); err != nil {
+		rest, err := readPayloadN(br, n-4)
+		if err != nil {
 			return nil, err
 		}
-		return Decode(op, payload)
+		return Decode(op, append(lb[:], rest...))
 	}
-	payload := make([]byte, n)
-	if err := readPayload(br, payload); err != nil {
+	// A hostile or broken server's announced length is not allocated up
+	// front either.
+	payload, err := readPayloadN(br, n)
+	if err != nil {
 		return nil, err
 	}
 	return Decode(op, payload)
@@ -221,10 +263,15 @@ type Pool struct {
 	// PerServer is the number of connections per server (default 2); more
 	// than one keeps one large transfer from queueing small requests.
 	PerServer int
+	// Security is what every connection proves and how it is protected.
+	Security Security
+	// Name, if set, names a server in handshake errors ("meta at ADDR").
+	Name func(addr string) string
 
 	mu    sync.Mutex
 	conns map[string][]*Conn
 	next  map[string]int
+	dials map[slot]*dialing
 }
 
 func (p *Pool) get(ctx context.Context, addr string) (*Conn, error) {
@@ -245,24 +292,56 @@ func (p *Pool) get(ctx context.Context, addr string) (*Conn, error) {
 	i := p.next[addr] % n
 	p.next[addr] = i + 1
 	c := cs[i]
-	p.mu.Unlock()
 	if c != nil && !c.Dead() {
+		p.mu.Unlock()
 		return c, nil
 	}
-	nc, err := Dial(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	if cur := p.conns[addr][i]; cur != nil && cur != c && !cur.Dead() {
-		// someone else redialled meanwhile
+	// One dial per slot at a time; the others wait for its result, so a
+	// burst of calls does not open (and authenticate) a connection each.
+	k := slot{addr, i}
+	if d := p.dials[k]; d != nil {
 		p.mu.Unlock()
-		nc.Close()
-		return cur, nil
+		select {
+		case <-d.done:
+			return d.c, d.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, ctx.Err())
+		}
 	}
-	p.conns[addr][i] = nc
+	if p.dials == nil {
+		p.dials = map[slot]*dialing{}
+	}
+	d := &dialing{done: make(chan struct{})}
+	p.dials[k] = d
 	p.mu.Unlock()
-	return nc, nil
+	who := addr
+	if p.Name != nil {
+		who = p.Name(addr)
+	}
+	d.c, d.err = dial(ctx, addr, who, p.Security)
+	p.mu.Lock()
+	delete(p.dials, k)
+	if d.err == nil {
+		if cs := p.conns[addr]; len(cs) > i {
+			cs[i] = d.c
+		} else { // the pool was closed meanwhile
+			d.c.Close()
+		}
+	}
+	p.mu.Unlock()
+	close(d.done)
+	return d.c, d.err
+}
+
+type slot struct {
+	addr string
+	i    int
+}
+
+type dialing struct {
+	done chan struct{}
+	c    *Conn
+	err  error
 }
 
 // Call sends req to the server at addr. Requests that are safe to repeat are
@@ -278,7 +357,10 @@ func (p *Pool) CallInto(ctx context.Context, addr string, req Msg, into []byte) 
 	if err == nil {
 		var m Msg
 		m, err = c.CallInto(ctx, req, into)
-		if err == nil || !errors.Is(err, ErrUnavailable) || !Idempotent(req.Op()) || ctx.Err() != nil {
+		// A request the server never read (its idle goodbye crossed our
+		// send) is safe to resend whatever it does.
+		retry := Idempotent(req.Op()) || errors.Is(err, errNotSent)
+		if err == nil || !errors.Is(err, ErrUnavailable) || !retry || ctx.Err() != nil {
 			return m, err
 		}
 	}
@@ -307,7 +389,8 @@ func Idempotent(op Op) bool {
 	switch op {
 	case OpLookup, OpWalk, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
 		OpServers, OpRegister, OpSetLayout,
-		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat:
+		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat,
+		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc:
 		return true
 	}
 	return false
@@ -320,6 +403,9 @@ var opNames = map[Op]string{
 	OpReadlink: "readlink", OpSetLayout: "setlayout", OpStatfs: "statfs",
 	OpRegister: "register", OpServers: "servers", OpRead: "read", OpWrite: "write",
 	OpTruncate: "truncate", OpSync: "sync", OpRemove: "remove", OpObjStat: "objstat",
+	OpMknod: "mknod", OpSetXattr: "setxattr", OpGetXattr: "getxattr", OpListXattr: "listxattr",
+	OpRemoveXattr: "removexattr", OpUnlinkOpen: "unlink-open", OpReleaseOrphan: "release-orphan",
+	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc",
 }
 
 func opName(op Op) string {

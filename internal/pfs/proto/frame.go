@@ -16,7 +16,7 @@ import (
 // Frame header: magic "CR", version, op, request ID (u32), payload length
 // (u32), all little-endian.
 const (
-	Version    = 1
+	Version    = 2
 	HeaderLen  = 12
 	MaxPayload = 64<<20 + 4096 // one 64 MiB stripe unit plus its fields
 	MaxString  = 4096          // PATH_MAX: names, paths, link targets, messages
@@ -103,23 +103,20 @@ func readHeader(r *bufio.Reader) (op Op, id uint32, n uint32, err error) {
 
 func readPayload(r *bufio.Reader, payload []byte) error {
 	if _, err := io.ReadFull(r, payload); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return fmt.Errorf("payload of %d bytes: %w", len(payload), err)
+		return fmt.Errorf("payload of %d bytes: %w", len(payload), noEOF(err))
 	}
 	return nil
 }
 
 // ReadFrame reads one frame's header and payload. The payload is freshly
-// allocated (messages alias it).
+// allocated (messages alias it) and grows as bytes arrive: a frame that
+// announces more than it sends costs no more than it sent.
 func ReadFrame(r *bufio.Reader) (op Op, id uint32, payload []byte, err error) {
 	op, id, n, err := readHeader(r)
 	if err != nil {
 		return 0, 0, nil, err
 	}
-	payload = make([]byte, n)
-	if err := readPayload(r, payload); err != nil {
+	if payload, err = readPayloadN(r, n); err != nil {
 		return 0, 0, nil, err
 	}
 	return op, id, payload, nil

@@ -76,6 +76,10 @@ func New(op Op) Msg {
 		return &DataReply{}
 	case OpSize:
 		return &SizeReply{}
+	case OpObjects:
+		return &ObjectsReply{}
+	case OpRefs:
+		return &RefsReply{}
 	case OpLookup:
 		return &Lookup{}
 	case OpWalk:
@@ -110,6 +114,10 @@ func New(op Op) Msg {
 		return &Register{}
 	case OpServers:
 		return &Servers{}
+	case OpReplace:
+		return &ReplaceServer{}
+	case OpRefCheck:
+		return &RefCheck{}
 	case OpRead:
 		return &Read{}
 	case OpWrite:
@@ -122,8 +130,12 @@ func New(op Op) Msg {
 		return &Remove{}
 	case OpObjStat:
 		return &ObjStat{}
+	case OpList:
+		return &ListObjects{}
+	case OpIdentify:
+		return &Identify{}
 	}
-	return nil
+	return newPosix(op)
 }
 
 // Decode parses a payload for op, rejecting unknown ops, short payloads and
@@ -272,9 +284,45 @@ type ServerInfo struct {
 	Addr           string
 	Capacity, Free uint64
 	Seen           int64 // last registration, ns since epoch
+	// State is ServerUp, ServerDown, ... as the metadata server sees it now.
+	State uint8
+	// Base: on a store that replaced a lost disk, a missing object of a file
+	// whose inode number is below Base is lost data (EIO), not a hole.
+	Base uint64
 }
 
-type ServersReply struct{ Servers []ServerInfo }
+// I/O server states (ServerInfo.State).
+const (
+	ServerUp        uint8 = 0 // heard from recently, space above the reserve
+	ServerDown      uint8 = 1 // not heard from since the metadata server started or lately
+	ServerLost      uint8 = 2 // came back without its objects: out of placement until replaced
+	ServerFull      uint8 = 3 // up, but free space is below the reserve
+	ServerReplacing uint8 = 4 // lost; the next empty disk at its address is accepted as it
+)
+
+// StateName is the word `corral fs servers` shows for a state.
+func StateName(s uint8) string {
+	switch s {
+	case ServerUp:
+		return "up"
+	case ServerDown:
+		return "down"
+	case ServerLost:
+		return "lost"
+	case ServerFull:
+		return "full"
+	case ServerReplacing:
+		return "replacing"
+	}
+	return fmt.Sprintf("state-%d", s)
+}
+
+// ServersReply lists I/O servers. Cluster is the metadata server's cluster
+// ID (an I/O server keeps it in its data directory at registration).
+type ServersReply struct {
+	Servers []ServerInfo
+	Cluster string
+}
 
 func (*ServersReply) Op() Op { return OpServerR }
 func (m *ServersReply) Encode(e *Enc) {
@@ -285,14 +333,19 @@ func (m *ServersReply) Encode(e *Enc) {
 		e.U64(s.Capacity)
 		e.U64(s.Free)
 		e.I64(s.Seen)
+		e.U8(s.State)
+		e.U64(s.Base)
 	}
+	e.Str(m.Cluster)
 }
 func (m *ServersReply) Decode(d *Dec) {
-	m.Servers = make([]ServerInfo, d.Count(32))
+	m.Servers = make([]ServerInfo, d.Count(41))
 	for i := range m.Servers {
 		s := &m.Servers[i]
 		s.ID, s.Addr, s.Capacity, s.Free, s.Seen = d.U32(), d.Str(), d.U64(), d.U64(), d.I64()
+		s.State, s.Base = d.U8(), d.U64()
 	}
+	m.Cluster = d.Str()
 }
 
 type DataReply struct {
@@ -531,11 +584,16 @@ func (*Statfs) Encode(*Enc)   {}
 func (*Statfs) Decode(d *Dec) {}
 
 // Register announces an I/O server. ID 0 asks the metadata server for a new
-// ID, which the I/O server keeps in its data directory.
+// ID, which the I/O server keeps in its data directory with Cluster, the
+// cluster that directory belongs to ("" before its first registration).
+// Fresh says the objects directory has no store marker: it is empty or was
+// wiped, so the objects of a known ID are gone.
 type Register struct {
 	ID             uint32
 	Addr           string
 	Capacity, Free uint64
+	Cluster        string
+	Fresh          bool
 }
 
 func (*Register) Op() Op { return OpRegister }
@@ -544,9 +602,12 @@ func (m *Register) Encode(e *Enc) {
 	e.Str(m.Addr)
 	e.U64(m.Capacity)
 	e.U64(m.Free)
+	e.Str(m.Cluster)
+	e.Bool(m.Fresh)
 }
 func (m *Register) Decode(d *Dec) {
 	m.ID, m.Addr, m.Capacity, m.Free = d.U32(), d.Str(), d.U64(), d.U64()
+	m.Cluster, m.Fresh = d.Str(), d.Bool()
 }
 
 type Servers struct{}
@@ -555,29 +616,36 @@ func (*Servers) Op() Op        { return OpServers }
 func (*Servers) Encode(*Enc)   {}
 func (*Servers) Decode(d *Dec) {}
 
-// I/O server requests. Handle names a file's object (the file's inode number).
+// I/O server requests. An object is named by Handle (the file's inode
+// number) and Index (the server's position in the file's layout), so no two
+// files or stripe units ever share one.
 
 type Read struct {
 	Handle uint64
+	Index  uint32
 	Off    uint64
 	Len    uint32
 }
 
 func (*Read) Op() Op          { return OpRead }
-func (m *Read) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Off); e.U32(m.Len) }
-func (m *Read) Decode(d *Dec) { m.Handle, m.Off, m.Len = d.U64(), d.U64(), d.U32() }
+func (m *Read) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Off); e.U32(m.Len) }
+func (m *Read) Decode(d *Dec) { m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U32() }
 
 type Write struct {
 	Handle uint64
+	Index  uint32
 	Off    uint64
 	Data   []byte
 }
 
 func (*Write) Op() Op          { return OpWrite }
-func (m *Write) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Off); e.Bytes(m.Data) }
-func (m *Write) Decode(d *Dec) { m.Handle, m.Off, m.Data = d.U64(), d.U64(), d.Bytes() }
+func (m *Write) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Off); e.Bytes(m.Data) }
+func (m *Write) Decode(d *Dec) {
+	m.Handle, m.Index, m.Off, m.Data = d.U64(), d.U32(), d.U64(), d.Bytes()
+}
 func (m *Write) encodeHead(e *Enc) {
 	e.U64(m.Handle)
+	e.U32(m.Index)
 	e.U64(m.Off)
 	e.U32(uint32(len(m.Data)))
 }
@@ -585,27 +653,37 @@ func (m *Write) tail() []byte { return m.Data }
 
 type Truncate struct {
 	Handle uint64
+	Index  uint32
 	Size   uint64
 }
 
 func (*Truncate) Op() Op          { return OpTruncate }
-func (m *Truncate) Encode(e *Enc) { e.U64(m.Handle); e.U64(m.Size) }
-func (m *Truncate) Decode(d *Dec) { m.Handle, m.Size = d.U64(), d.U64() }
+func (m *Truncate) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Size) }
+func (m *Truncate) Decode(d *Dec) { m.Handle, m.Index, m.Size = d.U64(), d.U32(), d.U64() }
 
-type Sync struct{ Handle uint64 }
+type Sync struct {
+	Handle uint64
+	Index  uint32
+}
 
 func (*Sync) Op() Op          { return OpSync }
-func (m *Sync) Encode(e *Enc) { e.U64(m.Handle) }
-func (m *Sync) Decode(d *Dec) { m.Handle = d.U64() }
+func (m *Sync) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index) }
+func (m *Sync) Decode(d *Dec) { m.Handle, m.Index = d.U64(), d.U32() }
 
-type Remove struct{ Handle uint64 }
+type Remove struct {
+	Handle uint64
+	Index  uint32
+}
 
 func (*Remove) Op() Op          { return OpRemove }
-func (m *Remove) Encode(e *Enc) { e.U64(m.Handle) }
-func (m *Remove) Decode(d *Dec) { m.Handle = d.U64() }
+func (m *Remove) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index) }
+func (m *Remove) Decode(d *Dec) { m.Handle, m.Index = d.U64(), d.U32() }
 
-type ObjStat struct{ Handle uint64 }
+type ObjStat struct {
+	Handle uint64
+	Index  uint32
+}
 
 func (*ObjStat) Op() Op          { return OpObjStat }
-func (m *ObjStat) Encode(e *Enc) { e.U64(m.Handle) }
-func (m *ObjStat) Decode(d *Dec) { m.Handle = d.U64() }
+func (m *ObjStat) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index) }
+func (m *ObjStat) Decode(d *Dec) { m.Handle, m.Index = d.U64(), d.U32() }

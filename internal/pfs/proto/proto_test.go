@@ -23,20 +23,22 @@ func samples() []Msg {
 		&OK{}, &Error{Errno: 2, Msg: "x: no such file"}, &AttrReply{Attr: a, Created: true},
 		&EntriesReply{Entries: []Entry{{Name: "a", Attr: a}, {Name: "bb", Attr: Attr{Servers: []uint32{}}}}, More: true},
 		&TargetReply{Target: "../t"}, &StatfsReply{1, 2, 3, 4},
-		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7}}},
+		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7, ServerLost, 12}}, Cluster: "c1"},
 		&DataReply{Data: []byte("hello")}, &SizeReply{Size: 9},
 		&Lookup{1, "n"}, &Walk{"/a/b"}, &GetAttr{3}, &SetAttr{1, SetSize | SetMode, 0o755, 1, 2, 3, 4, 5},
 		&Create{1, "f", 0o644, 1, 2, true, 65536, 2}, &Mkdir{1, "d", 0o755, 0, 0},
 		&Symlink{1, "l", "/t", 0, 0}, &Link{5, 1, "h"}, &Unlink{1, "u"}, &Rmdir{1, "r"},
 		&Rename{1, "a", 2, "b", RenameNoReplace}, &Readdir{1, "m", 100}, &Readlink{4},
-		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50}, &Servers{},
-		&Read{1, 2, 3}, &Write{1, 2, []byte("data")}, &Truncate{1, 9}, &Sync{1}, &Remove{1}, &ObjStat{1},
+		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true}, &Servers{},
+		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
+		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
+		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
 	}
 }
 
 func TestRoundTrip(t *testing.T) {
 	seen := map[Op]bool{}
-	for _, m := range samples() {
+	for _, m := range append(samples(), posixSamples()...) {
 		seen[m.Op()] = true
 		var buf bytes.Buffer
 		if err := WriteFrame(&buf, 42, m); err != nil {
@@ -78,7 +80,7 @@ func TestFrameErrors(t *testing.T) {
 	}{
 		{"magic", []byte("GET / HTTP/1.1\r\n\r\n"), ErrBadMagic},
 		{"version", []byte{'C', 'R', 9, 1, 0, 0, 0, 0, 0, 0, 0, 0}, ErrVersion},
-		{"too big", []byte{'C', 'R', 1, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, ErrTooBig},
+		{"too big", []byte{'C', 'R', Version, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, ErrTooBig},
 	}
 	for _, c := range cases {
 		_, _, _, err := ReadFrame(bufio.NewReader(bytes.NewReader(c.in)))
@@ -87,7 +89,7 @@ func TestFrameErrors(t *testing.T) {
 		}
 	}
 	// truncated payload
-	_, _, _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{'C', 'R', 1, 1, 0, 0, 0, 0, 10, 0, 0, 0, 1})))
+	_, _, _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{'C', 'R', Version, 1, 0, 0, 0, 0, 10, 0, 0, 0, 1})))
 	if err == nil || !strings.Contains(err.Error(), "unexpected EOF") {
 		t.Errorf("truncated: %v", err)
 	}
@@ -129,7 +131,7 @@ func startServer(t *testing.T) (string, *lockedWriter) {
 		t.Fatal(err)
 	}
 	logs := &lockedWriter{w: &bytes.Buffer{}}
-	s := &Server{Handler: echo{}, Log: slog.New(slog.NewTextHandler(logs, nil))}
+	s := &Server{Handler: echo{}, Log: slog.New(slog.NewTextHandler(logs, nil)), Security: testSec}
 	go s.Serve(l)
 	t.Cleanup(s.Close)
 	return l.Addr().String(), logs
@@ -137,7 +139,7 @@ func startServer(t *testing.T) (string, *lockedWriter) {
 
 func TestServerCalls(t *testing.T) {
 	addr, _ := startServer(t)
-	var p Pool
+	p := Pool{Security: testSec}
 	defer p.Close()
 	ctx := context.Background()
 	// many concurrent pipelined calls on the pooled connections
@@ -164,7 +166,7 @@ func TestServerCalls(t *testing.T) {
 
 func TestServerTimeoutNamesServer(t *testing.T) {
 	addr, _ := startServer(t)
-	c, err := Dial(context.Background(), addr)
+	c, err := Dial(context.Background(), addr, testSec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +183,7 @@ func TestDialFailureNamesServer(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
-	var p Pool
+	p := Pool{Security: testSec}
 	_, err := p.Call(context.Background(), addr, &Statfs{})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), addr) {
 		t.Errorf("got %v", err)
@@ -189,45 +191,48 @@ func TestDialFailureNamesServer(t *testing.T) {
 }
 
 // TestServerGarbage: garbage closes that connection with a logged reason and
-// the server goes on serving others.
+// the server goes on serving others, both before the handshake and after it.
 func TestServerGarbage(t *testing.T) {
 	addr, logs := startServer(t)
-	inputs := map[string][]byte{
-		"bad magic":    []byte("GET / HTTP/1.0\r\n\r\n"),
-		"version":      {'C', 'R', 7, 20, 0, 0, 0, 0, 0, 0, 0, 0},
-		"too large":    {'C', 'R', 1, 20, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
-		"unknown op":   {'C', 'R', 1, 200, 1, 0, 0, 0, 0, 0, 0, 0},
-		"reply as req": {'C', 'R', 1, byte(OpOK), 1, 0, 0, 0, 0, 0, 0, 0},
-		"short body":   {'C', 'R', 1, byte(OpLookup), 1, 0, 0, 0, 2, 0, 0, 0, 1, 2},
+	type input struct {
+		authed bool
+		in     []byte
+		want   string // in the server's log
 	}
-	for name, in := range inputs {
-		nc, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
+	inputs := map[string]input{
+		"bad magic":        {false, []byte("GET / HTTP/1.0\r\n\r\n"), "bad magic"},
+		"version 1":        {false, []byte{'C', 'R', 1, 20, 0, 0, 0, 0, 0, 0, 0, 0}, "unsupported protocol version 1"},
+		"big handshake":    {false, []byte{'C', 'R', Version, byte(OpHello), 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f}, "handshake frame of"},
+		"no hello":         {false, []byte{'C', 'R', Version, byte(OpLookup), 1, 0, 0, 0, 0, 0, 0, 0}, "expected a handshake hello"},
+		"version":          {true, []byte{'C', 'R', 7, 20, 0, 0, 0, 0, 0, 0, 0, 0}, "unsupported protocol version 7"},
+		"too large":        {true, []byte{'C', 'R', Version, 20, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f}, "frame too large"},
+		"unknown op":       {true, []byte{'C', 'R', Version, 200, 1, 0, 0, 0, 0, 0, 0, 0}, "unknown op"},
+		"reply as req":     {true, []byte{'C', 'R', Version, byte(OpOK), 1, 0, 0, 0, 0, 0, 0, 0}, "reply op"},
+		"short body":       {true, []byte{'C', 'R', Version, byte(OpLookup), 1, 0, 0, 0, 2, 0, 0, 0, 1, 2}, "truncated"},
+		"hello after auth": {true, []byte{'C', 'R', Version, byte(OpHello), 0, 0, 0, 0, 0, 0, 0, 0}, "unknown op 10"},
+	}
+	for name, c := range inputs {
+		var nc net.Conn
+		if c.authed {
+			nc = authedConn(t, addr, testSec.Cred)
+		} else {
+			var err error
+			if nc, err = net.Dial("tcp", addr); err != nil {
+				t.Fatal(err)
+			}
 		}
-		nc.Write(in)
+		nc.Write(c.in)
 		nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, err := nc.Read(make([]byte, 1))
-		if n != 0 || err == nil {
-			t.Errorf("%s: connection not closed (n=%d err=%v)", name, n, err)
+		if !closedWithoutReply(nc) {
+			t.Errorf("%s: connection not closed", name)
 		}
 		nc.Close()
+		waitLog(t, logs, c.want)
 	}
-	var p Pool
+	p := Pool{Security: testSec}
 	defer p.Close()
 	if _, err := p.Call(context.Background(), addr, &Read{Handle: 1, Off: 1, Len: 1}); err != nil {
 		t.Fatalf("server stopped serving after garbage: %v", err)
-	}
-	// The server logs a bad connection's reason as it closes it, which
-	// can come after the client saw the close.
-	for _, want := range []string{"bad magic", "unsupported protocol version", "frame too large", "unknown op", "reply op", "truncated"} {
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(logs.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("log lacks %q:\n%s", want, logs.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 }
 

@@ -1,0 +1,102 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// secFlags are the file-system credential and TLS flags shared by every
+// command that talks to meta or an iod.
+type secFlags struct {
+	secretFile, cert, key, ca string
+}
+
+// add registers the flags; withSecret is false for meta, whose secret is
+// DATA/cluster.secret.
+func (s *secFlags) add(fs *pflag.FlagSet, withSecret bool) {
+	if withSecret {
+		fs.StringVar(&s.secretFile, "secret-file", os.Getenv(proto.SecretEnv),
+			"cluster secret or read-only credential (meta's DATA/"+proto.SecretFileName+"; env "+proto.SecretEnv+")")
+	}
+	fs.StringVar(&s.cert, "tls-cert", "", "TLS certificate (PEM) to serve file-system connections with")
+	fs.StringVar(&s.key, "tls-key", "", "private key (PEM) of --tls-cert")
+	fs.StringVar(&s.ca, "tls-ca", "", "CA certificate (PEM) to verify servers with; set: dial meta and iods over TLS")
+}
+
+// security loads the credential (required unless optional) and TLS files.
+func (s *secFlags) security(optional bool) (proto.Security, error) {
+	var sec proto.Security
+	var err error
+	if s.secretFile != "" {
+		if sec.Cred, err = proto.LoadCredential(s.secretFile); err != nil {
+			return sec, err
+		}
+	} else if !optional {
+		return sec, fmt.Errorf("no cluster secret: give --secret-file META_DATA/%s (or set %s)", proto.SecretFileName, proto.SecretEnv)
+	}
+	sec.TLSServer, sec.TLSClient, err = proto.LoadTLS(s.cert, s.key, s.ca)
+	return sec, err
+}
+
+// limitFlags configure a server's proto.Limits.
+type limitFlags struct {
+	budget  string
+	perIP   int
+	idle    time.Duration
+	payload time.Duration
+}
+
+func (l *limitFlags) add(fs *pflag.FlagSet, defBudget string) {
+	fs.StringVar(&l.budget, "budget", defBudget, "bytes of requests and read replies in flight at once; past it, stop reading from connections")
+	fs.IntVar(&l.perIP, "conns-per-ip", proto.DefaultPerIP, "most connections from one peer address")
+	fs.DurationVar(&l.idle, "idle-timeout", proto.DefaultIdleTimeout, "close connections idle this long (clients redial)")
+	fs.DurationVar(&l.payload, "payload-timeout", proto.DefaultPayloadTimeout, "drop a peer that takes longer to send a frame or read a reply")
+}
+
+func (l *limitFlags) limits() (proto.Limits, error) {
+	b, err := parseSize(l.budget)
+	if err != nil || b < 1<<20 {
+		return proto.Limits{}, fmt.Errorf("--budget %q: want a size of at least 1M", l.budget)
+	}
+	if l.perIP < 1 || l.idle <= 0 || l.payload <= 0 {
+		return proto.Limits{}, fmt.Errorf("--conns-per-ip, --idle-timeout and --payload-timeout must be positive")
+	}
+	return proto.Limits{Budget: b, PerIP: l.perIP, IdleTimeout: l.idle, PayloadTimeout: l.payload}, nil
+}
+
+// secretCmd prints the credential of --secret-file, or with --read-only the
+// read-only credential derived from it (for web nodes and other readers).
+func secretCmd(sf *secFlags) *cobra.Command {
+	var readOnly bool
+	c := &cobra.Command{
+		Use:   "secret --read-only [--secret-file META_DATA/cluster.secret] > FILE",
+		Short: "Print the read-only credential derived from the cluster secret",
+		Long: `Print a credential file. With --read-only: the read-only credential derived
+from the cluster secret; its holder can look up, list, stat and read, never
+change anything (servers refuse with EROFS). Servers derive it from the
+secret themselves, so it needs no distribution to them. Without --read-only
+the credential of --secret-file is printed as is.`,
+		Example: `  corral fs secret --read-only --secret-file /var/lib/corral/meta/cluster.secret > ro.secret
+  corral node --secret-file ro.secret ...`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sec, err := sf.security(false)
+			if err != nil {
+				return err
+			}
+			c := sec.Cred
+			if readOnly {
+				c = c.ReadOnly()
+			}
+			_, err = os.Stdout.Write(c.Marshal())
+			return err
+		},
+	}
+	c.Flags().BoolVar(&readOnly, "read-only", false, "derive the read-only credential")
+	return c
+}

@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"time"
+)
+
+// putBuf is the size of one write of WriteFile: several stripes, so each
+// call feeds every I/O server.
+const putBuf = 8 << 20
+
+// WriteFile creates or replaces regular file p with the bytes of r. It
+// writes them under a temporary name in p's directory (".NAME.corral-put-N")
+// and renames that over p once they are on disk, so p is either the old
+// file or the whole new one. On any failure, cancellation included, the
+// temporary is removed (the metadata server then reclaims its objects): a
+// failed write leaves nothing behind. progress, if not nil, is called with
+// the bytes written so far.
+func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint32, o CreateOpts, progress func(int64)) (err error) {
+	q := clean(p)
+	base := path.Base(q)
+	if len(base) > 200 {
+		base = base[:200] // the temporary name must fit 255 bytes too
+	}
+	tmp := path.Join(path.Dir(q), fmt.Sprintf(".%s.corral-put-%d", base, time.Now().UnixNano()))
+	o.Excl = true
+	f, err := c.CreatePath(ctx, tmp, mode, o)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Path = p // the temporary name means nothing to the caller
+		}
+		return err
+	}
+	closed := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !closed {
+			f.Close()
+		}
+		// ctx may be what failed (Ctrl-C): clean up with a fresh one.
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if rerr := c.Remove(cctx, tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (and the partial copy %s could not be removed: %v)", err, tmp, rerr)
+		}
+	}()
+	buf := make([]byte, putBuf)
+	var off int64
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, err := f.WriteAt(buf[:n], off); err != nil {
+				return &fs.PathError{Op: "write", Path: p, Err: err}
+			}
+			off += int64(n)
+			if progress != nil {
+				progress(off)
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	closed = true
+	if err := f.Close(); err != nil {
+		return &fs.PathError{Op: "close", Path: p, Err: err}
+	}
+	return c.RenamePath(ctx, tmp, q, false)
+}

@@ -1,0 +1,82 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// handlePosix serves the requests of proto/msgs_posix.go (special files,
+// extended attributes, orphans) and the checks every call shares with a
+// local file system; ok says whether it handled req.
+func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, err error, ok bool) {
+	switch m := req.(type) {
+	case *proto.Lookup:
+		// ext4 says a name over 255 bytes is too long, not absent.
+		if len(m.Name) > maxName {
+			return nil, checkName(m.Name), true
+		}
+		return nil, nil, false
+	case *proto.Walk:
+		for _, c := range strings.Split(m.Path, "/") {
+			if len(c) > maxName {
+				return nil, checkName(c), true
+			}
+		}
+		return nil, nil, false
+	case *proto.Rename:
+		if m.Flags != proto.RenameOrphan {
+			return nil, nil, false
+		}
+		r, err = s.renameOrphan(ctx, m)
+	case *proto.Mknod:
+		r, err = s.mknod(ctx, m)
+	case *proto.SetXattr:
+		r, err = s.setXattr(ctx, m)
+	case *proto.GetXattr:
+		r, err = s.getXattr(m)
+	case *proto.ListXattr:
+		r, err = s.listXattr(m)
+	case *proto.RemoveXattr:
+		r, err = s.removeXattr(ctx, m)
+	case *proto.UnlinkOpen:
+		r, err = s.unlinkOpen(ctx, m)
+	case *proto.ReleaseOrphan:
+		r, err = s.releaseOrphan(ctx, m)
+	case *proto.RenewOrphans:
+		r, err = s.renewOrphans(ctx, m)
+	default:
+		return nil, nil, false
+	}
+	return r, err, true
+}
+
+// More file types as in stat(2): special files are metadata only.
+const (
+	sIFIFO  = 0o010000
+	sIFCHR  = 0o020000
+	sIFBLK  = 0o060000
+	sIFSOCK = 0o140000
+)
+
+// mknod makes a FIFO, socket or device node. A device's number rides in
+// StripeSize (see proto.Attr.Rdev): such inodes have no layout, so stored
+// records and the wire format stay as they were.
+func (s *Service) mknod(ctx context.Context, m *proto.Mknod) (proto.Msg, error) {
+	typ := m.Mode & sIFMT
+	rdev := uint32(0)
+	switch typ {
+	case sIFIFO, sIFSOCK:
+	case sIFCHR, sIFBLK:
+		rdev = m.Rdev
+	default:
+		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("mknod %s: type %#o is not a FIFO, socket or device (create regular files with Create, directories with Mkdir)", m.Name, typ))
+	}
+	return s.mknode(ctx, m.Parent, m.Name, func(t tx, ino uint64) *inode {
+		return &inode{Attr: proto.Attr{Ino: ino, Mode: typ | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
+			Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: rdev}}
+	})
+}
