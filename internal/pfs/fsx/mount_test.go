@@ -16,9 +16,9 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
-// mountPunch enables hole punching on the mount. Until the mount serves
-// fallocate it answers EOPNOTSUPP; the lead sets this to true at merge.
-const mountPunch = false
+// mountPunch enables hole punching on the mount (it serves fallocate since
+// the mount helper's merge; set false to exercise a mount without it).
+const mountPunch = true
 
 // mountOps is the operation count per mode and seed on the mount (issue 11:
 // at least 100,000 in CI).
