@@ -3,6 +3,7 @@ package fsx_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/fsx"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
@@ -101,6 +103,35 @@ func TestMount(t *testing.T) {
 			t.Parallel()
 			seed := strconv.Itoa(i + 1) // a different sequence per mode
 			runFsx(t, bin, mnt, "--seed", seed, "--mode", mode, "--ops", strconv.Itoa(mountOps), "--punch="+strconv.FormatBool(mountPunch))
+		})
+	}
+}
+
+// TestMountDetectsCorruption: on the mount too, bytes changed behind the
+// exerciser's back (through another descriptor) are found: the checks see
+// what the mount serves, not a cache of the exerciser's own.
+func TestMountDetectsCorruption(t *testing.T) {
+	needFUSE(t)
+	mnt := mountFS(t, pfstest.Binary(t))
+	for _, mode := range []fsx.Mode{fsx.Buffered, fsx.Mmap, fsx.Direct} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// In this process: the mount is served by another one.
+			e, err := fsx.New(mnt, fsx.Options{Seed: 4, Mode: mode, Punch: mountPunch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			for e.Done() < 1000 || e.Size() < 4096 {
+				if err := e.Step(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			off := e.Size() / 3
+			behindItsBack(t, e.Path(), off, []byte("corrupt"))
+			var f *fsx.Failure
+			if err := e.Check(); !errors.As(err, &f) || f.Offset < off || f.Offset >= off+7 {
+				t.Fatalf("corruption at [0x%x,0x%x) on the mount: %v", off, off+7, err)
+			}
 		})
 	}
 }
