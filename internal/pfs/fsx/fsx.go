@@ -411,14 +411,11 @@ func (e *Exerciser) writeRange() (off, n int64) {
 // clip keeps [off, off+n) inside the size bound and, in direct mode,
 // aligned.
 func (e *Exerciser) clip(off, n int64) (int64, int64) {
+	off = max(0, min(off, e.o.MaxSize-1))
 	if e.o.Mode == Direct {
 		a := e.o.Align
 		off = off / a * a
 		n = (n + a - 1) / a * a
-	}
-	off = max(0, min(off, e.o.MaxSize-1))
-	if e.o.Mode == Direct && off%e.o.Align != 0 {
-		off = off / e.o.Align * e.o.Align
 	}
 	n = max(1, min(n, e.o.MaxSize-off))
 	return off, n
