@@ -62,6 +62,7 @@ type wstate struct {
 	flying   int64   // bytes in flight
 	werr     error
 	gen      uint64 // bumped by every write and truncate: read-ahead older than it is stale
+	ctime    int64  // the newest change time meta has told us: older attributes are stale
 }
 
 // span is one write request, from the moment it leaves the coalescing
@@ -93,10 +94,11 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	c.mu.Unlock()
 	if st != nil {
 		st.mu.Lock()
-		if !st.dirty && len(st.pend) == 0 && len(st.inflight) == 0 {
-			// Nothing of ours pending: what meta says now is the truth
-			// (another client may have truncated it).
-			st.size, st.metaSize = int64(a.Size), int64(a.Size)
+		if !st.dirty && len(st.pend) == 0 && len(st.inflight) == 0 && a.Ctime >= st.ctime {
+			// Nothing of ours pending and the attributes are not older than
+			// what we published: what meta says is the truth (another
+			// client may have truncated it).
+			st.size, st.metaSize, st.ctime = int64(a.Size), int64(a.Size), a.Ctime
 		}
 		st.mu.Unlock()
 		return newFile(st), nil
@@ -106,7 +108,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		return nil, err
 	}
 	st = &wstate{c: c, ino: a.Ino, lay: lay, addrs: addrs, size: int64(a.Size), metaSize: int64(a.Size),
-		touched: make([]bool, len(addrs)), refs: 1}
+		ctime: a.Ctime, touched: make([]bool, len(addrs)), refs: 1}
 	st.cond = sync.NewCond(&st.mu)
 	c.mu.Lock()
 	if cur := c.open[a.Ino]; cur != nil {
@@ -166,7 +168,15 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if f.werr != nil {
 		return 0, f.werr
 	}
+	// Dirty before any byte is buffered: a Sync running while this write
+	// waits for back-pressure must not leave it out.
+	f.dirty = true
 	for done := 0; done < len(p); {
+		// Back-pressure first: the wait releases f.mu, so the buffer is
+		// looked at only after it (another writer may have filled it).
+		for f.flying > WriteWindow || len(f.inflight) > maxInflight {
+			f.cond.Wait()
+		}
 		o := off + int64(done)
 		end := f.boundary(o)
 		n := int(min(int64(len(p)-done), end-o))
@@ -208,20 +218,6 @@ func (f *wstate) flushPend() {
 	f.inflight = append(f.inflight, sp)
 	f.flying += int64(len(data))
 	go f.send(sp, k, objOff, data)
-	// Back-pressure on the writer once enough is queued.
-	for len(f.inflight) > 1 && (f.flying > WriteWindow || len(f.inflight) > maxInflight) && f.queued(sp) {
-		f.cond.Wait()
-	}
-}
-
-// queued reports whether sp is still waiting or in flight.
-func (f *wstate) queued(sp *span) bool {
-	for _, s := range f.inflight {
-		if s == sp {
-			return true
-		}
-	}
-	return false
 }
 
 // olderOverlap reports whether a request queued before sp overlaps it.
@@ -264,8 +260,13 @@ func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
 // drain sends buffered writes and waits for all in flight. Called with f.mu
 // held.
 func (f *File) drain() error {
-	f.flushPend()
-	for len(f.inflight) > 0 {
+	// The wait releases f.mu: another writer may fill the buffer meanwhile,
+	// and what it wrote before we return must be sent too.
+	for len(f.pend) > 0 || len(f.inflight) > 0 {
+		if len(f.pend) > 0 {
+			f.flushPend()
+			continue
+		}
 		f.cond.Wait()
 	}
 	return f.werr
@@ -385,10 +386,16 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if _, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)}); err != nil {
+	a, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)})
+	if err != nil {
 		return err
 	}
-	f.size, f.metaSize = size, size
+	f.size, f.metaSize, f.ctime = size, size, a.Ctime
+	// The objects' new sizes become durable with the next fsync or close.
+	for k := range f.touched {
+		f.touched[k] = true
+	}
+	f.dirty = true
 	return nil
 }
 
@@ -432,7 +439,7 @@ func (f *File) Sync(ctx context.Context) error {
 	}
 	clear(f.touched)
 	f.dirty = false
-	f.metaSize = int64(a.Size)
+	f.metaSize, f.ctime = int64(a.Size), a.Ctime
 	f.size = max(f.size, f.metaSize)
 	return nil
 }

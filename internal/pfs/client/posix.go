@@ -123,7 +123,7 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 		if err != nil {
 			return err
 		}
-		f.metaSize = int64(a.Size)
+		f.metaSize, f.ctime = int64(a.Size), a.Ctime
 		f.size = max(f.size, f.metaSize)
 	}
 	return nil
