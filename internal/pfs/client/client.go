@@ -27,6 +27,7 @@ type Client struct {
 	mu      sync.Mutex
 	servers map[uint32]string
 	open    map[uint64]*wstate // inodes with open Files: their shared write state
+	credErr error              // why $CORRAL_SECRET_FILE could not be used
 }
 
 // New returns a client of the metadata server at meta. No connection is made
@@ -45,9 +46,9 @@ func New(meta string, opts ...Option) *Client {
 		set = o(c) || set
 	}
 	if !set {
-		// An unreadable file shows up as the handshake's "no cluster
-		// secret" error on the first call.
-		c.pool.Security.Cred, _ = proto.DefaultCredential()
+		// No variable: the handshake's "no cluster secret" error on the
+		// first call; a bad file: its own error, on every call.
+		c.pool.Security.Cred, c.credErr = proto.DefaultCredential()
 	}
 	return c
 }
@@ -71,6 +72,9 @@ func (c *Client) Meta() string { return c.meta }
 func (c *Client) Close() { c.pool.Close() }
 
 func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if c.credErr != nil {
+		return nil, fmt.Errorf("%s: %w", proto.SecretEnv, c.credErr)
+	}
 	return c.pool.Call(ctx, c.meta, req)
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -324,7 +325,14 @@ func (s *Service) refCheck(m *proto.RefCheck) (proto.Msg, error) {
 	err := s.view(func(t tx) error {
 		for i, o := range m.Objs {
 			n, err := t.inode(o.Ino)
-			if err != nil || !n.isReg() {
+			if err != nil {
+				var re *proto.RemoteError
+				if errors.As(err, &re) && re.Errno == syscall.ENOENT {
+					continue // no such file: unreferenced
+				}
+				return err // a record we cannot read: say nothing is garbage
+			}
+			if !n.isReg() {
 				continue
 			}
 			for k, id := range n.Servers {

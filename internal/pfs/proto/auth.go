@@ -322,9 +322,13 @@ func serverHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential) (Kind
 	return k, nil
 }
 
-func refuse(bw *bufio.Writer, msg string) {
+func refuse(bw *bufio.Writer, msg string) { refuseErrno(bw, syscall.EACCES, msg) }
+
+// refuseErrno refuses with errno: EAGAIN says "busy, try again later" (a
+// limit), which a client treats as an unreachable server, not a wrong secret.
+func refuseErrno(bw *bufio.Writer, errno syscall.Errno, msg string) {
 	e := Enc{}
-	(&Error{Errno: uint32(syscall.EACCES), Msg: msg}).Encode(&e)
+	(&Error{Errno: uint32(errno), Msg: msg}).Encode(&e)
 	writeHS(bw, OpError, e.B)
 }
 
@@ -365,6 +369,9 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 		msg := m.Msg
 		if d.Err() != nil {
 			msg = "(undecodable refusal)"
+		}
+		if syscall.Errno(m.Errno) == syscall.EAGAIN {
+			return fmt.Errorf("%w: %s is busy: %s", ErrUnavailable, addr, msg)
 		}
 		return fmt.Errorf("%w: %s refused us: %s", ErrAuth, addr, msg)
 	}

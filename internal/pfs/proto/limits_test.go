@@ -143,7 +143,7 @@ func TestPerIPLimit(t *testing.T) {
 	a := authedConn(t, addr, testSec.Cred)
 	authedConn(t, addr, testSec.Cred)
 	_, err := Dial(context.Background(), addr, testSec)
-	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "refused us: 127.0.0.1 already holds 2 connections (limit 2)") {
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "is busy: 127.0.0.1 already holds 2 connections (limit 2)") {
 		t.Fatalf("third connection from one address: %v", err)
 	}
 	waitLog(t, logs, "already holds 2 connections (limit 2)")

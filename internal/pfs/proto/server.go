@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -97,7 +98,7 @@ func (s *Server) Serve(l net.Listener) error {
 				defer s.wg.Done()
 				bw := bufio.NewWriterSize(nc, 512)
 				nc.SetDeadline(time.Now().Add(time.Second))
-				refuse(bw, reason)
+				refuseErrno(bw, syscall.EAGAIN, reason)
 				lingerClose(nc)
 			}()
 			continue
