@@ -28,13 +28,14 @@ type Client struct {
 	servers map[uint32]string
 	open    map[uint64]*wstate // inodes with open Files: their shared write state
 	credErr error              // why $CORRAL_SECRET_FILE could not be used
+	lost    map[uint32]bool    // servers meta last called lost or replacing
 }
 
 // New returns a client of the metadata server at meta. No connection is made
 // until the first call. Without WithSecurity the client proves the
 // credential in $CORRAL_SECRET_FILE.
 func New(meta string, opts ...Option) *Client {
-	c := &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}}
+	c := &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}, lost: map[uint32]bool{}}
 	c.pool.Name = func(addr string) string {
 		if addr == meta {
 			return "meta at " + addr
@@ -230,6 +231,11 @@ func (c *Client) Servers(ctx context.Context) ([]proto.ServerInfo, error) {
 	c.mu.Lock()
 	for _, s := range sr.Servers {
 		c.servers[s.ID] = s.Addr
+		if s.State == proto.ServerLost || s.State == proto.ServerReplacing {
+			c.lost[s.ID] = true
+		} else {
+			delete(c.lost, s.ID)
+		}
 	}
 	c.mu.Unlock()
 	return sr.Servers, nil
@@ -241,6 +247,14 @@ func (c *Client) addrs(ctx context.Context, ids []uint32) ([]string, error) {
 		out := make([]string, len(ids))
 		missing := uint32(0)
 		c.mu.Lock()
+		for _, id := range ids {
+			if c.lost[id] {
+				c.mu.Unlock()
+				// Whatever answers at its address now does not hold its
+				// objects: an error, never a hole's zeros.
+				return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("I/O server %d is lost (it came back without its data; see corral fs servers)", id))
+			}
+		}
 		for i, id := range ids {
 			a, ok := c.servers[id]
 			if !ok {

@@ -108,6 +108,12 @@ func TestIODRestartedOnEmptyDirectory(t *testing.T) {
 		t.Fatal("iod on the empty directory exited instead of waiting")
 	}
 	c.waitState(victim, "lost")
+	// While lost, the client itself refuses its stripes, naming the server.
+	for _, p := range failed {
+		if _, out, ok := c.get(p); ok || !strings.Contains(out, "is lost") {
+			t.Errorf("%s while its server is lost: ok %v, %q", p, ok, out)
+		}
+	}
 	out := c.mustFS("servers")
 	if strings.Count(out, c.iodAddrs[1]) != 1 {
 		t.Fatalf("address %s listed more than once:\n%s", c.iodAddrs[1], out)
