@@ -92,7 +92,7 @@ func (h *counting) Handle(ctx context.Context, req Msg) (Msg, error) {
 	return nil, nil
 }
 
-func startWith(t *testing.T, s *Server) (string, *lockedWriter) {
+func startWith(t testing.TB, s *Server) (string, *lockedWriter) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
