@@ -679,23 +679,7 @@ func (s *Service) rename(ctx context.Context, m *proto.Rename) error {
 	}
 	reclaim := false
 	err := s.update(ctx, func(t tx) error {
-		for _, n := range []string{m.OldName, m.NewName} {
-			if err := checkName(n); err != nil {
-				return err
-			}
-		}
-		op, err := t.dir(m.OldParent)
-		if err != nil {
-			return err
-		}
-		np, err := t.dir(m.NewParent)
-		if err != nil {
-			return err
-		}
-		if op.Ino == np.Ino {
-			np = op // one record, updated once
-		}
-		src, err := t.lookup(m.OldParent, m.OldName)
+		op, np, src, err := t.renameEnds(m)
 		if err != nil {
 			return err
 		}
@@ -763,6 +747,29 @@ func (s *Service) rename(ctx context.Context, m *proto.Rename) error {
 		s.wake()
 	}
 	return err
+}
+
+// renameEnds checks a rename's names and returns its old and new parent
+// directories (one record when they are the same) and its source.
+func (t tx) renameEnds(m *proto.Rename) (op, np, src *inode, err error) {
+	for _, n := range []string{m.OldName, m.NewName} {
+		if err := checkName(n); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if op, err = t.dir(m.OldParent); err != nil {
+		return nil, nil, nil, err
+	}
+	if np, err = t.dir(m.NewParent); err != nil {
+		return nil, nil, nil, err
+	}
+	if op.Ino == np.Ino {
+		np = op // one record, updated once
+	}
+	if src, err = t.lookup(m.OldParent, m.OldName); err != nil {
+		return nil, nil, nil, err
+	}
+	return op, np, src, nil
 }
 
 // notUnder fails when dir is anc or lies below it: a directory cannot move

@@ -74,23 +74,7 @@ func (s *Service) unlinkOpen(ctx context.Context, m *proto.UnlinkOpen) (proto.Ms
 func (s *Service) renameOrphan(ctx context.Context, m *proto.Rename) (proto.Msg, error) {
 	var r proto.Msg
 	err := s.update(ctx, func(t tx) error {
-		for _, n := range []string{m.OldName, m.NewName} {
-			if err := checkName(n); err != nil {
-				return err
-			}
-		}
-		op, err := t.dir(m.OldParent)
-		if err != nil {
-			return err
-		}
-		np, err := t.dir(m.NewParent)
-		if err != nil {
-			return err
-		}
-		if op.Ino == np.Ino {
-			np = op
-		}
-		src, err := t.lookup(m.OldParent, m.OldName)
+		op, np, src, err := t.renameEnds(m)
 		if err != nil {
 			return err
 		}
