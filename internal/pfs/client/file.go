@@ -195,7 +195,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 		done += n
 	}
 	f.size = max(f.size, off+int64(len(p)))
-	f.dirty = true
+	f.dirty = true // again: a Sync during a wait above may have cleared it
 	f.gen++
 	return len(p), nil
 }
