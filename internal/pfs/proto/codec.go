@@ -32,6 +32,14 @@ func (e *Enc) U32s(v []uint32) {
 	}
 }
 
+// U64s writes a count, then the values.
+func (e *Enc) U64s(v []uint64) {
+	e.U32(uint32(len(v)))
+	for _, x := range v {
+		e.U64(x)
+	}
+}
+
 // ErrShort is returned when a payload ends before its fields do.
 var ErrShort = errors.New("payload truncated")
 
@@ -122,6 +130,15 @@ func (d *Dec) U32s() []uint32 {
 	v := make([]uint32, n)
 	for i := range v {
 		v[i] = d.U32()
+	}
+	return v
+}
+
+// U64s reads what Enc.U64s wrote.
+func (d *Dec) U64s() []uint64 {
+	v := make([]uint64, d.Count(8))
+	for i := range v {
+		v[i] = d.U64()
 	}
 	return v
 }

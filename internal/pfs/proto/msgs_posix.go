@@ -177,19 +177,9 @@ func (m *ReleaseOrphan) Decode(d *Dec) { m.Ino = d.U64() }
 // renewed for meta.OrphanLease (its mount crashed) is freed.
 type RenewOrphans struct{ Inos []uint64 }
 
-func (*RenewOrphans) Op() Op { return OpRenewOrphans }
-func (m *RenewOrphans) Encode(e *Enc) {
-	e.U32(uint32(len(m.Inos)))
-	for _, v := range m.Inos {
-		e.U64(v)
-	}
-}
-func (m *RenewOrphans) Decode(d *Dec) {
-	m.Inos = make([]uint64, d.Count(8))
-	for i := range m.Inos {
-		m.Inos[i] = d.U64()
-	}
-}
+func (*RenewOrphans) Op() Op          { return OpRenewOrphans }
+func (m *RenewOrphans) Encode(e *Enc) { e.U64s(m.Inos) }
+func (m *RenewOrphans) Decode(d *Dec) { m.Inos = d.U64s() }
 
 // Punch deallocates the object range [Off, Off+Len): it reads as zeros and
 // its space is freed; the object's size does not change.

@@ -237,7 +237,7 @@ func TestServerGarbage(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, m := range samples() {
+	for _, m := range append(samples(), posixSamples()...) {
 		var buf bytes.Buffer
 		WriteFrame(&buf, 1, m)
 		f.Add(buf.Bytes())
