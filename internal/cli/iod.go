@@ -13,6 +13,7 @@ func iodCmd() *cobra.Command {
 	var sf secFlags
 	var lf limitFlags
 	var heartbeat, grace time.Duration
+	var httpFlag string
 	c := &cobra.Command{
 		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT",
 		Short: "Run an I/O server: stores file stripes on local disk",
@@ -46,10 +47,14 @@ register, and to check its clients.`,
 			if err != nil {
 				return err
 			}
+			httpListen, err := httpAddr(httpFlag, listen, iodHTTPOffset)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
-				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim},
+				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen},
 				func(a string, _ uint32) { ready("iod", a) })
 		},
 	}
@@ -61,6 +66,7 @@ register, and to check its clients.`,
 	lf.add(c.Flags(), "256M")
 	c.Flags().DurationVar(&heartbeat, "heartbeat", iod.Heartbeat, "interval of re-registration (carries free space)")
 	c.Flags().DurationVar(&grace, "gc-grace", iod.DefaultGrace, "start-up sweep: remove unreferenced objects older than this (negative: no sweep)")
+	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
 	return c
 }
 

@@ -14,6 +14,7 @@ func metaCmd() *cobra.Command {
 	var sf secFlags
 	var lf limitFlags
 	var reserve float64
+	var httpFlag string
 	c := &cobra.Command{
 		Use:   "meta --listen HOST:PORT --data DIR",
 		Short: "Run the file system's metadata server (name space, attributes, layouts)",
@@ -63,10 +64,14 @@ another file system is refused.`,
 			if err != nil {
 				return err
 			}
+			httpListen, err := httpAddr(httpFlag, listen, metaHTTPOffset)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			return meta.Run(ctx, listen, meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
-				Security: sec, Limits: lim, Reserve: reserve},
+				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen},
 				func(a string) { ready("meta", a) })
 		},
 	}
@@ -76,5 +81,6 @@ another file system is refused.`,
 	sf.add(c.Flags(), false)
 	lf.add(c.Flags(), "64M")
 	c.Flags().Float64Var(&reserve, "reserve", meta.DefaultReserve, "percent of each I/O server's capacity kept free: below it a server gets no new files")
+	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
 	return c
 }

@@ -47,6 +47,8 @@ type Config struct {
 	// SweepGrace: the start-up sweep removes objects no file references
 	// that are older than this (default DefaultGrace; negative: no sweep).
 	SweepGrace time.Duration
+	// HTTP is the address of /metrics and /healthz ("": none).
+	HTTP string
 }
 
 // Store is the object store under one data directory.
@@ -392,6 +394,12 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	}
 	defer st.Close()
 	st.log = log
+	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
+	defer stopHTTP()
+	h, err := st.serveHTTP(ctx, cfg.HTTP, log)
+	if err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -413,7 +421,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	}
 	pool := proto.Pool{Security: cfg.Security}
 	defer pool.Close()
-	srv := &proto.Server{Handler: st, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
+	srv := &proto.Server{Handler: h, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	id, err := st.registerLoop(ctx, &pool, cfg.Meta, addr)

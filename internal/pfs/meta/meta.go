@@ -59,6 +59,8 @@ type Config struct {
 	// server with less free space gets no new files (0: DefaultReserve;
 	// negative: none).
 	Reserve float64
+	// HTTP is the address of /metrics and /healthz ("": none).
+	HTTP string
 }
 
 // Service implements the metadata requests. Create it with Open.
@@ -1011,7 +1013,14 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	if err != nil {
 		return err
 	}
-	srv := &proto.Server{Handler: s, Log: s.log, MaxInflight: 256, Security: s.sec, Limits: s.limits}
+	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
+	defer stopHTTP()
+	h, err := s.serveHTTP(ctx, cfg.HTTP)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	srv := &proto.Server{Handler: h, Log: s.log, MaxInflight: 256, Security: s.sec, Limits: s.limits}
 	s.log.Info("metadata server", "cluster", s.cluster, "reserve_percent", s.reserve)
 	go func() { <-ctx.Done(); srv.Close() }()
 	if ready != nil {

@@ -1,0 +1,91 @@
+package iod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// iodOps are the requests an I/O server answers; their series exist from
+// the start.
+var iodOps = []proto.Op{proto.OpRead, proto.OpWrite, proto.OpTruncate, proto.OpSync, proto.OpRemove, proto.OpObjStat,
+	proto.OpPunch, proto.OpAlloc, proto.OpList, proto.OpIdentify}
+
+// observed counts, times and measures every request of the store.
+type observed struct {
+	st       *Store
+	m        *obs.OpMetrics
+	in, out  prometheus.Counter
+	identify string
+}
+
+func (o observed) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	start := time.Now()
+	resp, err := o.st.Handle(ctx, req)
+	o.m.Observe(proto.OpName(req.Op()), time.Since(start), proto.ResultLabel(err))
+	if err == nil {
+		switch m := req.(type) {
+		case *proto.Write:
+			o.in.Add(float64(len(m.Data)))
+		case *proto.Read:
+			if d, ok := resp.(*proto.DataReply); ok {
+				o.out.Add(float64(len(d.Data)))
+			}
+		}
+	}
+	return resp, err
+}
+
+// Healthy reports whether the server can do its work: registered with the
+// metadata server under an identity it accepted, and its data directory
+// writable (a file is made there and removed).
+func (s *Store) Healthy(ctx context.Context) error {
+	if !s.registered.Load() {
+		return errors.New("not registered with the metadata server yet")
+	}
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.CreateTemp(filepath.Join(s.dir, "objects"), ".healthz-*")
+		if err != nil {
+			done <- fmt.Errorf("data directory not writable: %w", err)
+			return
+		}
+		f.Close()
+		done <- os.Remove(f.Name())
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("data directory %s does not answer", s.dir)
+	}
+}
+
+// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends,
+// and returns the handler to serve requests with.
+func (s *Store) serveHTTP(ctx context.Context, addr string, log *slog.Logger) (proto.Handler, error) {
+	if addr == "" {
+		return s, nil
+	}
+	reg := obs.NewRegistry()
+	m := obs.NewOpMetrics(reg, "corral_iod_requests", "I/O server requests answered, by operation and result (ok or the errno's name)",
+		"corral_iod_request_duration_seconds", "time to answer an I/O server request (stripe I/O), by operation")
+	for _, op := range iodOps {
+		m.Init(proto.OpName(op))
+	}
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_iod_bytes_total",
+		Help: "stripe data moved by the I/O server: in (written by clients), out (read by clients)"}, []string{"direction"})
+	reg.MustRegister(bytes)
+	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), log); err != nil {
+		return nil, err
+	}
+	return observed{st: s, m: m, in: bytes.WithLabelValues("in"), out: bytes.WithLabelValues("out")}, nil
+}

@@ -1,0 +1,87 @@
+package meta
+
+import (
+	"context"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metaOps are the requests meta answers; their series exist from the start.
+var metaOps = []proto.Op{proto.OpLookup, proto.OpWalk, proto.OpGetAttr, proto.OpSetAttr, proto.OpCreate, proto.OpMkdir,
+	proto.OpSymlink, proto.OpLink, proto.OpUnlink, proto.OpRmdir, proto.OpRename, proto.OpReaddir, proto.OpReadlink,
+	proto.OpSetLayout, proto.OpStatfs, proto.OpRegister, proto.OpServers, proto.OpMknod, proto.OpSetXattr, proto.OpGetXattr,
+	proto.OpListXattr, proto.OpRemoveXattr, proto.OpUnlinkOpen, proto.OpReleaseOrphan, proto.OpRenewOrphans, proto.OpReplace,
+	proto.OpRefCheck}
+
+// observed counts and times every request of the handler it wraps.
+type observed struct {
+	h proto.Handler
+	m *obs.OpMetrics
+}
+
+func (o observed) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	start := time.Now()
+	resp, err := o.h.Handle(ctx, req)
+	o.m.Observe(proto.OpName(req.Op()), time.Since(start), proto.ResultLabel(err))
+	return resp, err
+}
+
+// serversDesc: I/O servers by the state meta sees them in, read at scrape.
+var serversDesc = prometheus.NewDesc("corral_meta_iod_servers", "I/O servers known to the metadata server, by state (up, down, full, lost, replacing)", []string{"state"}, nil)
+
+type serversCollector struct{ s *Service }
+
+func (c serversCollector) Describe(ch chan<- *prometheus.Desc) { ch <- serversDesc }
+func (c serversCollector) Collect(ch chan<- prometheus.Metric) {
+	n := map[string]float64{}
+	for _, st := range []uint8{proto.ServerUp, proto.ServerDown, proto.ServerFull, proto.ServerLost, proto.ServerReplacing} {
+		n[proto.StateName(st)] = 0
+	}
+	for _, si := range c.s.servers() {
+		n[proto.StateName(si.State)]++
+	}
+	for st, v := range n {
+		ch <- prometheus.MustNewConstMetric(serversDesc, prometheus.GaugeValue, v, st)
+	}
+}
+
+// Healthy reports whether the store answers: a read transaction that finds
+// the root directory.
+func (s *Service) Healthy(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		done <- s.view(func(t tx) error {
+			_, err := t.inode(RootIno)
+			return err
+		})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends,
+// and returns the handler to serve requests with: s, observed when there
+// are metrics to serve.
+func (s *Service) serveHTTP(ctx context.Context, addr string) (proto.Handler, error) {
+	if addr == "" {
+		return s, nil
+	}
+	reg := obs.NewRegistry()
+	m := obs.NewOpMetrics(reg, "corral_meta_operations", "metadata requests answered, by operation and result (ok or the errno's name)",
+		"corral_meta_operation_duration_seconds", "time to answer a metadata request, by operation")
+	for _, op := range metaOps {
+		m.Init(proto.OpName(op))
+	}
+	reg.MustRegister(serversCollector{s})
+	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), s.log); err != nil {
+		return nil, err
+	}
+	return observed{s, m}, nil
+}

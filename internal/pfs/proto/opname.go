@@ -1,0 +1,45 @@
+package proto
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// OpName is op's short name ("lookup", "read"), for logs and metric labels.
+func OpName(op Op) string {
+	if n, ok := moreOpNames[op]; ok {
+		return n
+	}
+	return opName(op)
+}
+
+// moreOpNames names the requests opNames leaves out.
+var moreOpNames = map[Op]string{OpReplace: "replace", OpRefCheck: "refcheck", OpList: "list-objects", OpIdentify: "identify"}
+
+// ErrnoOf is the errno a handler's error goes on the wire as (EIO when it
+// has none); 0 for nil.
+func ErrnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.Errno
+	}
+	return syscall.Errno(ErrorReply(err).Errno)
+}
+
+// ResultLabel names the outcome of a request for a metric label: "ok", or
+// the errno's name in lower case ("enoent"); a bounded set.
+func ResultLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	if n := unix.ErrnoName(ErrnoOf(err)); n != "" {
+		return strings.ToLower(n)
+	}
+	return "error"
+}
