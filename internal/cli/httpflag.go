@@ -1,7 +1,13 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+
 	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/fusefs"
 	"github.com/spf13/pflag"
 )
 
@@ -26,4 +32,26 @@ func httpAddr(flag, listen string, offset int) (string, error) {
 		return obs.DefaultAddr(listen, offset)
 	}
 	return flag, nil
+}
+
+// mountObs starts a mount's /metrics and /healthz on addr ("" or "off":
+// none) before the mount is made, so a bad address fails first. The health
+// check fails until mounted() is called, then asks the mount (statfs).
+func mountObs(ctx context.Context, addr, dir string, log *slog.Logger) (m *fusefs.Metrics, mounted func(), err error) {
+	if addr == "" || addr == obs.Off {
+		return nil, func() {}, nil
+	}
+	var up atomic.Bool
+	check := func(ctx context.Context) error {
+		if !up.Load() {
+			return errors.New("not mounted yet")
+		}
+		return fusefs.Healthy(ctx, dir)
+	}
+	reg := obs.NewRegistry()
+	m = fusefs.NewMetrics(reg)
+	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, check), log); err != nil {
+		return nil, nil, err
+	}
+	return m, func() { up.Store(true) }, nil
 }

@@ -20,6 +20,7 @@ func mountCmd() *cobra.Command {
 	var metaAddr string
 	var readOnly, unmount, debug bool
 	var attrTimeout time.Duration
+	var httpFlag string
 	var sf secFlags
 	c := &cobra.Command{
 		Use:   "mount [--meta HOST:PORT] [--read-only] MOUNTPOINT",
@@ -69,10 +70,15 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 				}
 				return fmt.Errorf("metadata server: %w", err)
 			}
-			srv, err := fusefs.Mount(dir, cl, fusefs.Options{ReadOnly: readOnly, AttrTimeout: attrTimeout, Debug: debug, Log: log})
+			metrics, mounted, err := mountObs(ctx, httpFlag, dir, log)
+			if err != nil {
+				return err
+			}
+			srv, err := fusefs.Mount(dir, cl, fusefs.Options{ReadOnly: readOnly, AttrTimeout: attrTimeout, Debug: debug, Log: log, Metrics: metrics})
 			if err != nil {
 				return fmt.Errorf("mount %s: %w", dir, err)
 			}
+			mounted()
 			ready("mount", dir)
 			done := make(chan struct{})
 			go func() { srv.Wait(); close(done) }()
@@ -101,6 +107,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	sf.add(c.Flags(), true)
+	c.Flags().StringVar(&httpFlag, "http", "", "address of /metrics and /healthz, e.g. 127.0.0.1:9500 (default: none)")
 	return c
 }
 

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
-	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 )
 
 // ServiceStatus is one service in the admin API.
@@ -141,77 +140,13 @@ func (d *Director) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		d.writeMetrics(w)
-	})
+	mux.Handle("GET /metrics", d.MetricsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	// Profiles, for finding where the director spends its time; the admin
 	// API listens on loopback only.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux
-}
-
-func (d *Director) writeMetrics(w http.ResponseWriter) {
-	type metric struct{ name, typ, help string }
-	ms := []metric{
-		{"corral_director_server_up", "gauge", "1 if the real server passes its health check"},
-		{"corral_director_server_weight", "gauge", "effective scheduling weight"},
-		{"corral_director_active_connections", "gauge", "established connections (l7: requests in progress)"},
-		{"corral_director_inactive_connections", "gauge", "half-closed connections"},
-		{"corral_director_connections_total", "counter", "connections (l7: responses) sent to the real server"},
-		{"corral_director_requests_total", "counter", "HTTP requests answered by the real server (l7)"},
-		{"corral_director_failures_total", "counter", "connects or requests to the real server that failed"},
-		{"corral_director_bytes_in_total", "counter", "bytes from clients to the real server"},
-		{"corral_director_bytes_out_total", "counter", "bytes from the real server to clients"},
-	}
-	st := d.Status()
-	for i, m := range ms {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		for _, s := range st {
-			for _, r := range s.Servers {
-				v := []int64{b2i(r.Healthy), int64(r.Weight), r.Active, r.Inactive, r.Connections, r.Requests, r.Failed, r.BytesIn, r.BytesOut}[i]
-				fmt.Fprintf(w, "%s{service=%q,server=%q} %d\n", m.name, s.Name, r.Addr, v)
-			}
-		}
-	}
-	fmt.Fprintf(w, "# HELP corral_director_drops_total new flows with no real server available\n# TYPE corral_director_drops_total counter\n")
-	for _, s := range st {
-		fmt.Fprintf(w, "corral_director_drops_total{service=%q} %d\n", s.Name, s.Drops)
-	}
-	fmt.Fprintf(w, "# HELP corral_director_xdp_packets_total frames of the service seen by the XDP dataplane\n# TYPE corral_director_xdp_packets_total counter\n")
-	for _, s := range st {
-		if s.XDP != nil {
-			fmt.Fprintf(w, "corral_director_xdp_packets_total{service=%q} %d\n", s.Name, s.XDP.Packets)
-		}
-	}
-	fmt.Fprintf(w, "# HELP corral_director_xdp_drops_total frames the XDP dataplane dropped, by reason\n# TYPE corral_director_xdp_drops_total counter\n")
-	for _, s := range st {
-		if s.XDP != nil {
-			for _, reason := range xdp.DropReasons {
-				fmt.Fprintf(w, "corral_director_xdp_drops_total{service=%q,reason=%q} %d\n", s.Name, reason, s.XDP.Drops[reason])
-			}
-		}
-	}
-	if p := d.xdp.Load(); p != nil {
-		if g, err := p.dp.Global(); err == nil {
-			fmt.Fprintf(w, "# HELP corral_director_xdp_passed_total frames the XDP dataplane left to the kernel, by why\n# TYPE corral_director_xdp_passed_total counter\n")
-			for _, x := range []struct {
-				why string
-				n   uint64
-			}{{"not_a_service", g.Passed}, {"malformed", g.Malformed}, {"fragment", g.Fragments}} {
-				fmt.Fprintf(w, "corral_director_xdp_passed_total{why=%q} %d\n", x.why, x.n)
-			}
-		}
-	}
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // Run loads the configuration at path, serves it and the admin API until

@@ -37,6 +37,8 @@ type Director struct {
 	sizes sizeCache
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
+
+	metrics *metrics // /metrics: reads the counters above at scrape time
 }
 
 // pokeXDP gets a health or weight change into the kernel now.
@@ -52,6 +54,7 @@ func New(log *slog.Logger) *Director {
 		log = slog.Default()
 	}
 	d := &Director{log: log}
+	d.metrics = newMetrics(d)
 	m := map[string]*service{}
 	d.services.Store(&m)
 	d.cfg.Store(&config.Director{})

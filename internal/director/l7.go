@@ -62,6 +62,7 @@ func (p *httpProxy) close() {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	defer p.s.d.metrics.observeRequest(p.s, time.Now())
 	src := srcAddr(stringAddr(req.RemoteAddr)).Addr()
 	retry, file := classify(req, p.s.d.cfg.Load().Docroot)
 	var size int64

@@ -60,6 +60,7 @@ type Server struct {
 	inflight atomic.Int64 // bytes still to send
 	served   atomic.Int64
 	name     string // this node's address, sent as X-Served-By
+	metrics  *nodeMetrics
 }
 
 // New returns a node server using the file system at cfg.Meta.
@@ -70,7 +71,9 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
+	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
+	s.metrics = newNodeMetrics(s)
+	return s
 }
 
 // Close drops the file-system connections.
@@ -120,6 +123,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.active.Add(-1)
 		s.served.Add(1)
+		s.metrics.observe(sw.status, sw.bytes, start)
 		if s.cfg.AccessLog != nil {
 			host, _, _ := net.SplitHostPort(r.RemoteAddr)
 			fmt.Fprintf(s.cfg.AccessLog, "%s - - [%s] %q %d %d %q %q %.3f\n", host, start.Format("02/Jan/2006:15:04:05 -0700"),
@@ -129,6 +133,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/healthz":
 		sw.Write([]byte("ok\n"))
+		return
+	case "/metrics": // with /healthz and /load: internal, for the admin listener
+		s.MetricsHandler().ServeHTTP(sw, r)
 		return
 	case "/load":
 		sw.Header().Set("Content-Type", "application/json")

@@ -36,6 +36,7 @@ type Options struct {
 	AttrTimeout time.Duration
 	Debug       bool
 	Log         *slog.Logger
+	Metrics     *Metrics // nil: none
 }
 
 // Mount mounts the file system of c at dir and returns the FUSE server; call
@@ -74,7 +75,7 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	srv, err := fs.Mount(dir, root, &fs.Options{
+	srv, err := mount(dir, root, &fs.Options{
 		MountOptions:    mo,
 		AttrTimeout:     &t,
 		EntryTimeout:    &t,
@@ -83,7 +84,7 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		// Keep mode 0000 as it is: go-fuse would otherwise show it as
 		// 0644/0755 and let every user read it.
 		NullPermissions: true,
-	})
+	}, o.Metrics)
 	if err == nil {
 		raiseReadAhead(dir, o.Log)
 		go root.fsys.renewOrphans(srv)

@@ -1,0 +1,124 @@
+package director
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
+	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics is the director's registry. The per-server and per-service
+// values are the atomics the dataplanes already keep (what `corral ctl`
+// shows), read at scrape time: nothing is counted twice and the hot paths
+// pay nothing for them. Only the l7 request latency is observed as it
+// happens.
+type metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+	reqDur  *prometheus.HistogramVec
+	byServ  sync.Map // *service -> prometheus.Observer
+}
+
+func newMetrics(d *Director) *metrics {
+	m := &metrics{reg: obs.NewRegistry()}
+	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_director_request_duration_seconds",
+		Help: "time from an l7 request's arrival to the end of its response (body included), by service", Buckets: obs.LatencyBuckets},
+		[]string{"service"})
+	m.reg.MustRegister(m.reqDur, collector{d})
+	m.handler = obs.MetricsHandler(m.reg)
+	return m
+}
+
+// observeRequest records one l7 request of s that started at start.
+func (m *metrics) observeRequest(s *service, start time.Time) {
+	o, ok := m.byServ.Load(s)
+	if !ok {
+		o, _ = m.byServ.LoadOrStore(s, m.reqDur.WithLabelValues(s.cfg.Load().Name))
+	}
+	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
+}
+
+var (
+	serverLabels = []string{"service", "server"}
+
+	descUp       = prometheus.NewDesc("corral_director_server_up", "1 if the real server passes its health check", serverLabels, nil)
+	descWeight   = prometheus.NewDesc("corral_director_server_weight", "effective scheduling weight (0 while down or drained)", serverLabels, nil)
+	descActive   = prometheus.NewDesc("corral_director_active_connections", "established connections to the real server (l7: requests in progress)", serverLabels, nil)
+	descInactive = prometheus.NewDesc("corral_director_inactive_connections", "half-closed or recently closed connections counted by the scheduler", serverLabels, nil)
+	descPending  = prometheus.NewDesc("corral_director_pending_bytes", "response bytes still to be sent by the real server (mwlc)", serverLabels, nil)
+	descConns    = prometheus.NewDesc("corral_director_connections_total", "connections (l7: responses) sent to the real server", serverLabels, nil)
+	descRequests = prometheus.NewDesc("corral_director_requests_total", "HTTP requests answered by the real server (l7)", serverLabels, nil)
+	descFailures = prometheus.NewDesc("corral_director_failures_total", "connects or requests to the real server that failed", serverLabels, nil)
+	descBytes    = prometheus.NewDesc("corral_director_bytes_total", "bytes relayed through the director: in (client to real server), out (real server to client)", append(serverLabels, "direction"), nil)
+	descPackets  = prometheus.NewDesc("corral_director_packets_total", "frames the XDP dataplane forwarded to the real server", serverLabels, nil)
+
+	descFlows    = prometheus.NewDesc("corral_director_flows_total", "new flows (connections; l7: requests) scheduled by the service", []string{"service"}, nil)
+	descDrops    = prometheus.NewDesc("corral_director_drops_total", "new flows with no real server available", []string{"service"}, nil)
+	descXDPPkts  = prometheus.NewDesc("corral_director_xdp_packets_total", "frames of the service seen by the XDP dataplane", []string{"service"}, nil)
+	descXDPDrops = prometheus.NewDesc("corral_director_xdp_drops_total", "frames the XDP dataplane dropped, by reason", []string{"service", "reason"}, nil)
+	descXDPPass  = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
+)
+
+// collector reads the live table at scrape time.
+type collector struct{ d *Director }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUp, descWeight, descActive, descInactive, descPending, descConns, descRequests,
+		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	for _, s := range c.d.Status() {
+		for _, r := range s.Servers {
+			up := 0.0
+			if r.Healthy {
+				up = 1
+			}
+			gauge(descUp, up, s.Name, r.Addr)
+			gauge(descWeight, float64(r.Weight), s.Name, r.Addr)
+			gauge(descActive, float64(r.Active), s.Name, r.Addr)
+			gauge(descInactive, float64(r.Inactive), s.Name, r.Addr)
+			gauge(descPending, float64(r.Pending), s.Name, r.Addr)
+			counter(descConns, float64(r.Connections), s.Name, r.Addr)
+			counter(descRequests, float64(r.Requests), s.Name, r.Addr)
+			counter(descFailures, float64(r.Failed), s.Name, r.Addr)
+			counter(descBytes, float64(r.BytesIn), s.Name, r.Addr, "in")
+			counter(descBytes, float64(r.BytesOut), s.Name, r.Addr, "out")
+			if s.XDP != nil {
+				counter(descPackets, float64(r.Packets), s.Name, r.Addr)
+			}
+		}
+		counter(descFlows, float64(s.NewConns), s.Name)
+		counter(descDrops, float64(s.Drops), s.Name)
+		if s.XDP != nil {
+			counter(descXDPPkts, float64(s.XDP.Packets), s.Name)
+			for _, reason := range xdp.DropReasons {
+				counter(descXDPDrops, float64(s.XDP.Drops[reason]), s.Name, reason)
+			}
+		}
+	}
+	if p := c.d.xdp.Load(); p != nil {
+		if g, err := p.dp.Global(); err == nil {
+			for _, x := range []struct {
+				why string
+				n   uint64
+			}{{"not_a_service", g.Passed}, {"malformed", g.Malformed}, {"fragment", g.Fragments}} {
+				counter(descXDPPass, float64(x.n), x.why)
+			}
+		}
+	}
+}
+
+// MetricsHandler serves the director's /metrics (the admin API mounts it).
+func (d *Director) MetricsHandler() http.Handler { return d.metrics.handler }
