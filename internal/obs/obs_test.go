@@ -54,7 +54,11 @@ func TestHealthz(t *testing.T) {
 	}
 	// A check that gives up on its context fails with the context's reason;
 	// one that ignores the deadline but passes after it is still a failure.
-	if code, body := get(func(ctx context.Context) error { cancelled, cancel := context.WithCancel(ctx); cancel(); return cancelled.Err() }); code != 503 || !strings.Contains(body, "canceled") {
+	if code, body := get(func(ctx context.Context) error {
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		return cancelled.Err()
+	}); code != 503 || !strings.Contains(body, "canceled") {
 		t.Errorf("cancelled check: %d %q", code, body)
 	}
 }
