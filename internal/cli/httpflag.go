@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -29,7 +30,11 @@ func httpAddr(flag, listen string, offset int) (string, error) {
 	case obs.Off:
 		return "", nil
 	case "":
-		return obs.DefaultAddr(listen, offset)
+		a, err := obs.DefaultAddr(listen, offset)
+		if err != nil {
+			return "", fmt.Errorf("--http (derived from --listen): %w; give --http HOST:PORT or --http off", err)
+		}
+		return a, nil
 	}
 	return flag, nil
 }

@@ -95,7 +95,7 @@ func DefaultAddr(listen string, offset int) (string, error) {
 		p += offset
 	}
 	if p > 65535 {
-		return "", fmt.Errorf("listen port %s + %d is over 65535: give the HTTP address explicitly", port, offset)
+		return "", fmt.Errorf("listen port %s + %d is over 65535", port, offset)
 	}
 	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 		host = "127.0.0.1"
