@@ -24,19 +24,20 @@ func addHTTPFlag(fs *pflag.FlagSet, p *string, def string) {
 	fs.StringVar(p, "http", "", "address of /metrics and /healthz (default "+def+"; \"off\": none)")
 }
 
-// httpAddr resolves --http: empty derives it from listen, "off" turns it off.
-func httpAddr(flag, listen string, offset int) (string, error) {
+// httpAddr resolves --http: empty derives it from listen (derived true),
+// "off" turns it off.
+func httpAddr(flag, listen string, offset int) (addr string, derived bool, err error) {
 	switch flag {
 	case obs.Off:
-		return "", nil
+		return "", false, nil
 	case "":
 		a, err := obs.DefaultAddr(listen, offset)
 		if err != nil {
-			return "", fmt.Errorf("--http (derived from --listen): %w; give --http HOST:PORT or --http off", err)
+			return "", false, fmt.Errorf("--http (derived from --listen): %w; give --http HOST:PORT or --http off", err)
 		}
-		return a, nil
+		return a, true, nil
 	}
-	return flag, nil
+	return flag, false, nil
 }
 
 // mountObs starts a mount's /metrics and /healthz on addr ("" or "off":

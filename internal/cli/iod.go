@@ -47,14 +47,14 @@ register, and to check its clients.`,
 			if err != nil {
 				return err
 			}
-			httpListen, err := httpAddr(httpFlag, listen, iodHTTPOffset)
+			httpListen, httpDerived, err := httpAddr(httpFlag, listen, iodHTTPOffset)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signalContext()
 			defer stop()
 			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
-				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen},
+				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived},
 				func(a string, _ uint32) { ready("iod", a) })
 		},
 	}

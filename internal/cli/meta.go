@@ -64,14 +64,14 @@ another file system is refused.`,
 			if err != nil {
 				return err
 			}
-			httpListen, err := httpAddr(httpFlag, listen, metaHTTPOffset)
+			httpListen, httpDerived, err := httpAddr(httpFlag, listen, metaHTTPOffset)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signalContext()
 			defer stop()
 			return meta.Run(ctx, listen, meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
-				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen},
+				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived},
 				func(a string) { ready("meta", a) })
 		},
 	}

@@ -103,6 +103,15 @@ func DefaultAddr(listen string, offset int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(p)), nil
 }
 
+// Unserved logs that a daemon serves without its derived HTTP address: the
+// service matters more than its metrics, and the address was not asked for.
+func Unserved(log *slog.Logger, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("serving without /metrics and /healthz; give --http ADDR", "err", err)
+}
+
 // ListenHTTP serves h on addr until ctx ends and returns the bound address
 // at once (addr's port may be 0). An address without a host listens on
 // loopback: exposing metrics beyond the machine is a choice made by

@@ -49,6 +49,9 @@ type Config struct {
 	SweepGrace time.Duration
 	// HTTP is the address of /metrics and /healthz ("": none).
 	HTTP string
+	// HTTPDerived: HTTP was derived, not asked for; if it cannot be bound
+	// the daemon logs that and serves without it.
+	HTTPDerived bool
 }
 
 // Store is the object store under one data directory.
@@ -396,7 +399,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	st.log = log
 	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
 	defer stopHTTP()
-	h, err := st.serveHTTP(ctx, cfg.HTTP, log)
+	h, err := st.serveHTTP(ctx, cfg.HTTP, cfg.HTTPDerived, log)
 	if err != nil {
 		return err
 	}

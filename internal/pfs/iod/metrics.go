@@ -69,9 +69,10 @@ func (s *Store) Healthy(ctx context.Context) error {
 	}
 }
 
-// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends,
+// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends
+// (optional: a failure to listen is logged, not returned),
 // and returns the handler to serve requests with.
-func (s *Store) serveHTTP(ctx context.Context, addr string, log *slog.Logger) (proto.Handler, error) {
+func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *slog.Logger) (proto.Handler, error) {
 	if addr == "" {
 		return s, nil
 	}
@@ -85,7 +86,11 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, log *slog.Logger) (p
 		Help: "stripe data moved by the I/O server: in (written by clients), out (read by clients)"}, []string{"direction"})
 	reg.MustRegister(bytes)
 	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), log); err != nil {
-		return nil, err
+		if !optional {
+			return nil, err
+		}
+		obs.Unserved(log, err)
+		return s, nil
 	}
 	return observed{st: s, m: m, in: bytes.WithLabelValues("in"), out: bytes.WithLabelValues("out")}, nil
 }

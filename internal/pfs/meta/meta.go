@@ -61,6 +61,9 @@ type Config struct {
 	Reserve float64
 	// HTTP is the address of /metrics and /healthz ("": none).
 	HTTP string
+	// HTTPDerived: HTTP was derived, not asked for; if it cannot be bound
+	// the daemon logs that and serves without it.
+	HTTPDerived bool
 }
 
 // Service implements the metadata requests. Create it with Open.
@@ -1015,7 +1018,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 	}
 	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
 	defer stopHTTP()
-	h, err := s.serveHTTP(ctx, cfg.HTTP)
+	h, err := s.serveHTTP(ctx, cfg.HTTP, cfg.HTTPDerived)
 	if err != nil {
 		l.Close()
 		return err

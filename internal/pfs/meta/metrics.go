@@ -66,10 +66,11 @@ func (s *Service) Healthy(ctx context.Context) error {
 	}
 }
 
-// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends,
+// serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends
+// (optional: a failure to listen is logged, not returned),
 // and returns the handler to serve requests with: s, observed when there
 // are metrics to serve.
-func (s *Service) serveHTTP(ctx context.Context, addr string) (proto.Handler, error) {
+func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (proto.Handler, error) {
 	if addr == "" {
 		return s, nil
 	}
@@ -81,7 +82,11 @@ func (s *Service) serveHTTP(ctx context.Context, addr string) (proto.Handler, er
 	}
 	reg.MustRegister(serversCollector{s})
 	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), s.log); err != nil {
-		return nil, err
+		if !optional {
+			return nil, err
+		}
+		obs.Unserved(s.log, err)
+		return s, nil
 	}
 	return observed{s, m}, nil
 }
