@@ -41,6 +41,22 @@ func (m *metrics) observeRequest(s *service, start time.Time) {
 	o.(prometheus.Observer).Observe(time.Since(start).Seconds())
 }
 
+// forgetRemoved drops the latency series of services no longer running,
+// so the histogram follows the configuration as the other metrics do.
+func (m *metrics) forgetRemoved(live map[string]*service) {
+	m.byServ.Range(func(k, _ any) bool {
+		s := k.(*service)
+		name := s.cfg.Load().Name
+		if live[name] != s {
+			m.byServ.Delete(s)
+			if live[name] == nil {
+				m.reqDur.DeleteLabelValues(name)
+			}
+		}
+		return true
+	})
+}
+
 var (
 	serverLabels = []string{"service", "server"}
 
@@ -79,6 +95,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
+	c.d.metrics.forgetRemoved(*c.d.services.Load())
 	for _, s := range c.d.Status() {
 		for _, r := range s.Servers {
 			up := 0.0
