@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/fusefs"
 	"github.com/spf13/pflag"
 )
@@ -43,7 +44,7 @@ func httpAddr(flag, listen string, offset int) (addr string, derived bool, err e
 // mountObs starts a mount's /metrics and /healthz on addr ("" or "off":
 // none) before the mount is made, so a bad address fails first. The health
 // check fails until mounted() is called, then asks the mount (statfs).
-func mountObs(ctx context.Context, addr, dir string, log *slog.Logger) (m *fusefs.Metrics, mounted func(), err error) {
+func mountObs(ctx context.Context, addr, dir string, cl *client.Client, log *slog.Logger) (m *fusefs.Metrics, mounted func(), err error) {
 	if addr == "" || addr == obs.Off {
 		return nil, func() {}, nil
 	}
@@ -56,6 +57,7 @@ func mountObs(ctx context.Context, addr, dir string, log *slog.Logger) (m *fusef
 	}
 	reg := obs.NewRegistry()
 	m = fusefs.NewMetrics(reg)
+	m.Client(cl)
 	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, check), log); err != nil {
 		return nil, nil, err
 	}

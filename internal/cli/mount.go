@@ -70,7 +70,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 				}
 				return fmt.Errorf("metadata server: %w", err)
 			}
-			metrics, mounted, err := mountObs(ctx, httpFlag, dir, log)
+			metrics, mounted, err := mountObs(ctx, httpFlag, dir, cl, log)
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,6 +36,12 @@ func newNodeMetrics(s *Server) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_pending_bytes",
 		Help: "response bytes of requests in progress still to be sent"}, func() float64 { return float64(s.inflight.Load()) })
 	m.reg.MustRegister(m.byCode, m.bytes, m.dur, active, pending)
+	// The node's side of the file system: metadata lookups and stripe
+	// reads as the node waits for them (network included).
+	fsOps := obs.NewOpMetrics(m.reg, "corral_node_fs_requests", "file-system requests the node made, by operation (walk, read, ...) and result",
+		"corral_node_fs_request_duration_seconds", "time the node waited for a file-system request (metadata, stripe I/O), by operation")
+	fsOps.Init(proto.OpName(proto.OpWalk), proto.OpName(proto.OpRead))
+	s.fs.Pool().Observe = obs.Observer(fsOps, proto.OpName, proto.ResultLabel)
 	for _, c := range []int{200, 206, 304, 400, 404, 503} { // seen from the start
 		m.code(c)
 	}

@@ -67,6 +67,13 @@ func (m *OpMetrics) Observe(op string, d time.Duration, result string) {
 	c.(prometheus.Counter).Inc()
 }
 
+// Observer adapts m to a proto.Pool's Observe hook (kept free of proto's
+// types: name turns an operation code into its label, result an error into
+// its result label).
+func Observer[Op any](m *OpMetrics, name func(Op) string, result func(error) string) func(Op, time.Duration, error) {
+	return func(op Op, d time.Duration, err error) { m.Observe(name(op), d, result(err)) }
+}
+
 // Init makes the series of ops visible at zero before their first use, so
 // a scrape (and rate()) sees them from the start.
 func (m *OpMetrics) Init(ops ...string) {

@@ -138,6 +138,8 @@ service www {
 		{"node", `corral_node_requests_total{code="404"}`, 1},
 		{"node", `corral_node_response_bytes_total`, 16000},
 		{"node", `corral_node_request_duration_seconds_count`, 3},
+		{"node", `corral_node_fs_request_duration_seconds_count{op="read"}`, 1},
+		{"node", `corral_node_fs_requests_total{op="walk",result="enoent"}`, 1}, // the 404
 		{"director", `corral_director_requests_total{server="` + server + `",service="www"}`, 1},
 		{"director", `corral_director_bytes_total{direction="out",server="` + server + `",service="www"}`, 8000},
 		{"director", `corral_director_request_duration_seconds_count{service="www"}`, 1},
@@ -157,6 +159,9 @@ service www {
 	if base, ok := bases["mount"]; ok {
 		if v := eventually(t, base, `corral_mount_operations_total{op="write",result="ok"}`, 1); v < 1 {
 			t.Errorf("mount: writes counted: %v", v)
+		}
+		if v := eventually(t, base, `corral_mount_fs_request_duration_seconds_count{op="write"}`, 1); v < 1 {
+			t.Errorf("mount: stripe writes timed: %v", v)
 		}
 	}
 

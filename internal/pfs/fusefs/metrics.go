@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/obs"
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +18,10 @@ import (
 
 // Metrics counts and times the FUSE operations of a mount:
 // corral_mount_operations_total{op,result} and
-// corral_mount_operation_duration_seconds{op}.
-type Metrics struct{ ops *obs.OpMetrics }
+// corral_mount_operation_duration_seconds{op}; and, with Client, the file-
+// system requests they make: corral_mount_fs_requests_total{op,result} and
+// corral_mount_fs_request_duration_seconds{op}.
+type Metrics struct{ ops, fs *obs.OpMetrics }
 
 // mountOps are the operations the metrics name; others (forget, init,
 // locks, ioctl) pass through uncounted.
@@ -31,7 +35,16 @@ func NewMetrics(r prometheus.Registerer) *Metrics {
 	m := &Metrics{ops: obs.NewOpMetrics(r, "corral_mount_operations", "FUSE operations answered by the mount, by operation and result (ok or the errno's name)",
 		"corral_mount_operation_duration_seconds", "time to answer a FUSE operation, by operation")}
 	m.ops.Init(mountOps...)
+	m.fs = obs.NewOpMetrics(r, "corral_mount_fs_requests", "file-system requests the mount made, by operation (lookup, read, write, ...) and result",
+		"corral_mount_fs_request_duration_seconds", "time the mount waited for a file-system request (metadata, stripe I/O), by operation")
+	m.fs.Init(proto.OpName(proto.OpLookup), proto.OpName(proto.OpRead), proto.OpName(proto.OpWrite))
 	return m
+}
+
+// Client makes m observe c's requests; call it while c has no call in
+// progress.
+func (m *Metrics) Client(c *client.Client) {
+	c.Pool().Observe = obs.Observer(m.fs, proto.OpName, proto.ResultLabel)
 }
 
 func (m *Metrics) done(op string, start time.Time, st fuse.Status) {

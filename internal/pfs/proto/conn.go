@@ -267,6 +267,10 @@ type Pool struct {
 	Security Security
 	// Name, if set, names a server in handshake errors ("meta at ADDR").
 	Name func(addr string) string
+	// Observe, if set, is told of every call: its operation, how long it
+	// took (retry included) and its error (metrics). Set it while no call is
+	// in progress.
+	Observe func(op Op, d time.Duration, err error)
 
 	mu    sync.Mutex
 	conns map[string][]*Conn
@@ -353,6 +357,16 @@ func (p *Pool) Call(ctx context.Context, addr string, req Msg) (Msg, error) {
 
 // CallInto is Call with a buffer for the reply's data (see Conn.CallInto).
 func (p *Pool) CallInto(ctx context.Context, addr string, req Msg, into []byte) (Msg, error) {
+	if p.Observe == nil {
+		return p.callInto(ctx, addr, req, into)
+	}
+	start := time.Now()
+	m, err := p.callInto(ctx, addr, req, into)
+	p.Observe(req.Op(), time.Since(start), err)
+	return m, err
+}
+
+func (p *Pool) callInto(ctx context.Context, addr string, req Msg, into []byte) (Msg, error) {
 	c, err := p.get(ctx, addr)
 	if err == nil {
 		var m Msg
