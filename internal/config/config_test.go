@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +89,8 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Parse("fuzz", b)
 		if err != nil {
-			if _, ok := err.(*Error); !ok {
+			l, ok := err.(Errors)
+			if !ok || len(l) == 0 {
 				t.Fatalf("error without a place: %v", err)
 			}
 			return
@@ -98,4 +101,66 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEveryErrorAtOnce: a file with several mistakes gets them all, each
+// with its place, in line order.
+func TestEveryErrorAtOnce(t *testing.T) {
+	conf := "admin nope\nservice a {\n vip 127.0.0.1:80\n scheduler fastest\n server 10.0.0.1\n}\nservice b {\n vip 127.0.0.1:81\n dataplane l4\n scheduler mwlc\n}\nbogus\n"
+	_, err := Parse("c", []byte(conf))
+	var l Errors
+	if !errors.As(err, &l) {
+		t.Fatalf("got %v", err)
+	}
+	want := []string{
+		"c:1: admin: \"nope\" is not an address:port",
+		"c:4: service a: scheduler: unknown scheduler \"fastest\"",
+		"c:5: service a: server: \"10.0.0.1\" is not an address:port",
+		"c:7: service b: scheduler: mwlc needs dataplane l7",
+		"c:12: bogus: unknown statement",
+	}
+	if len(l) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%v", len(l), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(l[i].Error(), w) {
+			t.Errorf("error %d: %q, want %q...", i, l[i], w)
+		}
+	}
+}
+
+// TestFormatRoundTrip: Format writes what Parse reads back.
+func TestFormatRoundTrip(t *testing.T) {
+	d, err := Parse("d.conf", []byte(good+"service p {\n vip 127.0.0.1:81\n inactive-timeout 5s\n check http port=9080 path=/healthz body-match=ok\n server 10.0.0.1:80\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Services[2].Check; c.Port != 9080 || d.Services[2].InactiveTimeout != 5e9 {
+		t.Fatalf("check %+v", c)
+	}
+	again, err := Parse("d.conf", []byte(Format(d)))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, Format(d))
+	}
+	strip := func(d *Director) {
+		for i := range d.Services {
+			d.Services[i].Line = 0
+			for j := range d.Services[i].Servers {
+				d.Services[i].Servers[j].Line = 0
+			}
+		}
+	}
+	strip(d)
+	strip(again)
+	if !reflect.DeepEqual(d, again) {
+		t.Fatalf("round trip:\n%+v\n%+v", d, again)
+	}
+	if err := Validate(d); err != nil {
+		t.Fatal(err)
+	}
+	d.Services[1].VIP = d.Services[0].VIP
+	d.Services[1].Protocol = "tcp"
+	if err := Validate(d); err == nil || !strings.Contains(err.Error(), "is also service") {
+		t.Fatalf("Validate of a duplicate VIP: %v", err)
+	}
 }
