@@ -81,9 +81,9 @@ type Service struct {
 	// InactiveTimeout is how long a closed connection still counts as
 	// inactive for the lc family (LVS's TIME_WAIT entries).
 	InactiveTimeout time.Duration
-	Check         Check
-	Servers       []RealServer
-	Line          int
+	Check           Check
+	Servers         []RealServer
+	Line            int
 }
 
 // Check is a service's health check.
@@ -99,8 +99,8 @@ type Check struct {
 	// server's address (keepalived's connect_port): a node's /healthz is
 	// on its admin port.
 	Port int
-	Rise      int // successes in a row that bring a server back
-	Fall      int // failures in a row that take it out
+	Rise int // successes in a row that bring a server back
+	Fall int // failures in a row that take it out
 }
 
 // RealServer is one member of a pool.
