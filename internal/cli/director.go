@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,15 +11,26 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/node"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
+// fsSizes gives the director file sizes from the file system (mwlc).
+type fsSizes struct{ c *client.Client }
+
+func (f fsSizes) Size(ctx context.Context, p string) (int64, error) {
+	a, err := f.c.Stat(ctx, p)
+	return int64(a.Size), err
+}
+func (f fsSizes) Close() { f.c.Close() }
+
 func directorCmd() *cobra.Command {
-	var cfgPath, secretFile string
+	var cfgPath, secretFile, check string
 	c := &cobra.Command{
 		Use:   "director --config FILE",
 		Short: "Run the director: virtual services spread over real servers",
@@ -28,9 +40,26 @@ docs/director.md for the language. The director reloads FILE on SIGHUP and
 when it changes, applying it live; a bad file is rejected with its line and
 the running configuration stays. The admin API (JSON and /metrics) listens on
 the configured loopback address; 'corral ctl' talks to it.`,
-		Example: "  corral director --config /etc/corral/director.conf",
-		Args:    cobra.NoArgs,
+		Example: `  corral director --config /etc/corral/director.conf
+  corral director --check /etc/corral/director.conf.new   # validate only`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check != "" {
+				if err := director.Check(check); err != nil {
+					var ce config.Errors
+					var one *config.Error
+					switch {
+					case errors.As(err, &ce):
+					case errors.As(err, &one):
+					default:
+						return err // could not read it: corral's own message
+					}
+					fmt.Fprintln(os.Stderr, err)
+					return exitError{1}
+				}
+				fmt.Printf("%s: ok\n", check)
+				return nil
+			}
 			if secretFile != "" {
 				// The director's file-system client (file sizes for
 				// scheduling) takes its credential from the environment.
@@ -41,10 +70,12 @@ the configured loopback address; 'corral ctl' talks to it.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) })
+			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
+				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} }))
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")
+	c.Flags().StringVar(&check, "check", "", "validate this configuration file, print every error (file:line: field: why) and exit: 1 if any, else 0")
 	c.Flags().StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "file-system credential for the config's meta (the read-only one suffices; env "+proto.SecretEnv+")")
 	return c
 }

@@ -19,6 +19,7 @@
 //	    tcp-timeout 900s          # xdp: idle established TCP flows end
 //	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
 //	    inactive-timeout 60s      # lc/wlc count closed connections this long
+//	    pass-internal off         # l7: pass clients' /load, /healthz, /metrics to nodes
 //	    check http port=9080 path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
 //	    server 127.0.0.21:8080 weight=1
 //	    server 127.0.0.22:8080 weight=2
@@ -47,7 +48,8 @@ type Director struct {
 	// File is where the configuration came from (named in errors).
 	File string
 	// Admin is the admin API's address (HTTP, JSON, /metrics).
-	Admin string
+	Admin     string
+	AdminLine int // where Admin was set; 0 for the default
 	// Meta is the file system's metadata server; the l7 dataplane asks it
 	// the size of requested files for mwlc. Empty: sizes unknown.
 	Meta string
@@ -81,9 +83,12 @@ type Service struct {
 	// InactiveTimeout is how long a closed connection still counts as
 	// inactive for the lc family (LVS's TIME_WAIT entries).
 	InactiveTimeout time.Duration
-	Check           Check
-	Servers         []RealServer
-	Line            int
+	// PassInternal lets the l7 dataplane pass requests for a node's own
+	// endpoints (/load, /healthz, /metrics) from clients; off by default.
+	PassInternal bool
+	Check        Check
+	Servers      []RealServer
+	Line         int
 }
 
 // Check is a service's health check.
@@ -254,7 +259,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 						errf(key, "%q is not an address:port", v)
 						continue
 					}
-					d.Admin = v
+					d.Admin, d.AdminLine = v, line
 				case "meta":
 					d.Meta = v
 				case "docroot":
@@ -374,6 +379,16 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			case "inactive-timeout":
 				svc.InactiveTimeout = dur
 			}
+		case "pass-internal":
+			v, ok := one()
+			if !ok {
+				continue
+			}
+			if v != "on" && v != "off" {
+				errf(field, "%q: want on or off", v)
+				continue
+			}
+			svc.PassInternal = v == "on"
 		case "check":
 			c, err := parseCheck(args)
 			if err != nil {
@@ -424,7 +439,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		case "service":
 			errf(key, "service %q is not closed before this one", svc.Name)
 		default:
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, check, server)")
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server)")
 		}
 	}
 	if svc != nil {
@@ -496,6 +511,18 @@ func validate(d *Director) []placed {
 		}
 		if s.Protocol == "udp" && s.Check.Type == "http" {
 			errf(s.Line, "check", "an http check on a udp service")
+		}
+		if s.PassInternal && s.Dataplane != "l7" {
+			errf(s.Line, "pass-internal", "only the l7 dataplane looks at paths")
+		}
+		if p := s.Check.Port; p != 0 {
+			// The check's port is the node's admin port: clients' traffic
+			// must never go there.
+			for _, r := range s.Servers {
+				if int(r.Addr.Port()) == p {
+					errf(r.Line, "server", "%s: port %d is the check's port (the node's admin port), not one to serve clients on", r.Addr, p)
+				}
+			}
 		}
 	}
 	return out
@@ -591,6 +618,9 @@ func Format(d *Director) string {
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
 		fmt.Fprintf(&b, "    persistence %v\n    udp-timeout %v\n    tcp-timeout %v\n    tcp-fin-timeout %v\n    inactive-timeout %v\n",
 			s.Persistence, s.UDPTimeout, s.TCPTimeout, s.TCPFinTimeout, s.InactiveTimeout)
+		if s.PassInternal {
+			b.WriteString("    pass-internal on\n")
+		}
 		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
 		for _, r := range s.Servers {
 			fmt.Fprintf(&b, "    server %s weight=%d\n", r.Addr, r.Weight)

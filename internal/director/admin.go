@@ -60,6 +60,7 @@ func (d *Director) Status() []ServiceStatus {
 	var out []ServiceStatus
 	for _, s := range *d.services.Load() {
 		cfg := s.cfg.Load()
+		s.expireConns(d.now())
 		st := ServiceStatus{Name: cfg.Name, VIP: cfg.VIP.String(), Protocol: cfg.Protocol, Dataplane: cfg.Dataplane,
 			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load(), XDP: s.xdp.Load()}
 		s.mu.Lock()
@@ -116,7 +117,12 @@ func (d *Director) SetServer(service, addr, action string, w int) error {
 	return fmt.Errorf("service %q has no real server %s", service, addr)
 }
 
-// Handler is the admin API: GET /api/services, POST
+// DirectorStatus is the director as a whole in the admin API.
+type DirectorStatus struct {
+	Reload *ReloadStatus `json:"reload"` // the last load of the configuration file
+}
+
+// Handler is the admin API: GET /api/services, GET /api/status, POST
 // /api/services/NAME/servers/ADDR?action=weight&weight=N|drain|enable,
 // GET /metrics (Prometheus text), GET /healthz.
 func (d *Director) Handler() http.Handler {
@@ -124,6 +130,10 @@ func (d *Director) Handler() http.Handler {
 	mux.HandleFunc("GET /api/services", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(d.Status())
+	})
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(DirectorStatus{Reload: d.ReloadStatus()})
 	})
 	mux.HandleFunc("POST /api/services/{service}/servers/{addr}", func(w http.ResponseWriter, r *http.Request) {
 		action := r.URL.Query().Get("action")
@@ -217,20 +227,24 @@ func b2i(b bool) int64 {
 // Run loads the configuration at path, serves it and the admin API until
 // ctx ends, and reloads on SIGHUP or when the file changes. A bad new
 // configuration is logged with its place and the running one stays.
-func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin string)) error {
+func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin string), opts ...RunOption) error {
 	stamp := fileStamp(path) // of the file as loaded: later changes reload
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	if ap, err := net.ResolveTCPAddr("tcp", cfg.Admin); err != nil || !ap.IP.IsLoopback() {
-		return fmt.Errorf("%s: admin %s: the admin API must listen on a loopback address", path, cfg.Admin)
+	if err := checkAdmin(path, cfg); err != nil {
+		return err
 	}
 	d := New(log)
+	for _, o := range opts {
+		o(d)
+	}
 	if err := d.Apply(cfg); err != nil {
 		d.Close()
 		return err
 	}
+	d.reload.Store(&ReloadStatus{Time: time.Now(), OK: true, File: path, Stamp: stamp})
 	defer d.Close()
 	ln, err := net.Listen("tcp", cfg.Admin)
 	if err != nil {
@@ -264,27 +278,8 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 			}
 		}
 		stamp = fileStamp(path)
-		next, err := config.Load(path)
-		if err == nil && next.Admin != d.cfg.Load().Admin {
-			err = errors.New("admin address changes need a restart")
-		}
-		if err == nil {
-			err = d.Apply(next)
-		}
-		if err != nil {
-			log.Error("configuration rejected; the running one stays", "err", err)
-			continue
-		}
-		log.Info("configuration reloaded", "services", len(next.Services))
+		d.reloadFrom(path, stamp)
 	}
-}
-
-func fileStamp(path string) string {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d", fi.ModTime().UnixNano(), fi.Size())
 }
 
 // Client talks to a director's admin API (corral ctl).
@@ -312,6 +307,21 @@ func (c Client) Services(ctx context.Context) ([]ServiceStatus, error) {
 	}
 	var out []ServiceStatus
 	return out, json.NewDecoder(resp.Body).Decode(&out)
+}
+
+// Status is the director's own state (GET /api/status).
+func (c Client) Status(ctx context.Context) (*DirectorStatus, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/api/status", nil)
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("%s: %s", c.Base, resp.Status)
+	}
+	var out DirectorStatus
+	return &out, json.NewDecoder(resp.Body).Decode(&out)
 }
 
 func (c Client) SetServer(ctx context.Context, service, addr, action string, w int) error {

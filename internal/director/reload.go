@@ -1,0 +1,79 @@
+package director
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/config"
+)
+
+// ReloadStatus is the outcome of the last attempt to load the
+// configuration file: what `corral ctl status` shows beside the log.
+type ReloadStatus struct {
+	Time  time.Time `json:"time"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"` // every error, one per line: file:line: field: why
+	File  string    `json:"file"`
+	Stamp string    `json:"stamp"` // the file's modification time and size when read
+}
+
+// ReloadStatus is the last load's outcome; nil before the first.
+func (d *Director) ReloadStatus() *ReloadStatus { return d.reload.Load() }
+
+// reloadFrom loads path and applies it; a configuration that does not
+// parse, validate or start leaves the running one as it was. The outcome
+// is logged and kept for ReloadStatus.
+func (d *Director) reloadFrom(path, stamp string) error {
+	next, err := config.Load(path)
+	if err == nil && d.cfg.Load().Admin != "" && next.Admin != d.cfg.Load().Admin {
+		err = &config.Error{File: path, Line: next.AdminLine, Field: "admin", Msg: "changes need a restart"}
+	}
+	if err == nil {
+		err = d.Apply(next)
+	}
+	st := &ReloadStatus{Time: time.Now(), OK: err == nil, File: path, Stamp: stamp}
+	if err != nil {
+		st.Error = err.Error()
+		d.log.Error("configuration rejected; the running one stays", "file", path, "err", err)
+	} else {
+		d.log.Info("configuration loaded", "file", path, "services", len(next.Services))
+	}
+	d.reload.Store(st)
+	return err
+}
+
+// Check validates a configuration file without running anything: the
+// language, the fields against each other, and what can be known without
+// binding (the admin address is loopback). It returns every error found.
+func Check(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	return checkAdmin(path, cfg)
+}
+
+func checkAdmin(path string, cfg *config.Director) error {
+	if ap, err := net.ResolveTCPAddr("tcp", cfg.Admin); err != nil || !ap.IP.IsLoopback() {
+		return &config.Error{File: path, Line: cfg.AdminLine, Field: "admin", Msg: fmt.Sprintf("%s: the admin API must listen on a loopback address", cfg.Admin)}
+	}
+	return nil
+}
+
+func fileStamp(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", fi.ModTime().UnixNano(), fi.Size())
+}
+
+// RunOption sets up the director Run starts.
+type RunOption func(*Director)
+
+// WithSizeSource gives the director a way to learn file sizes (mwlc).
+func WithSizeSource(open func(meta string) SizeSource) RunOption {
+	return func(d *Director) { d.SetSizeSource(open) }
+}
