@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strconv"
@@ -197,6 +198,18 @@ func ctlCmd() *cobra.Command {
 			}
 			return nil
 		}}
+	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why)", Args: cobra.NoArgs,
+		Example: "  corral ctl status",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cx, cancel := ctx()
+			defer cancel()
+			st, err := cl().Status(cx)
+			if err != nil {
+				return err
+			}
+			printReload(os.Stdout, st.Reload)
+			return nil
+		}}
 	set := func(use, short, action string, nargs int) *cobra.Command {
 		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(nargs),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -212,9 +225,27 @@ func ctlCmd() *cobra.Command {
 				return cl().SetServer(cx, args[0], args[1], action, w)
 			}}
 	}
-	c.AddCommand(services,
+	c.AddCommand(services, status,
 		set("drain SERVICE ADDR", "Stop sending new connections to a real server (existing ones finish)", "drain", 2),
 		set("weight SERVICE ADDR N", "Set a real server's weight at run time", "weight", 3),
 		set("enable SERVICE ADDR", "Undo drain/weight: back to the configured weight", "enable", 2))
 	return c
+}
+
+// printReload shows the last load of the director's configuration: ok, or
+// rejected with every error (file:line: field: why), the running
+// configuration then being the one before.
+func printReload(w io.Writer, r *director.ReloadStatus) {
+	if r == nil {
+		fmt.Fprintln(w, "configuration: not loaded yet")
+		return
+	}
+	if r.OK {
+		fmt.Fprintf(w, "configuration: %s loaded %s\n", r.File, r.Time.Local().Format(time.DateTime))
+		return
+	}
+	fmt.Fprintf(w, "configuration: %s REJECTED %s; the previous one runs:\n", r.File, r.Time.Local().Format(time.DateTime))
+	for _, line := range strings.Split(r.Error, "\n") {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 }

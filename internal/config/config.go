@@ -174,7 +174,8 @@ func Load(path string) (*Director, error) {
 func Parse(name string, b []byte) (*Director, error) {
 	d, errs, bad := parse(name, b)
 	for _, e := range validate(d) {
-		if !bad[e.service] {
+		if !bad[e.service+" *"] && !bad[e.service+" "+e.key] && !(e.key == "scheduler" && bad[e.service+" dataplane"]) &&
+			!(e.key != "vip" && bad[e.service+" protocol"]) {
 			errs = append(errs, e.Error)
 		}
 	}
@@ -199,15 +200,16 @@ func Validate(d *Director) error {
 	return nil
 }
 
-// placed is a validation error and the service it belongs to ("" for the
-// director's own fields), so Parse can drop errors that follow from a
-// service's syntax errors.
+// placed is a validation error, the service it belongs to and the
+// statement it is about, so that Parse can drop errors that only follow
+// from a syntax error (a vip "missing" after a bad vip line).
 type placed struct {
 	*Error
-	service string
+	service, key string
 }
 
-// parse reads the statements; bad holds the services with syntax errors.
+// parse reads the statements; bad holds "SERVICE KEY" for each statement
+// with a syntax error ("SERVICE *": the service is cut short).
 func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	d := &Director{File: name, Admin: "127.0.0.1:7500", Docroot: "/www", XDPMode: "auto", XDPConns: 262144}
 	var errs Errors
@@ -236,7 +238,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		errf := func(fld, format string, a ...any) {
 			errs = append(errs, &Error{File: name, Line: line, Field: fld, Msg: fmt.Sprintf(format, a...)})
 			if svc != nil {
-				bad[svc.Name] = true
+				bad[svc.Name+" "+key] = true
 			}
 		}
 		one := func() (string, bool) {
@@ -444,7 +446,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	}
 	if svc != nil {
 		errs = append(errs, &Error{File: name, Line: svc.Line, Field: "service " + svc.Name, Msg: "not closed: missing '}'"})
-		bad[svc.Name] = true
+		bad[svc.Name+" *"] = true
 	}
 	return d, errs, bad
 }
@@ -475,7 +477,7 @@ func validate(d *Director) []placed {
 	for i := range d.Services {
 		s := &d.Services[i]
 		errf := func(line int, field, format string, a ...any) {
-			out = append(out, placed{&Error{File: file, Line: line, Field: "service " + s.Name + ": " + field, Msg: fmt.Sprintf(format, a...)}, s.Name})
+			out = append(out, placed{&Error{File: file, Line: line, Field: "service " + s.Name + ": " + field, Msg: fmt.Sprintf(format, a...)}, s.Name, field})
 		}
 		if !s.VIP.IsValid() {
 			errf(s.Line, "vip", "missing")

@@ -73,6 +73,10 @@ func TestErrorsNameTheirPlace(t *testing.T) {
 		{"xdp-mode turbo", "c:1: xdp-mode: \"turbo\": want auto, native or generic"},
 		{"xdp-conns 10", "c:1: xdp-conns: \"10\": want a number of flows"},
 		{svc(" tcp-timeout -1s"), "c:3: service s: tcp-timeout: \"-1s\" is not a duration"},
+		{svc(" check http port=9080\n server 10.0.0.1:9080"), "c:4: service s: server: 10.0.0.1:9080: port 9080 is the check's port"},
+		{svc(" check http port=0"), "c:3: service s: check: port \"0\": want 1..65535"},
+		{svc(" pass-internal on"), "c:1: service s: pass-internal: only the l7 dataplane looks at paths"},
+		{svc(" pass-internal yes"), "c:3: service s: pass-internal: \"yes\": want on or off"},
 		{"service a {\n vip 127.0.0.1:80\n}\nservice b {\n vip 127.0.0.1:80\n}\n", "c:4: service b: vip: tcp 127.0.0.1:80 is also service \"a\"'s (line 1)"},
 	}
 	for _, c := range cases {
@@ -129,6 +133,15 @@ func TestEveryErrorAtOnce(t *testing.T) {
 	}
 }
 
+// TestNoKnockOnErrors: an error that only follows from another (a vip
+// "missing" after a bad vip line) is not reported.
+func TestNoKnockOnErrors(t *testing.T) {
+	_, err := Parse("c", []byte("service s {\n vip nowhere\n dataplane l8\n scheduler mwlc\n}\n"))
+	if l, ok := err.(Errors); !ok || len(l) != 2 {
+		t.Fatalf("want the vip and dataplane errors only, got:\n%v", err)
+	}
+}
+
 // TestFormatRoundTrip: Format writes what Parse reads back.
 func TestFormatRoundTrip(t *testing.T) {
 	d, err := Parse("d.conf", []byte(good+"service p {\n vip 127.0.0.1:81\n inactive-timeout 5s\n check http port=9080 path=/healthz body-match=ok\n server 10.0.0.1:80\n}\n"))
@@ -143,6 +156,7 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Fatalf("%v\n%s", err, Format(d))
 	}
 	strip := func(d *Director) {
+		d.AdminLine = 0
 		for i := range d.Services {
 			d.Services[i].Line = 0
 			for j := range d.Services[i].Servers {
