@@ -38,8 +38,9 @@ func directorCmd() *cobra.Command {
 		Long: `Run the director. FILE describes the virtual services (VIP, protocol,
 dataplane l4, l7 or xdp, scheduler, persistence, health check, real servers); see
 docs/director.md for the language. The director reloads FILE on SIGHUP and
-when it changes, applying it live; a bad file is rejected with its line and
-the running configuration stays. The admin API (JSON and /metrics) listens on
+when it changes, applying it all at once or not at all: a bad file is
+rejected with every error's line and the running configuration stays
+('corral ctl status' shows why). --check FILE validates a file and exits. The admin API (JSON and /metrics) listens on
 the configured loopback address; 'corral ctl' talks to it.`,
 		Example: `  corral director --config /etc/corral/director.conf
   corral director --check /etc/corral/director.conf.new   # validate only`,

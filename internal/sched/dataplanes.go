@@ -48,5 +48,5 @@ func Supports(scheduler, dataplane string) error {
 	if dataplane == "xdp" {
 		return fmt.Errorf("%s is not in the XDP dataplane (it has %s)", scheduler, strings.Join(For("xdp"), ", "))
 	}
-	return fmt.Errorf("%s needs dataplane %s (it has %s)", scheduler, strings.Join(dps, " or "), strings.Join(For(dataplane), ", "))
+	return fmt.Errorf("%s needs dataplane %s (%s has %s)", scheduler, strings.Join(dps, " or "), dataplane, strings.Join(For(dataplane), ", "))
 }
