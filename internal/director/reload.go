@@ -1,6 +1,7 @@
 package director
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -36,7 +37,15 @@ func (d *Director) reloadFrom(path, stamp string) error {
 	st := &ReloadStatus{Time: time.Now(), OK: err == nil, File: path, Stamp: stamp}
 	if err != nil {
 		st.Error = err.Error()
-		d.log.Error("configuration rejected; the running one stays", "file", path, "err", err)
+		// One log line per error: each names its place.
+		var all config.Errors
+		if errors.As(err, &all) {
+			for _, e := range all {
+				d.log.Error("configuration rejected; the running one stays", "file", path, "err", e)
+			}
+		} else {
+			d.log.Error("configuration rejected; the running one stays", "file", path, "err", err)
+		}
 	} else {
 		d.log.Info("configuration loaded", "file", path, "services", len(next.Services))
 	}
