@@ -30,6 +30,19 @@ func (f fsSizes) Size(ctx context.Context, p string) (int64, error) {
 }
 func (f fsSizes) Close() { f.c.Close() }
 
+// configExit prints configuration errors (each file:line: field: why) as
+// they are and makes them exit status 1, by their type; other errors go
+// on to Main.
+func configExit(err error) error {
+	var ce config.Errors
+	var one *config.Error
+	if errors.As(err, &ce) || errors.As(err, &one) {
+		fmt.Fprintln(os.Stderr, err)
+		return exitError{1}
+	}
+	return err
+}
+
 func directorCmd() *cobra.Command {
 	var cfgPath, secretFile, check string
 	c := &cobra.Command{
@@ -48,16 +61,7 @@ the configured loopback address; 'corral ctl' talks to it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if check != "" {
 				if err := director.Check(check); err != nil {
-					var ce config.Errors
-					var one *config.Error
-					switch {
-					case errors.As(err, &ce):
-					case errors.As(err, &one):
-					default:
-						return err // could not read it: corral's own message
-					}
-					fmt.Fprintln(os.Stderr, err)
-					return exitError{1}
+					return configExit(err)
 				}
 				fmt.Printf("%s: ok\n", check)
 				return nil
@@ -72,8 +76,8 @@ the configured loopback address; 'corral ctl' talks to it.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
-				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} }))
+			return configExit(director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
+				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} })))
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,6 +54,11 @@ func TestDirectorCheck(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", w, errOut)
 		}
 	}
+	// Running a bad file fails the same way, by the errors' type.
+	_, errOut = capture(t, func() { code = Main([]string{"director", "--config", bad}) })
+	if code != 1 || !strings.Contains(errOut, want[2]) || strings.Contains(errOut, "corral: ") {
+		t.Fatalf("director --config bad: exit %d, %q", code, errOut)
+	}
 	_, errOut = capture(t, func() { code = Main([]string{"director", "--check", filepath.Join(dir, "missing.conf")}) })
 	if code != 1 || !strings.Contains(errOut, "missing.conf: no such file") {
 		t.Fatalf("missing file: exit %d, %q", code, errOut)
@@ -67,5 +71,4 @@ func TestPrintReload(t *testing.T) {
 	if s := b.String(); !strings.Contains(s, "d.conf REJECTED") || !strings.Contains(s, "\n  d.conf:5: service s: server: bad\n") {
 		t.Fatalf("%q", s)
 	}
-	_ = io.Discard
 }
