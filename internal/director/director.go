@@ -506,7 +506,7 @@ func (s *service) done(src netip.Addr) {
 	s.mu.Lock()
 	if e := s.persist[src]; e != nil && e.conns > 0 {
 		e.conns--
-		e.until = time.Now().Add(cfg.Persistence)
+		e.until = s.d.now().Add(cfg.Persistence)
 	}
 	s.mu.Unlock()
 }
