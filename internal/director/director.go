@@ -37,6 +37,9 @@ type Director struct {
 	sizes sizeCache
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
+
+	rates   rates      // admin API: counters per second (rates.go)
+	runtime sync.Mutex // serialises ctl add/remove (runtime.go)
 }
 
 // pokeXDP gets a health or weight change into the kernel now.
