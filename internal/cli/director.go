@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -132,8 +130,9 @@ start beside its configuration as admin.token (mode 0600). ctl reads it from
 	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
 	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token)")
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print listings as JSON")
-	// cl is the admin API client. A missing token file is an error only
-	// for changes (need): listings are open on loopback.
+	// cl is the admin API client. An unreadable token is an error for
+	// changes (need) or when --token-file names it; listings go without
+	// one, as they are open on loopback.
 	cl := func(need bool) (director.Client, error) {
 		tf := ctlTokenFile(tokenFile)
 		cl := director.Client{Base: "http://" + admin, TokenFile: tf}
@@ -141,7 +140,7 @@ start beside its configuration as admin.token (mode 0600). ctl reads it from
 		switch {
 		case err == nil:
 			cl.Token = tok
-		case need || tokenFile != "" || !errors.Is(err, fs.ErrNotExist):
+		case need || tokenFile != "":
 			return cl, fmt.Errorf("%v: pass --token-file with the director's admin.token (written beside its configuration)", err)
 		}
 		return cl, nil

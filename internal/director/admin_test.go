@@ -342,3 +342,28 @@ func TestConnsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGuardClosedReads: off loopback (openReads false) reads need the
+// token too; /healthz stays open for probes.
+func TestGuardClosedReads(t *testing.T) {
+	d := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer d.Close()
+	tok := strings.Repeat("c", 64)
+	srv := httptest.NewServer(Guard(tok, false, d.Handler()))
+	defer srv.Close()
+	for _, c := range []struct {
+		path string
+		hdr  map[string]string
+		want int
+	}{
+		{"/api/services", nil, 401},
+		{"/metrics", nil, 401},
+		{"/debug/pprof/", nil, 401},
+		{"/healthz", nil, 200},
+		{"/api/services", map[string]string{"Authorization": "Bearer " + tok}, 200},
+	} {
+		if got, body := call(t, "GET", srv.URL+c.path, c.hdr); got != c.want {
+			t.Errorf("GET %s %v: %d %q, want %d", c.path, c.hdr, got, body, c.want)
+		}
+	}
+}
