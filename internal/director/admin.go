@@ -402,7 +402,11 @@ func (c Client) do(ctx context.Context, method, path string) (*http.Response, er
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("director admin API at %s: %w", c.Base, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the method and URL again
+		}
+		return nil, fmt.Errorf("director admin API at %s: %w (is the director running there? --admin)", strings.TrimPrefix(c.Base, "http://"), err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
