@@ -296,7 +296,7 @@ func printServices(st []director.ServiceStatus) error {
 			for _, reason := range xdp.DropReasons {
 				drops = append(drops, fmt.Sprintf("%s=%d", reason, x.Drops[reason]))
 			}
-			notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets, %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, human(int64(x.Bytes)), strings.Join(drops, " ")))
+			notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets (%s/s), %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, rate(s.Rate.InPPS), human(int64(x.Bytes)), strings.Join(drops, " ")))
 		}
 		for _, r := range s.Servers {
 			h := "up"

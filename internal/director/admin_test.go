@@ -299,8 +299,9 @@ func TestRates(t *testing.T) {
 	r.conns.Add(10)
 	r.bytesIn.Add(4000)
 	r.bytesOut.Add(1 << 20)
+	r.packets.Add(30)
 	d.rates.sample(d, t0.Add(2*time.Second))
-	want := Rate{CPS: 5, InBPS: 2000, OutBPS: 1 << 19}
+	want := Rate{CPS: 5, InBPS: 2000, OutBPS: 1 << 19, InPPS: 15}
 	st := d.Status()[0]
 	if st.Rate != want || st.Servers[0].Rate != want {
 		t.Errorf("rates: service %+v, server %+v, want %+v", st.Rate, st.Servers[0].Rate, want)

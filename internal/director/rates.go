@@ -11,15 +11,17 @@ import (
 const RateInterval = 2 * time.Second
 
 // Rate is a counter's speed over the last sampling interval, like the
-// columns of `ipvsadm -Ln --rate`: connections (l7: responses) per second
-// and bytes per second in (client to server) and out.
+// columns of `ipvsadm -Ln --rate`: connections (l7: responses) per second,
+// bytes per second in (client to server) and out, and for dataplane xdp
+// packets per second in (the proxies count no packets).
 type Rate struct {
 	CPS    float64 `json:"conns_per_sec"`
 	InBPS  float64 `json:"bytes_in_per_sec"`
 	OutBPS float64 `json:"bytes_out_per_sec"`
+	InPPS  float64 `json:"packets_in_per_sec,omitempty"`
 }
 
-type rateCounters struct{ conns, in, out int64 }
+type rateCounters struct{ conns, in, out, pkts int64 }
 
 type rateKey struct{ service, server string } // server "": the whole service
 
@@ -41,10 +43,11 @@ func (rt *rates) sample(d *Director, now time.Time) {
 		tot := rateCounters{conns: s.newConns.Load()}
 		s.mu.Lock()
 		for _, r := range s.reals {
-			c := rateCounters{conns: r.conns.Load(), in: r.bytesIn.Load(), out: r.bytesOut.Load()}
+			c := rateCounters{conns: r.conns.Load(), in: r.bytesIn.Load(), out: r.bytesOut.Load(), pkts: r.packets.Load()}
 			cur[rateKey{name, r.addr}] = c
 			tot.in += c.in
 			tot.out += c.out
+			tot.pkts += c.pkts
 		}
 		s.mu.Unlock()
 		cur[rateKey{name, ""}] = tot
@@ -61,7 +64,7 @@ func (rt *rates) sample(d *Director, now time.Time) {
 			// A counter that went down (a server removed from the
 			// service total) reads as 0, never negative.
 			per := func(a, b int64) float64 { return max(0, float64(a-b)/dt) }
-			next[k] = Rate{CPS: per(c.conns, p.conns), InBPS: per(c.in, p.in), OutBPS: per(c.out, p.out)}
+			next[k] = Rate{CPS: per(c.conns, p.conns), InBPS: per(c.in, p.in), OutBPS: per(c.out, p.out), InPPS: per(c.pkts, p.pkts)}
 		}
 	}
 	rt.at, rt.last, rt.rate = now, cur, next
