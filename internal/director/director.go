@@ -46,6 +46,9 @@ type Director struct {
 	now func() time.Time
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
+
+	rates   rates      // admin API: counters per second (rates.go)
+	runtime sync.Mutex // serialises ctl add/remove (runtime.go)
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc

@@ -175,8 +175,8 @@ func TestReloadStatusAndCheck(t *testing.T) {
 	if got, err := ask(v1); err != nil || got != a {
 		t.Fatalf("service after the rejected reload: %q %v", got, err)
 	}
-	os.WriteFile(path, []byte(strings.Replace(good, "127.0.0.1:7599", "10.0.0.1:7599", 1)), 0o644)
-	if err := Check(path); err == nil || !strings.Contains(err.Error(), ":1: admin: 10.0.0.1:7599: the admin API must listen on a loopback address") {
-		t.Fatalf("Check of a non-loopback admin: %v", err)
+	os.WriteFile(path, []byte(strings.Replace(good, "127.0.0.1:7599", "localhost:7599", 1)), 0o644)
+	if err := Check(path); err == nil || !strings.Contains(err.Error(), ":1: admin:") {
+		t.Fatalf("Check of an admin address by name: %v", err)
 	}
 }

@@ -56,8 +56,13 @@ func startDR(t *testing.T) *drCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Stop(); cancel() })
+	// The director wrote its admin token beside its configuration.
+	token, err := director.LoadToken(director.DefaultTokenFile(cl.ConfPath))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &drCluster{bed: bed, cl: cl, vip: cfg.VIP,
-		admin: director.Client{Base: "http://" + cfg.Admin, HTTP: &http.Client{Timeout: 5 * time.Second,
+		admin: director.Client{Base: "http://" + cfg.Admin, Token: token, HTTP: &http.Client{Timeout: 5 * time.Second,
 			Transport: &http.Transport{DialContext: bed.DialContext("director")}}}}
 	// The first SYNs wait for ARP (the director learns the nodes' MACs).
 	deadline := time.Now().Add(15 * time.Second)
