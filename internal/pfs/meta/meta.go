@@ -251,7 +251,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	switch m := req.(type) {
 	case *proto.Lookup:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			if _, err := t.dir(m.Parent); err != nil {
 				return err
 			}
@@ -261,27 +261,30 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			}
 			return err
 		})
+		return r, err
 	case *proto.Walk:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.walk(m.Path)
 			if err == nil {
 				r = attrReply(n)
 			}
 			return err
 		})
+		return r, err
 	case *proto.GetAttr:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.inode(m.Ino)
 			if err == nil {
 				r = attrReply(n)
 			}
 			return err
 		})
+		return r, err
 	case *proto.Readlink:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.inode(m.Ino)
 			if err != nil {
 				return err
@@ -292,6 +295,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			r = &proto.TargetReply{Target: n.Target}
 			return nil
 		})
+		return r, err
 	case *proto.Readdir:
 		return s.readdir(m)
 	case *proto.SetAttr:
@@ -429,7 +433,7 @@ func (s *Service) readdir(m *proto.Readdir) (proto.Msg, error) {
 
 func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -466,6 +470,7 @@ func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, err
 		r = attrReply(n)
 		return t.put(n)
 	})
+	return r, err
 }
 
 // newChild checks that parent is a directory without an entry name and
@@ -498,7 +503,7 @@ func (t tx) addEntry(p *inode, name string, n *inode) error {
 
 func (s *Service) mknode(ctx context.Context, parent uint64, name string, mk func(tx, uint64) *inode) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		p, err := t.newChild(parent, name)
 		if err != nil {
 			return err
@@ -514,6 +519,7 @@ func (s *Service) mknode(ctx context.Context, parent uint64, name string, mk fun
 		r = attrReply(n)
 		return t.addEntry(p, name, n)
 	})
+	return r, err
 }
 
 func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error) {
@@ -610,7 +616,7 @@ func (s *Service) pick(count int) ([]uint32, error) {
 
 func (s *Service) link(ctx context.Context, m *proto.Link) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -630,6 +636,7 @@ func (s *Service) link(ctx context.Context, m *proto.Link) (proto.Msg, error) {
 		r = attrReply(n)
 		return t.addEntry(p, m.Name, n)
 	})
+	return r, err
 }
 
 func (s *Service) remove(ctx context.Context, parent uint64, name string, dir bool) (proto.Msg, error) {
@@ -839,7 +846,7 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -852,6 +859,7 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 		r = attrReply(n)
 		return t.put(n)
 	})
+	return r, err
 }
 
 func (s *Service) statfs() (proto.Msg, error) {
