@@ -12,6 +12,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -556,14 +557,15 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 			return nil
 		}
 		size, count := m.StripeSize, m.StripeCount
-		if size == 0 {
-			size = p.StripeSize
+		if size == 0 || count == 0 {
+			ps, pc, err := t.policy(p)
+			if err != nil {
+				return err
+			}
+			size, count = cmp.Or(size, ps), cmp.Or(count, pc)
 		}
 		if size == 0 {
 			size = s.defSize
-		}
-		if count == 0 {
-			count = p.StripeCount
 		}
 		servers, err := s.pick(int(count))
 		if err != nil {
@@ -836,14 +838,40 @@ func (t tx) exchange(m *proto.Rename, op, np, src, dst *inode) error {
 	return nil
 }
 
+// policy is the layout new files in directory d take, field by field from
+// the nearest directory up to the root that sets it (0: none does). It is
+// resolved at each create, so a policy set on /www later applies to every
+// directory below it that sets none of its own.
+func (t tx) policy(d *inode) (size, count uint32, err error) {
+	for depth := 0; ; depth++ {
+		size, count = cmp.Or(size, d.StripeSize), cmp.Or(count, d.StripeCount)
+		if size != 0 && count != 0 || d.Ino == RootIno || depth > maxDepth {
+			return size, count, nil
+		}
+		if d, err = t.inode(d.Parent); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// maxDepth bounds policy's walk up should parent pointers ever loop.
+const maxDepth = 4096
+
 func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg, error) {
 	if m.StripeSize != 0 {
 		if err := layout.ValidStripeSize(int64(m.StripeSize)); err != nil {
 			return nil, proto.Errorf(syscall.EINVAL, err.Error())
 		}
 	}
-	if m.StripeCount > layout.MaxServers {
+	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
+	}
+	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
+		// A policy no file could get is refused now, not at the first put.
+		s.awaitServers(ctx)
+		if n := len(s.servers()); int(m.StripeCount) > n {
+			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d, but the file system has %d I/O servers (use 1..%d, or all)", m.StripeCount, n, n))
+		}
 	}
 	var r proto.Msg
 	err := s.update(ctx, func(t tx) error {
@@ -852,7 +880,7 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 			return err
 		}
 		if !n.isDir() {
-			return proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: a file's layout is fixed when it is created; set the layout on its directory, or create it with one", m.Ino))
+			return proto.Errorf(syscall.EINVAL, "not a directory: a file's layout is fixed when it is created; set the layout on its directory, or create it with one")
 		}
 		n.StripeSize, n.StripeCount = m.StripeSize, m.StripeCount
 		n.Ctime = t.now
