@@ -51,14 +51,14 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 			defer stop()
 			sec, err := sf.security(false)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "corral fs %s: %v\n", cmd.Name(), err)
+				fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.CommandPath(), err)
 				return exitError{1}
 			}
 			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
 			if err := f(ctx, cl, args); err != nil {
-				fmt.Fprintf(os.Stderr, "corral fs %s: %s\n", cmd.Name(), errText(err))
+				fmt.Fprintf(os.Stderr, "%s: %s\n", cmd.CommandPath(), errText(err))
 				return exitError{1}
 			}
 			return nil
