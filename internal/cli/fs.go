@@ -237,28 +237,66 @@ func parseCount(s string) (uint32, error) {
 }
 
 func layoutCmd(run func(func(context.Context, *client.Client, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
-	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping policy"}
-	get := &cobra.Command{Use: "get PATH", Short: "Show the layout of a file or the policy of a directory", Args: cobra.ExactArgs(1),
+	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping policy",
+		Long: `A directory's striping policy says how files created below it are laid out:
+the stripe size and how many I/O servers each spans. A new file takes each
+of the two from the nearest directory, its own first, then up to /, that
+sets it; none: the metadata server's default size over every server. The
+policy is looked up when the file is created, so setting one on /www
+applies to all of /www's subdirectories that set none of their own, old
+and new. An existing file's layout is fixed.`,
+		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
+  corral fs layout get /www/example.org       # inherited from /www
+  corral fs layout set /www/big --stripe-count all
+  corral fs layout set /www/big --stripe-count inherit`,
+	}
+	get := &cobra.Command{Use: "get PATH", Short: "Show the layout of a file or the policy of a directory, and where it comes from", Args: cobra.ExactArgs(1),
+		Example: `  corral fs layout get /www
+  corral fs layout get /www/index.html`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			fmt.Println(layoutText(a))
+			if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+				fmt.Println(layoutText(a) + " (fixed at creation)")
+				return nil
+			}
+			src, err := policySource(ctx, cl, args[0], a)
+			if err != nil {
+				return err
+			}
+			fmt.Println(src.String())
 			return nil
 		})}
 	var size, count string
-	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files in DIR take", Args: cobra.ExactArgs(1),
-		Long: `Set the striping policy of directory DIR: files created in it afterwards get
-this stripe size and span this many I/O servers (0 or "all": every server).
-An existing file's layout is fixed; to restripe it, copy it.`,
+	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files below DIR take", Args: cobra.ExactArgs(1),
+		Long: `Set the striping policy of directory DIR: files created below it afterwards,
+in subdirectories too unless they set their own, get this stripe size and
+span this many I/O servers. --stripe-count is 1 up to the number of I/O
+servers, or all (also 0): every usable server. "inherit" for either clears
+it here, so it comes from the directories above again. An existing file's
+layout is fixed; to restripe it, copy it.`,
+		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
+  corral fs layout set /www/small --stripe-count 1
+  corral fs layout set /www/small --stripe-count inherit`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
+			if size == "" && count == "" {
+				return errors.New("nothing to set: give --stripe-size and/or --stripe-count")
+			}
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
 				return err
 			}
+			if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+				return &fs.PathError{Op: "layout", Path: args[0], Err: errors.New("not a directory: a file's layout is fixed when it is created; set the policy of its directory, or copy it with 'corral fs put --stripe-size/--stripe-count'")}
+			}
 			ss, sc := a.StripeSize, a.StripeCount
-			if size != "" {
+			switch size {
+			case "":
+			case "inherit":
+				ss = 0
+			default:
 				n, err := parseSize(size)
 				if err != nil {
 					return err
@@ -268,27 +306,89 @@ An existing file's layout is fixed; to restripe it, copy it.`,
 				}
 				ss = uint32(n)
 			}
-			if count == "all" || count == "0" {
+			switch count {
+			case "":
+			case "inherit":
 				sc = 0
-			} else if count != "" {
+			case "all", "0":
+				sc = proto.AllServers
+			default:
 				if sc, err = parseCount(count); err != nil {
 					return err
 				}
-			}
-			if size == "" && count == "" {
-				return errors.New("nothing to set: give --stripe-size and/or --stripe-count")
 			}
 			a, err = cl.SetLayout(ctx, a.Ino, ss, sc)
 			if err != nil {
 				return &fs.PathError{Op: "layout", Path: args[0], Err: err}
 			}
-			fmt.Println(layoutText(a))
+			src, err := policySource(ctx, cl, args[0], a)
+			if err != nil {
+				return err
+			}
+			fmt.Println(src.String())
 			return nil
 		})}
-	set.Flags().StringVar(&size, "stripe-size", "", "stripe size (e.g. 64K, 1M)")
-	set.Flags().StringVar(&count, "stripe-count", "", "number of I/O servers per file, or all")
+	set.Flags().StringVar(&size, "stripe-size", "", "stripe size (e.g. 64K, 1M), or inherit")
+	set.Flags().StringVar(&count, "stripe-count", "", "number of I/O servers per file, all, or inherit")
 	c.AddCommand(get, set)
 	return c
+}
+
+// policy is a directory's effective striping policy and the directory each
+// field comes from ("" : none sets it, the default).
+type policy struct {
+	size, count         uint32
+	sizeFrom, countFrom string
+	dir                 string
+}
+
+func (p policy) String() string {
+	from := func(at string) string {
+		switch at {
+		case "":
+			return "default"
+		case p.dir:
+			return "set here"
+		}
+		return "inherited from " + at
+	}
+	size := "default"
+	if p.size != 0 {
+		size = human(int64(p.size))
+	}
+	count := "all"
+	if p.count != 0 && p.count != proto.AllServers {
+		count = fmt.Sprint(p.count)
+	}
+	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom))
+}
+
+// policySource resolves directory dir's policy the way the metadata server
+// does at create: field by field from the nearest directory up to / that
+// sets it. It walks parents with "..", which the server resolves through
+// each directory's real parent.
+func policySource(ctx context.Context, cl *client.Client, dir string, a proto.Attr) (policy, error) {
+	name := path.Clean("/" + dir)
+	p := policy{dir: name}
+	walk := name
+	for depth := 0; depth < 4096; depth++ {
+		if p.size == 0 && a.StripeSize != 0 {
+			p.size, p.sizeFrom = a.StripeSize, name
+		}
+		if p.count == 0 && a.StripeCount != 0 {
+			p.count, p.countFrom = a.StripeCount, name
+		}
+		if p.size != 0 && p.count != 0 || name == "/" {
+			break
+		}
+		walk += "/.."
+		var err error
+		if a, err = cl.Stat(ctx, walk); err != nil {
+			return p, err
+		}
+		name = path.Dir(name)
+	}
+	return p, nil
 }
 
 func layoutText(a proto.Attr) string {
@@ -297,7 +397,7 @@ func layoutText(a proto.Attr) string {
 		size = human(int64(a.StripeSize))
 	}
 	count := "all"
-	if a.StripeCount != 0 {
+	if a.StripeCount != 0 && a.StripeCount != proto.AllServers {
 		count = fmt.Sprint(a.StripeCount)
 	}
 	s := fmt.Sprintf("stripe-size %s stripe-count %s", size, count)

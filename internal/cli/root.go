@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -161,7 +162,9 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// errText renders an error the way coreutils do: "PATH: reason".
+// errText renders an error the way coreutils do: "PATH: reason". Inode
+// numbers the servers put in their messages are internal: they show only
+// with --verbose.
 func errText(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -169,9 +172,18 @@ func errText(err error) string {
 		if errors.As(pe.Err, &en) && pe.Err == en {
 			return pe.Path + ": " + en.Error()
 		}
-		return pe.Path + ": " + pe.Err.Error()
+		return pe.Path + ": " + userTerms(pe.Err.Error())
 	}
-	return err.Error()
+	return userTerms(err.Error())
+}
+
+var inodePrefix = regexp.MustCompile(`(^|: )inode [0-9]+: `)
+
+func userTerms(msg string) string {
+	if verbose {
+		return msg
+	}
+	return inodePrefix.ReplaceAllString(msg, "$1")
 }
 
 // signalContext ends on SIGINT or SIGTERM.
