@@ -323,10 +323,16 @@ func pfsIOCmd() *cobra.Command {
 			}
 			cl := client.New(meta)
 			defer cl.Close()
-			r, err := bench.PFSIO(cmd.Context(), cl, path, size, record, write, client.CreateOpts{StripeSize: 1 << 20, StripeCount: count})
+			verb := "read"
+			if write {
+				verb = "write"
+			}
+			bar := newProgress(verb+" "+path, size)
+			r, err := bench.PFSIO(cmd.Context(), cl, path, size, record, write, client.CreateOpts{StripeSize: 1 << 20, StripeCount: count}, bar.set)
 			if err != nil {
 				return err
 			}
+			bar.done()
 			return json.NewEncoder(os.Stdout).Encode(r)
 		}}
 	c.Flags().StringVar(&meta, "meta", "", "metadata server")

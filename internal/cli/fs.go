@@ -43,6 +43,7 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
+	c.PersistentFlags().BoolVarP(&quiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
 	// run gives a subcommand a client and turns its error into coreutils-style
 	// output and exit status 1.
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
@@ -114,13 +115,19 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		})}
 
 	var putSize, putCount string
-	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file into the file system", Args: cobra.ExactArgs(2),
+	var putForce bool
+	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file (- : standard input) into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
-directory). The new file takes its directory's layout unless --stripe-size or
---stripe-count say otherwise (--stripe-count all: every usable I/O server).
-The copy is written under a temporary name next to REMOTE and renamed over
-it once on disk, so REMOTE is either the old file or the whole new one; a
-put that fails leaves nothing behind.`,
+directory); LOCAL - reads standard input. An existing REMOTE is replaced
+only with --force. The new file takes its directory's layout unless
+--stripe-size or --stripe-count say otherwise (--stripe-count all: every
+usable I/O server). The copy is written under a temporary name next to
+REMOTE and renamed over it once on disk, so REMOTE is either the old file
+or the whole new one; a put that fails leaves nothing behind.`,
+		Example: `  corral fs put index.html /www/example.org/
+  corral fs put -f index.html /www/example.org/index.html     # replace it
+  tar c site | corral fs put - /backup/site.tar
+  corral fs put --stripe-count all big.iso /data/`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
 			if putSize != "" {
@@ -142,8 +149,9 @@ put that fails leaves nothing behind.`,
 				}
 				o.StripeCount = n
 			}
-			return putFile(ctx, cl, args[0], args[1], o)
+			return putFile(ctx, cl, args[0], args[1], o, putForce)
 		})}
+	put.Flags().BoolVarP(&putForce, "force", "f", false, "replace REMOTE if it exists")
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
 	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
 
@@ -194,11 +202,24 @@ put that fails leaves nothing behind.`,
 			return cl.RenamePath(ctx, args[0], args[1], true)
 		})}
 
-	ln := &cobra.Command{Use: "ln -s TARGET LINK", Short: "Make a symbolic link", Args: cobra.ExactArgs(2),
+	var symbolic bool
+	ln := &cobra.Command{Use: "ln [-s] TARGET LINK", Short: "Make a hard link (with -s, a symbolic link)", Args: cobra.ExactArgs(2),
+		Long: `Make LINK a hard link to the file TARGET, or with -s a symbolic link whose
+target is the text TARGET. When LINK is an existing directory, the link is
+made in it under TARGET's last name. Directories cannot be hard-linked.`,
+		Example: `  corral fs ln /www/a.org/logo.png /www/b.org/logo.png     # one file, two names
+  corral fs ln -s ../a.org/index.html /www/b.org/index.html`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
-			return cl.SymlinkPath(ctx, args[0], args[1])
+			target, link := args[0], args[1]
+			if a, err := cl.Stat(ctx, link); err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				link = path.Join("/"+link, path.Base(target))
+			}
+			if symbolic {
+				return cl.SymlinkPath(ctx, target, link)
+			}
+			return cl.LinkPath(ctx, target, link)
 		})}
-	ln.Flags().BoolP("symbolic", "s", true, "symbolic link (the only kind ln makes here)")
+	ln.Flags().BoolVarP(&symbolic, "symbolic", "s", false, "make a symbolic link instead of a hard link")
 
 	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space", Args: cobra.NoArgs,
 		Long: `List the I/O servers the metadata server knows, with their state:
@@ -500,31 +521,50 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 	return nil
 }
 
-func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts) error {
-	src, err := os.Open(local)
-	if err != nil {
-		return err
+func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts, force bool) error {
+	src, size, mode := os.Stdin, int64(-1), uint32(0o644)
+	if local != "-" {
+		f, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return &fs.PathError{Op: "put", Path: local, Err: syscall.EISDIR}
+		}
+		src, size, mode = f, fi.Size(), uint32(fi.Mode().Perm())
 	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return &fs.PathError{Op: "put", Path: local, Err: syscall.EISDIR}
-	}
-	if a, err := cl.Stat(ctx, remote); err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	a, err := cl.Stat(ctx, remote)
+	switch {
+	case err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		if local == "-" {
+			return &fs.PathError{Op: "put", Path: remote, Err: errors.New("is a directory: give the name of the file to write standard input to")}
+		}
 		remote = path.Join("/"+remote, filepath.Base(local))
-	} else if strings.HasSuffix(remote, "/") {
+		a, err = cl.Stat(ctx, remote)
+	case strings.HasSuffix(remote, "/"):
 		if err == nil {
 			err = &fs.PathError{Op: "put", Path: remote, Err: syscall.ENOTDIR}
 		}
 		return err
 	}
+	if err == nil && !force {
+		if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			return &fs.PathError{Op: "put", Path: remote, Err: syscall.EISDIR}
+		}
+		return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	// WriteFile writes under a temporary name, renamed over remote when on
 	// disk: a failed put leaves neither a partial file nor its objects.
-	bar := newProgress("put "+filepath.Base(local), fi.Size())
-	if err := cl.WriteFile(ctx, remote, src, uint32(fi.Mode().Perm()), o, bar.set); err != nil {
+	bar := newProgress("put "+filepath.Base(local), size)
+	if err := cl.WriteFile(ctx, remote, src, mode, o, bar.set); err != nil {
 		return err
 	}
 	bar.done()
@@ -550,7 +590,7 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	size := f.Size()
 	var bar *progress
-	if dst != os.Stdout {
+	if dst != os.Stdout || !isTerminal(os.Stdout) { // not over the data on the same terminal
 		bar = newProgress("get "+path.Base("/"+remote), size)
 	}
 	buf := make([]byte, transferBuf)
@@ -580,46 +620,4 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	bar.done()
 	return nil
-}
-
-// progress draws a one-line progress bar when stdout is a terminal.
-type progress struct {
-	label      string
-	total, cur int64
-	start      time.Time
-	last       time.Time
-}
-
-func newProgress(label string, total int64) *progress {
-	fi, err := os.Stdout.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 || total < 8<<20 {
-		return nil
-	}
-	return &progress{label: label, total: total, start: time.Now()}
-}
-
-func (p *progress) set(n int64) {
-	if p == nil {
-		return
-	}
-	p.cur = n
-	if time.Since(p.last) < 200*time.Millisecond && n < p.total {
-		return
-	}
-	p.last = time.Now()
-	pct := float64(n) / float64(max(p.total, 1))
-	w := 30
-	fill := int(pct * float64(w))
-	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-3)
-	fmt.Printf("\r%s [%s%s] %3.0f%% %s/%s %s/s ", p.label, strings.Repeat("=", fill), strings.Repeat(" ", w-fill),
-		pct*100, human(n), human(p.total), human(int64(rate)))
-}
-
-func (p *progress) done() {
-	if p == nil {
-		return
-	}
-	p.last = time.Time{}
-	p.set(p.total)
-	fmt.Println()
 }
