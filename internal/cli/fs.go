@@ -58,7 +58,14 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
-			if err := f(ctx, cl, args); err != nil {
+			err = reachMeta(ctx, cl)
+			if err == nil {
+				err = f(ctx, cl, args)
+			}
+			if errors.As(err, new(usageError)) {
+				return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+			}
+			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s: %s\n", cmd.CommandPath(), errText(err))
 				return exitError{1}
 			}
@@ -132,11 +139,11 @@ or the whole new one; a put that fails leaves nothing behind.`,
 			var o client.CreateOpts
 			if putSize != "" {
 				n, err := parseSize(putSize)
-				if err != nil {
-					return err
+				if err == nil {
+					err = layout.ValidStripeSize(n)
 				}
-				if err := layout.ValidStripeSize(n); err != nil {
-					return err
+				if err != nil {
+					return usageError{fmt.Errorf("--stripe-size: %w", err)}
 				}
 				o.StripeSize = uint32(n)
 			}
@@ -145,7 +152,7 @@ or the whole new one; a put that fails leaves nothing behind.`,
 			} else if putCount != "" {
 				n, err := parseCount(putCount)
 				if err != nil {
-					return err
+					return usageError{fmt.Errorf("--stripe-count: %w", err)}
 				}
 				o.StripeCount = n
 			}
@@ -249,6 +256,30 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
 	return c
 }
 
+// metaReachTimeout bounds reaching the metadata server (dial and
+// handshake): a wrong --meta fails in seconds, not after the minute the
+// retries of a long call may take. Calls after it keep their own deadlines.
+const metaReachTimeout = 4 * time.Second
+
+// reachMeta connects to the metadata server with one cheap call, and says
+// so plainly when it cannot.
+func reachMeta(ctx context.Context, cl *client.Client) error {
+	cctx, cancel := context.WithTimeout(ctx, metaReachTimeout)
+	defer cancel()
+	_, err := cl.Stat(cctx, "/")
+	if err == nil || errors.Is(err, proto.ErrAuth) || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, proto.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || cctx.Err() != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("cannot reach metadata server at %s: %v (check --meta or %s)", cl.Meta(), err, "CORRAL_META")
+	}
+	return err
+}
+
 func parseCount(s string) (uint32, error) {
 	var n uint32
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 1 || n > layout.MaxServers || fmt.Sprint(n) != s {
@@ -303,7 +334,7 @@ layout is fixed; to restripe it, copy it.`,
   corral fs layout set /www/small --stripe-count inherit`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			if size == "" && count == "" {
-				return errors.New("nothing to set: give --stripe-size and/or --stripe-count")
+				return usageError{errors.New("nothing to set: give --stripe-size and/or --stripe-count")}
 			}
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
@@ -319,11 +350,11 @@ layout is fixed; to restripe it, copy it.`,
 				ss = 0
 			default:
 				n, err := parseSize(size)
-				if err != nil {
-					return err
+				if err == nil {
+					err = layout.ValidStripeSize(n)
 				}
-				if err := layout.ValidStripeSize(n); err != nil {
-					return err
+				if err != nil {
+					return usageError{fmt.Errorf("--stripe-size: %w", err)}
 				}
 				ss = uint32(n)
 			}
@@ -335,7 +366,7 @@ layout is fixed; to restripe it, copy it.`,
 				sc = proto.AllServers
 			default:
 				if sc, err = parseCount(count); err != nil {
-					return err
+					return usageError{fmt.Errorf("--stripe-count: %w", err)}
 				}
 			}
 			a, err = cl.SetLayout(ctx, a.Ino, ss, sc)
