@@ -73,7 +73,9 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		}
 	}
 	var parents bool
-	mkdir := &cobra.Command{Use: "mkdir [-p] PATH...", Short: "Make directories", Args: cobra.MinimumNArgs(1),
+	mkdir := &cobra.Command{Use: "mkdir [-p] PATH...", Short: "Make directories",
+		Example: `  corral fs mkdir /www
+  corral fs mkdir -p /www/example.org/img`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				var err error
@@ -91,7 +93,9 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	mkdir.Flags().BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if existing")
 
 	var long bool
-	ls := &cobra.Command{Use: "ls [-l] [PATH...]", Short: "List directory contents", Args: cobra.ArbitraryArgs,
+	ls := &cobra.Command{Use: "ls [-l] [PATH...]", Short: "List directory contents",
+		Example: `  corral fs ls
+  corral fs ls -l /www/example.org`, Args: cobra.ArbitraryArgs,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			if len(args) == 0 {
 				args = []string{"/"}
@@ -111,7 +115,8 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		})}
 	ls.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, size, time")
 
-	stat := &cobra.Command{Use: "stat PATH...", Short: "Show attributes and layout: where each stripe lives", Args: cobra.MinimumNArgs(1),
+	stat := &cobra.Command{Use: "stat PATH...", Short: "Show attributes and layout: where each stripe lives",
+		Example: `  corral fs stat /www/example.org/index.html`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if err := statPath(ctx, cl, p); err != nil {
@@ -162,12 +167,15 @@ or the whole new one; a put that fails leaves nothing behind.`,
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
 	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
 
-	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)", Args: cobra.ExactArgs(2),
+	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)",
+		Example: `  corral fs get /www/example.org/index.html .
+  corral fs get /backup/site.tar - | tar x`, Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			return getFile(ctx, cl, args[0], args[1])
 		})}
 
-	cat := &cobra.Command{Use: "cat PATH...", Short: "Write files to standard output", Args: cobra.MinimumNArgs(1),
+	cat := &cobra.Command{Use: "cat PATH...", Short: "Write files to standard output",
+		Example: `  corral fs cat /www/example.org/index.html`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if err := getFile(ctx, cl, p, "-"); err != nil {
@@ -178,7 +186,9 @@ or the whole new one; a put that fails leaves nothing behind.`,
 		})}
 
 	var recursive, force bool
-	rm := &cobra.Command{Use: "rm [-r] [-f] PATH...", Short: "Remove files (and with -r, directories)", Args: cobra.MinimumNArgs(1),
+	rm := &cobra.Command{Use: "rm [-r] [-f] PATH...", Short: "Remove files (and with -r, directories)",
+		Example: `  corral fs rm /www/example.org/old.html
+  corral fs rm -r -f /www/example.org/tmp`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if path.Clean("/"+p) == "/" {
@@ -204,7 +214,9 @@ or the whole new one; a put that fails leaves nothing behind.`,
 	rm.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
 	rm.Flags().BoolVarP(&force, "force", "f", false, "ignore missing files")
 
-	mv := &cobra.Command{Use: "mv SOURCE DEST", Short: "Move or rename (into DEST when it is a directory)", Args: cobra.ExactArgs(2),
+	mv := &cobra.Command{Use: "mv SOURCE DEST", Short: "Move or rename (into DEST when it is a directory)",
+		Example: `  corral fs mv /www/new.html /www/index.html
+  corral fs mv /www/a.html /www/archive/`, Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			return cl.RenamePath(ctx, args[0], args[1], true)
 		})}
@@ -228,7 +240,9 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
 		})}
 	ln.Flags().BoolVarP(&symbolic, "symbolic", "s", false, "make a symbolic link instead of a hard link")
 
-	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space", Args: cobra.NoArgs,
+	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space",
+		Example: `  corral fs servers
+  corral fs servers replace 2`, Args: cobra.NoArgs,
 		Long: `List the I/O servers the metadata server knows, with their state:
   up         heard from lately, free space above the reserve: gets new files
   full       up, but free space is below the reserve (corral meta --reserve)

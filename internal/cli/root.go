@@ -87,6 +87,7 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 		return usageError{fmt.Errorf("%s: %w%s", c.CommandPath(), err, flagSuggestion(c, err))}
 	})
 	strictArgs(root)
+	addExamples(root)
 	return root
 }
 
