@@ -128,6 +128,7 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 
 	var putSize, putCount string
 	var putForce bool
+	var putLayout stripeFlags
 	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file (- : standard input) into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
 directory); LOCAL - reads standard input. An existing REMOTE is replaced
@@ -140,27 +141,10 @@ or the whole new one; a put that fails leaves nothing behind.`,
   corral fs put -f index.html /www/example.org/index.html     # replace it
   tar c site | corral fs put - /backup/site.tar
   corral fs put --stripe-count all big.iso /data/`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return putLayout.parse(cmd, putSize, putCount, false) },
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
-			if putSize != "" {
-				n, err := parseSize(putSize)
-				if err == nil {
-					err = layout.ValidStripeSize(n)
-				}
-				if err != nil {
-					return usageError{fmt.Errorf("--stripe-size: %w", err)}
-				}
-				o.StripeSize = uint32(n)
-			}
-			if putCount == "all" {
-				o.StripeCount = proto.AllServers
-			} else if putCount != "" {
-				n, err := parseCount(putCount)
-				if err != nil {
-					return usageError{fmt.Errorf("--stripe-count: %w", err)}
-				}
-				o.StripeCount = n
-			}
+			o.StripeSize, o.StripeCount = putLayout.size.v, putLayout.count.v
 			return putFile(ctx, cl, args[0], args[1], o, putForce)
 		})}
 	put.Flags().BoolVarP(&putForce, "force", "f", false, "replace REMOTE if it exists")
@@ -270,6 +254,51 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
 	return c
 }
 
+// stripeFlags are --stripe-size and --stripe-count, parsed before anything
+// is contacted: a bad value is a usage error.
+type stripeFlags struct {
+	size, count struct {
+		set bool
+		v   uint32
+	}
+}
+
+// parse reads the two values ("" : not given). withInherit allows
+// "inherit" (0: clear it here); "all" (and 0) is every usable server.
+func (f *stripeFlags) parse(cmd *cobra.Command, size, count string, withInherit bool) error {
+	bad := func(flag string, err error) error {
+		return usageError{fmt.Errorf("%s: %s: %w", cmd.CommandPath(), flag, err)}
+	}
+	switch {
+	case size == "":
+	case size == "inherit" && withInherit:
+		f.size.set = true
+	default:
+		n, err := parseSize(size)
+		if err == nil {
+			err = layout.ValidStripeSize(n)
+		}
+		if err != nil {
+			return bad("--stripe-size", err)
+		}
+		f.size.set, f.size.v = true, uint32(n)
+	}
+	switch {
+	case count == "":
+	case count == "inherit" && withInherit:
+		f.count.set = true
+	case count == "all" || count == "0":
+		f.count.set, f.count.v = true, proto.AllServers
+	default:
+		n, err := parseCount(count)
+		if err != nil {
+			return bad("--stripe-count", err)
+		}
+		f.count.set, f.count.v = true, n
+	}
+	return nil
+}
+
 // metaReachTimeout bounds reaching the metadata server (dial and
 // handshake): a wrong --meta fails in seconds, not after the minute the
 // retries of a long call may take. Calls after it keep their own deadlines.
@@ -336,6 +365,7 @@ and new. An existing file's layout is fixed.`,
 			return nil
 		})}
 	var size, count string
+	var lf stripeFlags
 	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files below DIR take", Args: cobra.ExactArgs(1),
 		Long: `Set the striping policy of directory DIR: files created below it afterwards,
 in subdirectories too unless they set their own, get this stripe size and
@@ -346,10 +376,13 @@ layout is fixed; to restripe it, copy it.`,
 		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
   corral fs layout set /www/small --stripe-count 1
   corral fs layout set /www/small --stripe-count inherit`,
-		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if size == "" && count == "" {
-				return usageError{errors.New("nothing to set: give --stripe-size and/or --stripe-count")}
+				return usageError{fmt.Errorf("%s: nothing to set: give --stripe-size and/or --stripe-count", cmd.CommandPath())}
 			}
+			return lf.parse(cmd, size, count, true)
+		},
+		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
 				return err
@@ -358,30 +391,11 @@ layout is fixed; to restripe it, copy it.`,
 				return &fs.PathError{Op: "layout", Path: args[0], Err: errors.New("not a directory: a file's layout is fixed when it is created; set the policy of its directory, or copy it with 'corral fs put --stripe-size/--stripe-count'")}
 			}
 			ss, sc := a.StripeSize, a.StripeCount
-			switch size {
-			case "":
-			case "inherit":
-				ss = 0
-			default:
-				n, err := parseSize(size)
-				if err == nil {
-					err = layout.ValidStripeSize(n)
-				}
-				if err != nil {
-					return usageError{fmt.Errorf("--stripe-size: %w", err)}
-				}
-				ss = uint32(n)
+			if lf.size.set {
+				ss = lf.size.v
 			}
-			switch count {
-			case "":
-			case "inherit":
-				sc = 0
-			case "all", "0":
-				sc = proto.AllServers
-			default:
-				if sc, err = parseCount(count); err != nil {
-					return usageError{fmt.Errorf("--stripe-count: %w", err)}
-				}
+			if lf.count.set {
+				sc = lf.count.v
 			}
 			a, err = cl.SetLayout(ctx, a.Ino, ss, sc)
 			if err != nil {
