@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -113,7 +114,7 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 				cfg.Runs, cfg.Duration, cfg.Connections = 2000, time.Second, 16
 			}
 			if cfg.Connections < 3 || cfg.Runs < 100 {
-				return fmt.Errorf("want --connections >= 3 (one per node) and --runs >= 100")
+				return usageError{errors.New("want --connections >= 3 (one per node) and --runs >= 100")}
 			}
 			return runScenario("director", out, func(ctx context.Context, out string) (markdowner, error) {
 				cfg.Out = out

@@ -90,7 +90,7 @@ func TestExitStatusFromTypes(t *testing.T) {
 		{usageError{errors.New("x")}, 2},
 		{exitError{3}, 3},
 	} {
-		if got := exitStatus(c.err); got != c.want {
+		if got := exitStatus("corral", c.err); got != c.want {
 			t.Errorf("exitStatus(%#v) = %d, want %d", c.err, got, c.want)
 		}
 	}

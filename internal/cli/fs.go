@@ -44,32 +44,23 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
 	c.PersistentFlags().BoolVarP(&quiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
-	// run gives a subcommand a client and turns its error into coreutils-style
-	// output and exit status 1.
+	// run gives a subcommand a client; Main prints its error after the
+	// command's path, coreutils style, and exits 1 (2 for a usageError).
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext()
 			defer stop()
 			sec, err := sf.security(false)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %v\n", cmd.CommandPath(), err)
-				return exitError{1}
+				return err
 			}
 			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
-			err = reachMeta(ctx, cl)
-			if err == nil {
-				err = f(ctx, cl, args)
+			if err := reachMeta(ctx, cl); err != nil {
+				return err
 			}
-			if errors.As(err, new(usageError)) {
-				return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "%s: %s\n", cmd.CommandPath(), errText(err))
-				return exitError{1}
-			}
-			return nil
+			return f(ctx, cl, args)
 		}
 	}
 	var parents bool
@@ -267,7 +258,7 @@ type stripeFlags struct {
 // "inherit" (0: clear it here); "all" (and 0) is every usable server.
 func (f *stripeFlags) parse(cmd *cobra.Command, size, count string, withInherit bool) error {
 	bad := func(flag string, err error) error {
-		return usageError{fmt.Errorf("%s: %s: %w", cmd.CommandPath(), flag, err)}
+		return usageError{fmt.Errorf("%s: %w", flag, err)}
 	}
 	switch {
 	case size == "":
@@ -378,7 +369,7 @@ layout is fixed; to restripe it, copy it.`,
   corral fs layout set /www/small --stripe-count inherit`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if size == "" && count == "" {
-				return usageError{fmt.Errorf("%s: nothing to set: give --stripe-size and/or --stripe-count", cmd.CommandPath())}
+				return usageError{errors.New("nothing to set: give --stripe-size and/or --stripe-count")}
 			}
 			return lf.parse(cmd, size, count, true)
 		},

@@ -26,7 +26,7 @@ created later, and parts of files written later, read normally.`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 32)
 			if err != nil || id == 0 {
-				return fmt.Errorf("invalid server ID %q (see corral fs servers)", args[0])
+				return usageError{fmt.Errorf("invalid server ID %q (see corral fs servers)", args[0])}
 			}
 			r, err := cl.Call(ctx, &proto.ReplaceServer{ID: uint32(id)})
 			if err != nil {

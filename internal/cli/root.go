@@ -40,13 +40,18 @@ var verbose bool
 func Main(args []string) int {
 	root := newRoot()
 	root.SetArgs(args)
-	err := root.Execute()
-	return exitStatus(err)
+	cmd, err := root.ExecuteC()
+	who := "corral"
+	if cmd != nil {
+		who = cmd.CommandPath()
+	}
+	return exitStatus(who, err)
 }
 
-// exitStatus prints err (unless it is an exitError, already reported) and
-// picks the status from its type: 0 none, 2 usage, else 1.
-func exitStatus(err error) int {
+// exitStatus prints err after the command's path (unless it is an
+// exitError, already reported) and picks the status from its type: 0 none,
+// 2 usage, else 1.
+func exitStatus(who string, err error) int {
 	if err == nil {
 		return 0
 	}
@@ -55,11 +60,10 @@ func exitStatus(err error) int {
 		return ee.code
 	}
 	if errors.As(err, new(usageError)) {
-		// Usage errors start with the command path already.
-		fmt.Fprintf(os.Stderr, "%s\n", err)
+		fmt.Fprintf(os.Stderr, "%s: %s\n", who, err)
 		return 2
 	}
-	fmt.Fprintf(os.Stderr, "corral: %s\n", errText(err))
+	fmt.Fprintf(os.Stderr, "%s: %s\n", who, errText(err))
 	return 1
 }
 
@@ -84,7 +88,7 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 	root.PersistentFlags().BoolVar(&verbose, "verbose", false, "errors with internal detail (inode numbers)")
 	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd(), versionCmd())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageError{fmt.Errorf("%s: %w%s", c.CommandPath(), err, flagSuggestion(c, err))}
+		return usageError{fmt.Errorf("%w%s", err, flagSuggestion(c, err))}
 	})
 	strictArgs(root)
 	addExamples(root)
@@ -105,7 +109,7 @@ func strictArgs(c *cobra.Command) {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			msg := fmt.Sprintf("%s: unknown command %q", cmd.CommandPath(), args[0])
+			msg := fmt.Sprintf("unknown command %q", args[0])
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 				msg += "; did you mean " + strings.Join(s, " or ") + "?"
 			}
@@ -116,7 +120,7 @@ func strictArgs(c *cobra.Command) {
 	if orig := c.Args; orig != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := orig(cmd, args); err != nil {
-				return usageError{fmt.Errorf("%s: %w (usage: %s)", cmd.CommandPath(), err, cmd.UseLine())}
+				return usageError{fmt.Errorf("%w (usage: %s)", err, cmd.UseLine())}
 			}
 			return nil
 		}
