@@ -33,7 +33,7 @@ func fsCmd() *cobra.Command {
 Paths inside the file system are absolute (a missing leading / is added).
 The metadata server comes from --meta or the CORRAL_META environment
 variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
-		Example: `  export CORRAL_META=127.0.0.10:7400
+		Example: `  export CORRAL_SECRET_FILE=$PWD/corral-data/meta/cluster.secret   # after corral up
   corral fs mkdir -p /www/example.org
   corral fs put index.html /www/example.org/
   corral fs ls -l /www/example.org
@@ -309,7 +309,10 @@ func reachMeta(ctx context.Context, cl *client.Client) error {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return fmt.Errorf("cannot reach metadata server at %s: %v (check --meta or %s)", cl.Meta(), err, "CORRAL_META")
+		// The pool's "server unavailable: ADDR: " says again what this says.
+		why := strings.TrimPrefix(err.Error(), proto.ErrUnavailable.Error()+": ")
+		why = strings.TrimPrefix(why, cl.Meta()+": ")
+		return fmt.Errorf("cannot reach metadata server at %s: %s (check --meta or CORRAL_META)", cl.Meta(), why)
 	}
 	return err
 }
