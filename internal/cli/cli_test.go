@@ -155,19 +155,19 @@ func TestProgressLine(t *testing.T) {
 func TestProgressDraws(t *testing.T) {
 	var buf bytes.Buffer
 	now := time.Unix(0, 0)
-	clock := func() time.Time { return now }
-	if p := newProgressTo(&buf, false, "get f", 1<<30, clock); p != nil {
+	clockText := func() time.Time { return now }
+	if p := newProgressTo(&buf, false, "get f", 1<<30, clockText); p != nil {
 		t.Fatal("a bar without a terminal")
 	}
-	quiet = true
-	p := newProgressTo(&buf, true, "get f", 1<<30, clock)
-	quiet = false
+	progressQuiet = true
+	p := newProgressTo(&buf, true, "get f", 1<<30, clockText)
+	progressQuiet = false
 	if p != nil {
 		t.Fatal("a bar with --quiet")
 	}
 	p.set(1) // nil: no-op
 	p.done()
-	p = newProgressTo(&buf, true, "get f", 1<<30, clock)
+	p = newProgressTo(&buf, true, "get f", 1<<30, clockText)
 	for i := int64(1); i <= 100; i++ {
 		p.set(i << 20)
 		now = now.Add(10 * time.Millisecond) // 100 updates in 1 s

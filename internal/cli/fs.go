@@ -43,7 +43,7 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
-	c.PersistentFlags().BoolVarP(&quiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
+	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
 	// run gives a subcommand a client; Main prints its error after the
 	// command's path, coreutils style, and exits 1 (2 for a usageError).
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
@@ -351,7 +351,7 @@ and new. An existing file's layout is fixed.`,
 				fmt.Println(layoutText(a) + " (fixed at creation)")
 				return nil
 			}
-			src, err := policySource(ctx, cl, args[0], a)
+			src, err := layoutPolicySource(ctx, cl, args[0], a)
 			if err != nil {
 				return err
 			}
@@ -395,7 +395,7 @@ layout is fixed; to restripe it, copy it.`,
 			if err != nil {
 				return &fs.PathError{Op: "layout", Path: args[0], Err: err}
 			}
-			src, err := policySource(ctx, cl, args[0], a)
+			src, err := layoutPolicySource(ctx, cl, args[0], a)
 			if err != nil {
 				return err
 			}
@@ -410,13 +410,13 @@ layout is fixed; to restripe it, copy it.`,
 
 // policy is a directory's effective striping policy and the directory each
 // field comes from ("" : none sets it, the default).
-type policy struct {
+type layoutPolicy struct {
 	size, count         uint32
 	sizeFrom, countFrom string
 	dir                 string
 }
 
-func (p policy) String() string {
+func (p layoutPolicy) String() string {
 	from := func(at string) string {
 		switch at {
 		case "":
@@ -441,9 +441,9 @@ func (p policy) String() string {
 // does at create: field by field from the nearest directory up to / that
 // sets it. It walks parents with "..", which the server resolves through
 // each directory's real parent.
-func policySource(ctx context.Context, cl *client.Client, dir string, a proto.Attr) (policy, error) {
+func layoutPolicySource(ctx context.Context, cl *client.Client, dir string, a proto.Attr) (layoutPolicy, error) {
 	name := path.Clean("/" + dir)
-	p := policy{dir: name}
+	p := layoutPolicy{dir: name}
 	walk := name
 	for depth := 0; depth < 4096; depth++ {
 		if p.size == 0 && a.StripeSize != 0 {
@@ -643,7 +643,7 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	size := f.Size()
 	var bar *progress
-	if dst != os.Stdout || !isTerminal(os.Stdout) { // not over the data on the same terminal
+	if dst != os.Stdout || !isTTYFile(os.Stdout) { // not over the data on the same terminal
 		bar = newProgress("get "+path.Base("/"+remote), size)
 	}
 	buf := make([]byte, transferBuf)

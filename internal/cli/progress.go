@@ -9,7 +9,7 @@ import (
 )
 
 // quiet turns progress bars off (fs --quiet).
-var quiet bool
+var progressQuiet bool
 
 // progressEvery is the least time between two redraws: at most 10 a second.
 const progressEvery = 100 * time.Millisecond
@@ -29,17 +29,17 @@ type progress struct {
 // or nil when standard error is not a terminal, with --quiet, or for a
 // transfer too small to watch.
 func newProgress(label string, total int64) *progress {
-	return newProgressTo(os.Stderr, isTerminal(os.Stderr), label, total, time.Now)
+	return newProgressTo(os.Stderr, isTTYFile(os.Stderr), label, total, time.Now)
 }
 
 func newProgressTo(w io.Writer, tty bool, label string, total int64, now func() time.Time) *progress {
-	if !tty || quiet || total >= 0 && total < 8<<20 {
+	if !tty || progressQuiet || total >= 0 && total < 8<<20 {
 		return nil
 	}
 	return &progress{w: w, label: label, total: total, start: now(), now: now}
 }
 
-func isTerminal(f *os.File) bool {
+func isTTYFile(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
@@ -83,16 +83,16 @@ func progressLine(label string, n, total int64, elapsed time.Duration) string {
 	fill := int(frac * w)
 	eta := "--:--"
 	if n >= total {
-		eta = clock(elapsed) // done: how long it took
+		eta = clockText(elapsed) // done: how long it took
 	} else if rate >= 1 {
-		eta = "ETA " + clock(time.Duration(float64(total-n)/rate*float64(time.Second)))
+		eta = "ETA " + clockText(time.Duration(float64(total-n)/rate*float64(time.Second)))
 	}
 	return fmt.Sprintf("%s [%s%s] %3.0f%% %s/%s %s/s %s", label, strings.Repeat("=", fill), strings.Repeat(" ", w-fill),
 		frac*100, human(n), human(total), human(int64(rate)), eta)
 }
 
 // clock renders a duration as m:ss, or h:mm:ss from an hour on.
-func clock(d time.Duration) string {
+func clockText(d time.Duration) string {
 	s := int64(d.Round(time.Second) / time.Second)
 	if s >= 3600 {
 		return fmt.Sprintf("%d:%02d:%02d", s/3600, s/60%60, s%60)

@@ -34,7 +34,7 @@ func (e usageError) Unwrap() error { return e.err }
 
 // verbose is the root's --verbose: errors keep their internal detail
 // (inode numbers) when it is set.
-var verbose bool
+var errVerbose bool
 
 // Main runs corral with args and returns the process exit status.
 func Main(args []string) int {
@@ -85,7 +85,7 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 		SilenceErrors: true,
 	}
 	// No -v shorthand: a subcommand defining its own -v would panic.
-	root.PersistentFlags().BoolVar(&verbose, "verbose", false, "errors with internal detail (inode numbers)")
+	root.PersistentFlags().BoolVar(&errVerbose, "verbose", false, "errors with internal detail (inode numbers)")
 	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd(), versionCmd())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w%s", err, flagSuggestion(c, err))}
@@ -185,7 +185,7 @@ func errText(err error) string {
 var inodePrefix = regexp.MustCompile(`(^|: )inode [0-9]+: `)
 
 func userTerms(msg string) string {
-	if verbose {
+	if errVerbose {
 		return msg
 	}
 	return inodePrefix.ReplaceAllString(msg, "$1")
