@@ -408,7 +408,7 @@ layout is fixed; to restripe it, copy it.`,
 	return c
 }
 
-// policy is a directory's effective striping policy and the directory each
+// layoutPolicy is a directory's effective striping policy and the directory each
 // field comes from ("" : none sets it, the default).
 type layoutPolicy struct {
 	size, count         uint32
@@ -437,7 +437,7 @@ func (p layoutPolicy) String() string {
 	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom))
 }
 
-// policySource resolves directory dir's policy the way the metadata server
+// layoutPolicySource resolves directory dir's policy the way the metadata server
 // does at create: field by field from the nearest directory up to / that
 // sets it. It walks parents with "..", which the server resolves through
 // each directory's real parent.

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// quiet turns progress bars off (fs --quiet).
+// progressQuiet turns progress bars off (fs --quiet).
 var progressQuiet bool
 
 // progressEvery is the least time between two redraws: at most 10 a second.
@@ -91,7 +91,7 @@ func progressLine(label string, n, total int64, elapsed time.Duration) string {
 		frac*100, human(n), human(total), human(int64(rate)), eta)
 }
 
-// clock renders a duration as m:ss, or h:mm:ss from an hour on.
+// clockText renders a duration as m:ss, or h:mm:ss from an hour on.
 func clockText(d time.Duration) string {
 	s := int64(d.Round(time.Second) / time.Second)
 	if s >= 3600 {

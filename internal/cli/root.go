@@ -32,7 +32,7 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// verbose is the root's --verbose: errors keep their internal detail
+// errVerbose is the root's --verbose: errors keep their internal detail
 // (inode numbers) when it is set.
 var errVerbose bool
 
