@@ -62,6 +62,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"fs", "layout", "set", "/d", "--stripe-count", "x", "--meta", "127.0.0.1:1", "--secret-file", "/nonexistent"}, []string{"corral fs layout set"}},
 		{[]string{"ctl", "servces"}, []string{"did you mean services?"}},
 		{[]string{"version", "extra"}, []string{"corral version"}},
+		{[]string{"help", "fs", "lyout"}, []string{`corral help: no help topic "lyout" under "corral fs"; did you mean layout?`}},
 	} {
 		code, _, stderr := runMain(t, c.args...)
 		if code != 2 {

@@ -90,9 +90,35 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w%s", err, flagSuggestion(c, err))}
 	})
+	root.SetHelpCommand(helpCmd(root))
 	strictArgs(root)
 	addExamples(root)
 	return root
+}
+
+// helpCmd is 'corral help [COMMAND...]'; an unknown topic is a usage error
+// (cobra's own prints the root's help and exits 0).
+func helpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:     "help [COMMAND...]",
+		Short:   "Help about any command",
+		Example: "  corral help fs layout set",
+		Args:    cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, rest, err := root.Find(args)
+			if err == nil && len(rest) > 0 {
+				near := ""
+				if s := c.SuggestionsFor(rest[0]); len(s) > 0 {
+					near = "; did you mean " + strings.Join(s, " or ") + "?"
+				}
+				err = fmt.Errorf("no help topic %q under %q%s", rest[0], c.CommandPath(), near)
+			}
+			if err != nil {
+				return usageError{err}
+			}
+			return c.Help()
+		},
+	}
 }
 
 // strictArgs makes every argument error a usageError, and a command that
