@@ -246,6 +246,12 @@ func TestFSCommands(t *testing.T) {
 		t.Errorf("put - /b: %q", got)
 	}
 	fails("is a directory", "get", "/", filepath.Join(t.TempDir(), "x"))
+	ok("", "mkdir", "/dir")
+	ok("", "ln", "-s", "/nowhere", "/dangling")
+	fails("/dangling: file exists", "put", local, "/dangling")
+	fails("/dir: is a directory", "put", "-f", "-", "/dir")
+	ok("", "put", local, "/dir/")
+	fails("/dir/a.txt: file exists", "put", local, "/dir")
 
 	// ln: hard by default, -s symbolic.
 	ok("", "ln", "/a", "/hard")

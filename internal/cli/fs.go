@@ -598,21 +598,22 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 			return &fs.PathError{Op: "put", Path: remote, Err: errors.New("is a directory: give the name of the file to write standard input to")}
 		}
 		remote = path.Join("/"+remote, filepath.Base(local))
-		a, err = cl.Stat(ctx, remote)
 	case strings.HasSuffix(remote, "/"):
 		if err == nil {
 			err = &fs.PathError{Op: "put", Path: remote, Err: syscall.ENOTDIR}
 		}
 		return err
 	}
-	if err == nil && !force {
-		if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			return &fs.PathError{Op: "put", Path: remote, Err: syscall.EISDIR}
-		}
-		return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Whatever holds the name counts, a dangling symbolic link too: the
+	// rename below would replace it.
+	switch a, err := cl.Lstat(ctx, remote); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
 		return err
+	case a.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		return &fs.PathError{Op: "put", Path: remote, Err: syscall.EISDIR}
+	case !force:
+		return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
 	}
 	// WriteFile writes under a temporary name, renamed over remote when on
 	// disk: a failed put leaves neither a partial file nor its objects.
