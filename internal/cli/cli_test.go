@@ -317,3 +317,50 @@ func TestWrongMeta(t *testing.T) {
 		t.Errorf("fs ls with a silent --meta took %v", d)
 	}
 }
+
+// TestExamplesParse: every example line that runs corral names a command
+// that exists, with flags it has and as many arguments as it takes.
+func TestExamplesParse(t *testing.T) {
+	var lines []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, l := range strings.Split(c.Example, "\n") {
+			lines = append(lines, l)
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(newRoot())
+	n := 0
+	for _, l := range lines {
+		l, _, _ = strings.Cut(l, " #")
+		l, _, _ = strings.Cut(l, " | ")
+		l, _, _ = strings.Cut(l, " > ")
+		if strings.Contains(l, "...") { // elided: not meant to run as is
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) > 0 && f[0] == "sudo" {
+			f = f[1:]
+		}
+		if len(f) == 0 || f[0] != "corral" {
+			continue
+		}
+		n++
+		root := newRoot() // flags keep what a parse set: a fresh tree each time
+		cmd, rest, err := root.Find(f[1:])
+		if err == nil {
+			err = cmd.ParseFlags(rest)
+		}
+		if err == nil && cmd.Args != nil {
+			err = cmd.ValidateArgs(cmd.Flags().Args())
+		}
+		if err != nil || cmd == root {
+			t.Errorf("example %q: %v (command %s)", l, err, cmd.CommandPath())
+		}
+	}
+	if n < 40 {
+		t.Errorf("only %d example lines run corral", n)
+	}
+}
