@@ -152,6 +152,19 @@ type FS struct {
 	// (the test bed's nsenter); roles are named meta, iod1.., node1..,
 	// director.
 	Wrap func(role string) []string
+
+	// metaAddr is the address meta first announced: restarts of meta keep
+	// it, so the other roles read it without racing the supervisor that
+	// replaces f.Meta.
+	metaAddr string
+}
+
+// MetaAddr is the metadata server's address.
+func (f *FS) MetaAddr() string {
+	if f.metaAddr != "" {
+		return f.metaAddr
+	}
+	return f.Meta.Addr
 }
 
 // start runs role with the corral binary, wrapped onto its host if need be.
@@ -182,6 +195,7 @@ func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListen
 	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
 		return nil, err
 	}
+	f.metaAddr = f.Meta.Addr
 	for i, l := range iodListens {
 		p, err := f.StartIOD(ctx, i, l)
 		if err != nil {
@@ -201,7 +215,7 @@ func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
 // StartIOD (re)starts I/O server i.
 func (f *FS) StartIOD(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("iod%d", i+1)
-	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr,
+	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.MetaAddr(),
 		"--secret-file", f.SecretFile)
 }
 
