@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/sched"
 	"github.com/corral-cluster/corral/internal/testbed"
@@ -255,7 +256,7 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 		return nil, err
 	}
 	if cfg.Dataplane == "xdp" {
-		if err := bed.PrepareDR("director", "client"); err != nil {
+		if err := bed.PrepareDR(xdp.AttachPass, "director", "client"); err != nil {
 			testbed.Down(bed.Name)
 			return nil, err
 		}
