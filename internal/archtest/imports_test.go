@@ -21,7 +21,7 @@ const module = "github.com/corral-cluster/corral/"
 // knownBad are imports that break the table and are being removed (issue
 // 12 §7): each must still occur, so that the list shrinks as they go.
 var knownBad = map[string]string{
-	"internal/health -> internal/config":      "health takes its settings as values (issue 12 §7, H1)",
+	"internal/health -> internal/config":       "health takes its settings as values (issue 12 §7, H1)",
 	"internal/director -> internal/pfs/client": "the director gets file sizes through cli (issue 12 §7, H1)",
 }
 
