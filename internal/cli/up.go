@@ -132,9 +132,12 @@ straight back.`,
 				fmt.Printf("\n  director.conf: %s, written now; yours to edit, the director applies changes live\n", cl.ConfPath)
 			}
 			// What the commands below need beyond their defaults.
-			var fsFlags, env string
+			var fsFlags, ctlFlags, env string
 			if cl.MetaAddr() != defaultMeta {
 				fsFlags = " --meta " + cl.MetaAddr()
+			}
+			if cfg.Admin != "127.0.0.1:7500" {
+				ctlFlags = " --admin " + cfg.Admin
 			}
 			if filepath.Join(abs, "meta", "cluster.secret") != mustAbs(upSecretFile) {
 				env = "  export CORRAL_SECRET_FILE=" + cl.SecretFile + "   # the cluster secret\n"
@@ -172,13 +175,13 @@ Ctrl-C stops everything and removes the test bed.
 Try, in another terminal (from this directory):
 %[8]s  curl http://%[1]s/
   curl -H 'Host: %[6]s' -r 0-99 http://%[1]s/big.bin | wc -c
-  %[2]s ctl services
+  %[2]s ctl%[9]s services
   %[2]s fs%[3]s ls -l /www/%[6]s
   %[2]s fs%[3]s put index.html /www/%[6]s/   # change the site
   mkdir -p /tmp/corral && %[2]s mount%[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
 A role that dies is restarted. Ctrl-C stops everything.
-`, cfg.VIP, bin, fsFlags, dataplane, scheduler, launch.SampleDomain, other, env)
+`, cfg.VIP, bin, fsFlags, dataplane, scheduler, launch.SampleDomain, other, env, ctlFlags)
 			}
 			go func() {
 				<-ctx.Done()
