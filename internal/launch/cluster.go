@@ -42,6 +42,8 @@ type ClusterConfig struct {
 	L4VIP string
 	// Wrap runs each role on its own host (see FS.Wrap).
 	Wrap func(role string) []string
+	// Args adds arguments to a role's command line (see FS.Args).
+	Args func(role string) []string
 	// KeepConfig leaves an existing DATA/director.conf as it is: `corral up`
 	// writes it on the first start only, after that it is the user's (up
 	// --reset writes it anew).
@@ -65,7 +67,7 @@ type Cluster struct {
 // StartCluster starts the file system, uploads the sample site (first run
 // only), then the nodes and the director.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
-	fsys, err := StartFSWrapped(ctx, cfg.Bin, cfg.Data, cfg.MetaListen, cfg.IODListens, cfg.Wrap)
+	fsys, err := startFS(ctx, &FS{Bin: cfg.Bin, Data: cfg.Data, Wrap: cfg.Wrap, Args: cfg.Args}, cfg.MetaListen, cfg.IODListens)
 	if err != nil {
 		return nil, err
 	}

@@ -370,6 +370,25 @@ func TestUpSurvivesKills(t *testing.T) {
 		return nil
 	})
 
+	// meta: back on its address; the nodes and the command line find it
+	// again.
+	pid = u.child("meta", "")
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitFor(t, "meta back", 10*time.Second, func() error {
+		if p := u.child("meta", ""); p == 0 || p == pid {
+			return fmt.Errorf("not restarted")
+		}
+		if err := get(vip7 + "about.html"); err != nil {
+			return err
+		}
+		out, err := exec.Command(bin, "fs", "--meta", net+".1:7400", "--secret-file",
+			filepath.Join(dir, "corral-data", "meta", "cluster.secret"), "ls", "/www").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("corral fs ls: %v: %s", err, out)
+		}
+		return nil
+	})
+
 	// The director: the VIP serves again within a few seconds.
 	pid = u.child("director", "")
 	syscall.Kill(pid, syscall.SIGKILL)
