@@ -80,3 +80,15 @@ func TestUpNet(t *testing.T) {
 		}
 	}
 }
+
+func TestConfMeta(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "director.conf")
+	os.WriteFile(p, []byte("# written by corral up\nadmin 127.0.0.1:7500\nmeta 127.0.0.10:7400 # old\ndocroot /www\n"), 0o644)
+	if got := confMeta(p); got != "127.0.0.10:7400" {
+		t.Fatalf("confMeta = %q", got)
+	}
+	os.WriteFile(p, []byte("admin 127.0.0.1:7500\n"), 0o644)
+	if got := confMeta(p); got != "" {
+		t.Fatalf("no meta line: %q", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
@@ -128,6 +129,9 @@ straight back.`,
 			}
 			if cl.ConfKept {
 				fmt.Printf("\n  director.conf: %s as you left it (corral up --reset writes it anew from the flags)\n", cl.ConfPath)
+				if m := confMeta(cl.ConfPath); m != "" && m != cl.MetaAddr() {
+					fmt.Printf("  warning: it names meta %s, but meta runs on %s: edit its meta line, or corral up --reset\n", m, cl.MetaAddr())
+				}
 			} else {
 				fmt.Printf("\n  director.conf: %s, written now; yours to edit, the director applies changes live\n", cl.ConfPath)
 			}
@@ -228,6 +232,21 @@ func nextPort(addr string) (string, error) {
 		return "", fmt.Errorf("%s: no next port for the second service", addr)
 	}
 	return netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String(), nil
+}
+
+// confMeta is the address of the top-level meta line of a director
+// configuration ("" if none): a kept file may predate a change of address.
+func confMeta(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "meta" {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 func mustAbs(p string) string {
