@@ -74,7 +74,7 @@ func (e Event) String() string {
 	case "restarted":
 		return fmt.Sprintf("%s is back on %s", e.Role, e.Addr)
 	default:
-		return fmt.Sprintf("%s: restart failed: %v", e.Role, e.Err)
+		return fmt.Sprintf("%s: restart failed (%v); trying again in %v", e.Role, e.Err, e.Delay)
 	}
 }
 
