@@ -23,7 +23,8 @@ func freeAddr(t *testing.T) string {
 
 // TestSupervise: in process (under -race), a role killed is reported with
 // its signal and restarted on its address, the delays grow while it keeps
-// dying, and cancelling stops every role with no restart after.
+// dying, a failed restart is tried again, and cancelling stops every role
+// with no restart after.
 func TestSupervise(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
@@ -41,7 +42,7 @@ func TestSupervise(t *testing.T) {
 	events := make(chan launch.Event, 100)
 	done := make(chan struct{})
 	go func() {
-		c.Supervise(ctx, launch.Backoff{Min: 20 * time.Millisecond, Max: time.Second, Reset: time.Minute},
+		c.Supervise(ctx, launch.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second, Reset: time.Minute},
 			func(e launch.Event) { events <- e })
 		close(done)
 	}()
@@ -71,8 +72,28 @@ func TestSupervise(t *testing.T) {
 			t.Fatalf("node1 is %v on %s after the restart", p.Pid(), p.Addr)
 		}
 	}
-	if delays[0] != 20*time.Millisecond || delays[1] != 40*time.Millisecond || delays[2] != 80*time.Millisecond {
-		t.Errorf("delays %v, want 20ms 40ms 80ms", delays)
+	if delays[0] != 200*time.Millisecond || delays[1] != 400*time.Millisecond || delays[2] != 800*time.Millisecond {
+		t.Errorf("delays %v, want 200ms 400ms 800ms", delays)
+	}
+
+	// A restart that fails (node2's address taken meanwhile) is reported
+	// and tried again later.
+	old := c.Proc("node2")
+	old.Kill()
+	if e := next(); e.Role != "node2" || e.Kind != "died" {
+		t.Fatalf("event %+v, want node2 died", e)
+	}
+	l, err := net.Listen("tcp", old.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := next()
+	l.Close()
+	if e.Role != "node2" || e.Kind != "failed" || e.Err == nil || e.Delay != 400*time.Millisecond {
+		t.Fatalf("event %+v, want node2's restart failed, next try in 400ms", e)
+	}
+	if e = next(); e.Role != "node2" || e.Kind != "restarted" || e.Addr != old.Addr {
+		t.Fatalf("event %+v, want node2 restarted on %s", e, old.Addr)
 	}
 	procs := c.Procs()
 	cancel()
