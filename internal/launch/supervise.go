@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -65,12 +66,19 @@ type Event struct {
 	Addr   string
 	Err    error
 	Log    string
+	// Last is the last line of the log of a role that exited by itself
+	// (died), usually why.
+	Last string
 }
 
 func (e Event) String() string {
 	switch e.Kind {
 	case "died":
-		return fmt.Sprintf("%s died (%s); restarting in %v; log %s", e.Role, e.Status, e.Delay, e.Log)
+		why := ""
+		if e.Last != "" {
+			why = ": " + e.Last
+		}
+		return fmt.Sprintf("%s died (%s%s); restarting in %v; log %s", e.Role, e.Status, why, e.Delay, e.Log)
 	case "restarted":
 		return fmt.Sprintf("%s is back on %s", e.Role, e.Addr)
 	default:
@@ -140,7 +148,11 @@ func supervise(ctx context.Context, s slot, b Backoff, report func(Event)) {
 			return // stopping: not a death to restart from
 		}
 		d := b.Next(time.Since(started))
-		report(Event{Role: name, Kind: "died", Status: p.ExitStatus(), Delay: d, Log: p.Log})
+		ev := Event{Role: name, Kind: "died", Status: p.ExitStatus(), Delay: d, Log: p.Log}
+		if !strings.HasPrefix(ev.Status, "killed") {
+			ev.Last = Tail(p.Log, 1)
+		}
+		report(ev)
 		for {
 			t := time.NewTimer(d)
 			select {
