@@ -32,15 +32,15 @@ func fsCmd() *cobra.Command {
 		Long: `Commands on the parallel file system, like the coreutils of the same names.
 Paths inside the file system are absolute (a missing leading / is added).
 The metadata server comes from --meta or the CORRAL_META environment
-variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
-		Example: `  export CORRAL_SECRET_FILE=$PWD/corral-data/meta/cluster.secret   # after corral up
+variable (default 127.0.0.1:7400, where corral up runs it). Sizes accept units: 4096, 64K, 1M, 1G.`,
+		Example: `  # after 'corral up', in the same directory (meta and secret found by default):
   corral fs mkdir -p /www/example.org
   corral fs put index.html /www/example.org/
   corral fs ls -l /www/example.org
   corral fs stat /www/example.org/index.html
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
-	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
 	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")

@@ -3,7 +3,7 @@
 //
 //	# comments run to the end of the line
 //	admin 127.0.0.1:7500          # admin API and /metrics (loopback)
-//	meta 127.0.0.10:7400          # file system, for mwlc request sizes (l7)
+//	meta 127.0.0.1:7400           # file system, for mwlc request sizes (l7)
 //	docroot /www                  # where virtual domains live in it
 //	interface eth0                # dataplane xdp: the link to attach to
 //	xdp-mode auto                 # auto | native | generic

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -46,7 +47,7 @@ func startDR(t *testing.T) *drCluster {
 	if err := cfg.OnTestbed(bed, 3, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := bed.PrepareDR("director", "client"); err != nil {
+	if err := bed.PrepareDR(xdp.AttachPass, "director", "client"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
