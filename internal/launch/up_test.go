@@ -269,10 +269,10 @@ func TestUpSurvivesKills(t *testing.T) {
 	// A /24 of its own, so that parallel tests and a `corral up` of the
 	// user's own do not collide.
 	net := fmt.Sprintf("127.%d.%d", 100+rand.IntN(100), 1+rand.IntN(250))
-	// rr spreads a sequential loop over every node, so the killed one has
-	// its share of the requests (wlc sends sequential short requests to
-	// the first node until it counts closed connections, issue 12 §1).
-	u := startUp(t, bin, dir, net, "--scheduler", "rr")
+	// The default scheduler, wlc, counts recently closed connections
+	// (issue 12 §1), so a sequential loop spreads over every node and the
+	// killed one has its share of the requests.
+	u := startUp(t, bin, dir, net)
 	vip4, vip7 := "http://"+net+".100:8080/", "http://"+net+".100:8081/"
 	node2 := net + ".22:8080"
 	if err := get(vip4); err != nil {
@@ -412,7 +412,7 @@ func TestUpSurvivesKills(t *testing.T) {
 	if err := os.WriteFile(conf, mine, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u = startUp(t, bin, dir, net, "--scheduler", "rr")
+	u = startUp(t, bin, dir, net)
 	if b, _ := os.ReadFile(conf); !bytes.Equal(b, mine) {
 		t.Errorf("second start rewrote director.conf:\n%s", b)
 	}
@@ -423,7 +423,7 @@ func TestUpSurvivesKills(t *testing.T) {
 		t.Error(err)
 	}
 	u.stop(t)
-	u = startUp(t, bin, dir, net, "--scheduler", "rr", "--reset")
+	u = startUp(t, bin, dir, net, "--reset")
 	if b, _ := os.ReadFile(conf); !bytes.Equal(b, orig) {
 		t.Errorf("--reset: director.conf is\n%s\nwant\n%s", b, orig)
 	}
