@@ -197,7 +197,7 @@ func directorWeb(ctx context.Context, cfg DirectorConfig, logf func(string, ...a
 	if err := cc.OnTestbed(bed, 3, 3); err != nil {
 		return nil, err
 	}
-	if err := bed.PrepareDR("director", "client"); err != nil {
+	if err := bed.PrepareDR(xdp.AttachPass, "director", "client"); err != nil {
 		return nil, err
 	}
 	cl, err := launch.StartCluster(ctx, cc)

@@ -28,7 +28,13 @@ type IOResult struct {
 // PFSIO writes (then syncs) or reads one file through the client library
 // in records of the given size, creating it with layout o: what a client
 // process of `corral bench pfs` does, and pfs-local's library rows.
-func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int64, write bool, o client.CreateOpts) (IOResult, error) {
+// progress, if given, is called with the bytes done after each record.
+func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int64, write bool, o client.CreateOpts, progress ...func(int64)) (IOResult, error) {
+	report := func(n int64) {
+		for _, p := range progress {
+			p(n)
+		}
+	}
 	buf := pattern(int(record))
 	start := time.Now()
 	if write {
@@ -40,6 +46,7 @@ func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int
 			if _, err := f.WriteAt(buf[:min(record, size-off)], off); err != nil {
 				return IOResult{}, err
 			}
+			report(min(off+record, size))
 		}
 		if err := f.Close(); err != nil {
 			return IOResult{}, err
@@ -53,6 +60,7 @@ func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int
 			if _, err := f.ReadAt(buf[:min(record, size-off)], off); err != nil && err != io.EOF {
 				return IOResult{}, err
 			}
+			report(min(off+record, size))
 		}
 	}
 	d := time.Since(start).Seconds()

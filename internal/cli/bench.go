@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,9 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "bench SCENARIO",
 		Short: "Run a benchmark scenario; each measures its own baseline in the same run",
+		Example: `  corral bench pfs-local --quick
+  corral bench web --duration 30s
+  sudo corral bench scaling --rate 100mbit`,
 	}
 	var quick bool
 	var size, dir, out string
@@ -25,6 +29,8 @@ func benchCmd() *cobra.Command {
 	pfs := &cobra.Command{
 		Use:   "pfs-local [--quick]",
 		Short: "File system throughput on loopback vs a local file",
+		Example: `  corral bench pfs-local --quick
+  corral bench pfs-local --size 4G --dir /srv/scratch --out results/pfs-local/today`,
 		Long: `Start a metadata server and 4 I/O servers on loopback and measure:
   - a large file written (fsync at the end) then read, through the client
     library with 1..4 I/O servers and 64K/1M/4M stripes, and through a FUSE
@@ -80,6 +86,8 @@ func directorBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "director [--quick]",
 		Short: "The XDP dataplane: ns per packet vs a MAC-swap floor; HTTP via XDP-DR vs direct, l4, HAProxy",
+		Example: `  sudo corral bench director --quick
+  sudo corral bench director --duration 30s --connections 128`,
 		Long: `Two parts (root):
 
 1. Per packet: the XDP balancer through the kernel's BPF test run, for a SYN
@@ -106,7 +114,7 @@ Needs wrk and haproxy (scripts/deps installs them).`,
 				cfg.Runs, cfg.Duration, cfg.Connections = 2000, time.Second, 16
 			}
 			if cfg.Connections < 3 || cfg.Runs < 100 {
-				return fmt.Errorf("want --connections >= 3 (one per node) and --runs >= 100")
+				return usageError{errors.New("want --connections >= 3 (one per node) and --runs >= 100")}
 			}
 			return runScenario("director", out, func(ctx context.Context, out string) (markdowner, error) {
 				cfg.Out = out
@@ -150,6 +158,8 @@ func webBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "web [--quick]",
 		Short: "HTTP through the director (l4, l7) vs straight to the nodes vs HAProxy",
+		Example: `  corral bench web --quick
+  corral bench web --duration 30s --connections 128 --out results/web/today`,
 		Long: `Start the whole cluster on loopback (3 nodes, 3 I/O servers, a director with an
 l4 and an l7 service) and Debian's HAProxy (mode tcp, leastconn) over the same
 nodes, then run wrk against: one node, the three nodes at once (the zero-cost
@@ -193,6 +203,8 @@ func cssnsBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "cssns [--quick] [--rate 100mbit]",
 		Short: "Paper 000's completion-time experiment on a test bed (root)",
+		Example: `  sudo corral bench cssns --quick
+  sudo corral bench cssns --rate 1gbit`,
 		Long: `Rerun paper 000's tables 1-7 on a test bed (root): P clients each fetch an
 S-byte file over HTTP (a) from one node with no director ("only PVFS"), (b)
 through the director with 2 nodes, (c) with 3 nodes; nodes and I/O servers on
@@ -233,6 +245,8 @@ func scalingBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "scaling [--quick] [--rate 100mbit]",
 		Short: "Paper 001's scaling test: requests/s as nodes go 1, 2, 3, 4, 6, 8 (root)",
+		Example: `  sudo corral bench scaling --quick
+  sudo corral bench scaling --rate 100mbit --size 1M`,
 		Long: `On a test bed (root) with every node's link at --rate, run wrk through the
 director while the pool grows 1, 2, 3, 4, 6, 8 nodes (by live reloads), and
 print requests/s, the speedup and the ratio to linear (paper 001: 4.65x from 2
@@ -274,6 +288,8 @@ func pfsBenchCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "pfs [--quick]",
 		Short: "Paper 002's file-system tests 1-3 on a test bed at 100 Mbit and 1 Gbit (root)",
+		Example: `  sudo corral bench pfs --quick
+  sudo corral bench pfs --dir /srv/scratch --others=false`,
 		Long: `Rerun paper 002's IOzone-style tests on a test bed (root), with clients and
 I/O servers on their own hosts, links at 100 Mbit and then 1 Gbit:
   1. one client, one I/O server, record sizes 64 KiB .. 16 MiB;
@@ -323,10 +339,16 @@ func pfsIOCmd() *cobra.Command {
 			}
 			cl := client.New(meta)
 			defer cl.Close()
-			r, err := bench.PFSIO(cmd.Context(), cl, path, size, record, write, client.CreateOpts{StripeSize: 1 << 20, StripeCount: count})
+			verb := "read"
+			if write {
+				verb = "write"
+			}
+			bar := newProgress(verb+" "+path, size)
+			r, err := bench.PFSIO(cmd.Context(), cl, path, size, record, write, client.CreateOpts{StripeSize: 1 << 20, StripeCount: count}, bar.set)
 			if err != nil {
 				return err
 			}
+			bar.done()
 			return json.NewEncoder(os.Stdout).Encode(r)
 		}}
 	c.Flags().StringVar(&meta, "meta", "", "metadata server")

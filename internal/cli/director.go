@@ -2,35 +2,74 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/node"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
+// fsSizes gives the director file sizes from the file system (mwlc).
+type fsSizes struct{ c *client.Client }
+
+func (f fsSizes) Size(ctx context.Context, p string) (int64, error) {
+	a, err := f.c.Stat(ctx, p)
+	return int64(a.Size), err
+}
+func (f fsSizes) Close() { f.c.Close() }
+
+// configExit prints configuration errors (each file:line: field: why) as
+// they are and makes them exit status 1, by their type; other errors go
+// on to Main.
+func configExit(err error) error {
+	var ce config.Errors
+	var one *config.Error
+	if errors.As(err, &ce) || errors.As(err, &one) {
+		fmt.Fprintln(os.Stderr, err)
+		return exitError{1}
+	}
+	return err
+}
+
 func directorCmd() *cobra.Command {
-	var cfgPath, secretFile string
+	var cfgPath, secretFile, check, tokenFile string
 	c := &cobra.Command{
 		Use:   "director --config FILE",
 		Short: "Run the director: virtual services spread over real servers",
 		Long: `Run the director. FILE describes the virtual services (VIP, protocol,
 dataplane l4, l7 or xdp, scheduler, persistence, health check, real servers); see
 docs/director.md for the language. The director reloads FILE on SIGHUP and
-when it changes, applying it live; a bad file is rejected with its line and
-the running configuration stays. The admin API (JSON and /metrics) listens on
-the configured loopback address; 'corral ctl' talks to it.`,
-		Example: "  corral director --config /etc/corral/director.conf",
-		Args:    cobra.NoArgs,
+when it changes, applying it all at once or not at all: a bad file is
+rejected with every error's line and the running configuration stays
+('corral ctl status' shows why). --check FILE validates a file and exits. The
+admin API (JSON and /metrics) listens on the configured address (keep it on
+loopback); 'corral ctl' talks to it. Changes through the admin API need the
+bearer token the director writes on first start to --token-file (mode 0600).`,
+		Example: `  corral director --config /etc/corral/director.conf
+  corral director --check /etc/corral/director.conf.new   # validate only`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check != "" {
+				if err := director.Check(check); err != nil {
+					return configExit(err)
+				}
+				fmt.Printf("%s: ok\n", check)
+				return nil
+			}
 			if secretFile != "" {
 				// The director's file-system client (file sizes for
 				// scheduling) takes its credential from the environment.
@@ -41,10 +80,14 @@ the configured loopback address; 'corral ctl' talks to it.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			return director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) })
+			return configExit(director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
+				director.WithTokenFile(tokenFile),
+				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} })))
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")
+	c.Flags().StringVar(&check, "check", "", "validate this configuration file, print every error (file:line: field: why) and exit: 1 if any, else 0")
+	c.Flags().StringVar(&tokenFile, "token-file", "", "admin API bearer token, created (mode 0600) if missing; 'corral ctl' reads it (default: admin.token beside --config)")
 	c.Flags().StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "file-system credential for the config's meta (the read-only one suffices; env "+proto.SecretEnv+")")
 	return c
 }
@@ -66,7 +109,7 @@ With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
 (arp_ignore=1, arp_announce=2) and serves VIP on the listen port too, so it
 answers clients straight back; all undone on exit.`,
-		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.10:7400 --default-domain www.example.test
+		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.1:7400 --default-domain www.example.test
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -91,7 +134,7 @@ answers clients straight back; all undone on exit.`,
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
-	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")
@@ -101,73 +144,122 @@ answers clients straight back; all undone on exit.`,
 }
 
 func ctlCmd() *cobra.Command {
-	var admin string
+	var admin, tokenFile string
+	var asJSON bool
 	c := &cobra.Command{
 		Use:   "ctl COMMAND",
 		Short: "Look at and steer a running director (like ipvsadm)",
+		Long: `Look at and steer a running director through its admin API (--admin).
+Listings (services, conns) are open on loopback; changes (drain, weight,
+enable, add, remove) send the director's admin token, which it writes on first
+start beside its configuration as admin.token (mode 0600). ctl reads it from
+--token-file, else ./corral-data/admin.token (the one 'corral up' makes), else
+./admin.token. Every listing takes --json.`,
 		Example: `  corral ctl services
+  corral ctl services --json
+  corral ctl conns
   corral ctl drain www 127.0.0.21:8080
   corral ctl weight www 127.0.0.22:8080 3
-  corral ctl enable www 127.0.0.21:8080`,
+  corral ctl enable www 127.0.0.21:8080
+  corral ctl add www 127.0.0.24:8080 --weight 2
+  corral ctl remove www 127.0.0.24:8080
+  corral ctl --token-file /etc/corral/admin.token drain www 127.0.0.21:8080`,
 	}
 	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
-	cl := func() director.Client { return director.Client{Base: "http://" + admin} }
+	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token)")
+	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print listings as JSON")
+	// cl is the admin API client. An unreadable token is an error for
+	// changes (need) or when --token-file names it; listings go without
+	// one, as they are open on loopback.
+	cl := func(need bool) (director.Client, error) {
+		tf := ctlTokenFile(tokenFile)
+		cl := director.Client{Base: "http://" + admin, TokenFile: tf}
+		tok, err := director.LoadToken(tf)
+		switch {
+		case err == nil:
+			cl.Token = tok
+		case need || tokenFile != "":
+			return cl, fmt.Errorf("%v: pass --token-file with the director's admin.token (written beside its configuration)", err)
+		}
+		return cl, nil
+	}
 	ctx := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), 10*time.Second)
 	}
-	services := &cobra.Command{Use: "services", Short: "The live table: services, real servers, weights, health, connections, bytes", Args: cobra.NoArgs,
+	printJSON := func(v any) error {
+		e := json.NewEncoder(os.Stdout)
+		e.SetIndent("", "  ")
+		return e.Encode(v)
+	}
+	services := &cobra.Command{Use: "services", Short: "The live table: services, real servers, weights, health, connections, bytes and rates",
+		Long: `The live table, like 'ipvsadm -Ln --stats --rate': each service with its VIP,
+scheduler, dataplane and new connections; each real server with its effective
+weight, health, active and inactive connections, connections, requests and
+bytes both ways. Conn/s, InB/s and OutB/s are rates over the director's last
+2 s sample.`,
+		Example: `  corral ctl services
+  corral ctl services --json | jq '.[].servers[] | {addr, healthy, rate}'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cx, cancel := ctx()
-			defer cancel()
-			st, err := cl().Services(cx)
+			a, err := cl(false)
 			if err != nil {
 				return err
 			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			var notes []string // below the table: one line per xdp service
-			fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes")
-			for _, s := range st {
-				fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns)
-				if x := s.XDP; x != nil {
-					// Direct routing: replies go from the servers to the
-					// clients, so the director counts only what comes in.
-					var drops []string
-					for _, reason := range xdp.DropReasons {
-						drops = append(drops, fmt.Sprintf("%s=%d", reason, x.Drops[reason]))
-					}
-					notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets, %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, human(int64(x.Bytes)), strings.Join(drops, " ")))
-				}
-				for _, r := range s.Servers {
-					h := "up"
-					if !r.Healthy {
-						h = "DOWN"
-						if r.LastError != "" {
-							h += " (" + r.LastError + ")"
-						}
-					} else if r.Override == 0 {
-						h = "drained"
-					}
-					w := strconv.Itoa(r.Weight)
-					if r.Override >= 0 && r.Override != r.ConfigWeight {
-						w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
-					}
-					out := human(r.BytesOut)
-					if s.XDP != nil {
-						out = "-" // not seen: replies bypass the director
-					}
-					fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out)
-				}
-			}
-			if err := tw.Flush(); err != nil {
+			cx, cancel := ctx()
+			defer cancel()
+			st, err := a.Services(cx)
+			if err != nil {
 				return err
 			}
-			for _, n := range notes {
-				fmt.Println(n)
+			if asJSON {
+				return printJSON(st)
 			}
+			return printServices(st)
+		}}
+	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why)", Args: cobra.NoArgs,
+		Example: "  corral ctl status",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := cl(false)
+			if err != nil {
+				return err
+			}
+			cx, cancel := ctx()
+			defer cancel()
+			st, err := a.Status(cx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(st)
+			}
+			printReload(os.Stdout, st.Reload)
 			return nil
 		}}
-	set := func(use, short, action string, nargs int) *cobra.Command {
-		return &cobra.Command{Use: use, Short: short, Args: cobra.ExactArgs(nargs),
+	conns := &cobra.Command{Use: "conns", Short: "The connection table (like ipvsadm -Lnc)",
+		Long: `The connection table, like 'ipvsadm -Lnc': protocol, time until the entry
+expires (mm:ss), state, client (source), virtual (VIP) and destination (real
+server) addresses.`,
+		Example: `  corral ctl conns
+  corral ctl conns --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := cl(false)
+			if err != nil {
+				return err
+			}
+			cx, cancel := ctx()
+			defer cancel()
+			cs, err := a.Conns(cx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cs)
+			}
+			return printConns(cs)
+		}}
+	set := func(use, short, action string, nargs int, example string) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, Example: example, Args: cobra.ExactArgs(nargs),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				w := 0
 				if action == "weight" {
@@ -176,14 +268,164 @@ func ctlCmd() *cobra.Command {
 						return fmt.Errorf("weight %q: want 0..65535", args[2])
 					}
 				}
+				a, err := cl(true)
+				if err != nil {
+					return err
+				}
 				cx, cancel := ctx()
 				defer cancel()
-				return cl().SetServer(cx, args[0], args[1], action, w)
+				return a.SetServer(cx, args[0], args[1], action, w)
 			}}
 	}
-	c.AddCommand(services,
-		set("drain SERVICE ADDR", "Stop sending new connections to a real server (existing ones finish)", "drain", 2),
-		set("weight SERVICE ADDR N", "Set a real server's weight at run time", "weight", 3),
-		set("enable SERVICE ADDR", "Undo drain/weight: back to the configured weight", "enable", 2))
+	var addWeight int
+	add := &cobra.Command{Use: "add SERVICE ADDR", Short: "Add a real server to a running service (like ipvsadm -a)",
+		Long: `Add a real server to a running service (like 'ipvsadm -a'). The director
+applies it as it applies a reload, and health checks start at once. The
+configuration file is not changed: the next reload of the file (SIGHUP, or
+the file changing) replaces run-time additions and removals, as a keepalived
+reload replaces ipvsadm's changes.`,
+		Example: `  corral ctl add www 127.0.0.24:8080
+  corral ctl add www 127.0.0.24:8080 --weight 3`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if addWeight < 0 || addWeight > 65535 {
+				return fmt.Errorf("--weight %d: want 0..65535", addWeight)
+			}
+			a, err := cl(true)
+			if err != nil {
+				return err
+			}
+			cx, cancel := ctx()
+			defer cancel()
+			return a.AddServer(cx, args[0], args[1], addWeight)
+		}}
+	add.Flags().IntVar(&addWeight, "weight", 1, "the server's weight (0..65535)")
+	remove := &cobra.Command{Use: "remove SERVICE ADDR", Short: "Remove a real server from a running service (like ipvsadm -d)",
+		Long: `Remove a real server from a running service (like 'ipvsadm -d'): it gets no
+new connections and its established ones finish. Until the next reload of the
+configuration file, like 'add'.`,
+		Example: `  corral ctl remove www 127.0.0.24:8080`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := cl(true)
+			if err != nil {
+				return err
+			}
+			cx, cancel := ctx()
+			defer cancel()
+			return a.RemoveServer(cx, args[0], args[1])
+		}}
+	c.AddCommand(services, status, conns,
+		set("drain SERVICE ADDR", "Stop sending new connections to a real server (existing ones finish)", "drain", 2,
+			"  corral ctl drain www 127.0.0.21:8080"),
+		set("weight SERVICE ADDR N", "Set a real server's weight at run time", "weight", 3,
+			"  corral ctl weight www 127.0.0.22:8080 3"),
+		set("enable SERVICE ADDR", "Undo drain/weight: back to the configured weight", "enable", 2,
+			"  corral ctl enable www 127.0.0.21:8080"),
+		add, remove)
 	return c
+}
+
+// ctlTokenFile is where ctl reads the admin token: the flag, else the one
+// 'corral up' makes in ./corral-data, else ./admin.token.
+func ctlTokenFile(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	up := filepath.Join("corral-data", director.TokenFileName)
+	if _, err := os.Stat(up); err == nil {
+		return up
+	}
+	return director.TokenFileName
+}
+
+func printServices(st []director.ServiceStatus) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	var notes []string // below the table: one line per xdp service
+	fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes\tConn/s\tInB/s\tOutB/s")
+	for _, s := range st {
+		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\t%s\t%s\t%s\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns,
+			rate(s.Rate.CPS), humanRate(s.Rate.InBPS), outRate(s.XDP != nil, s.Rate.OutBPS))
+		if x := s.XDP; x != nil {
+			// Direct routing: replies go from the servers to the
+			// clients, so the director counts only what comes in.
+			var drops []string
+			for _, reason := range xdp.DropReasons {
+				drops = append(drops, fmt.Sprintf("%s=%d", reason, x.Drops[reason]))
+			}
+			notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets (%s/s), %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, rate(s.Rate.InPPS), human(int64(x.Bytes)), strings.Join(drops, " ")))
+		}
+		for _, r := range s.Servers {
+			h := "up"
+			if !r.Healthy {
+				h = "DOWN"
+				if r.LastError != "" {
+					h += " (" + r.LastError + ")"
+				}
+			} else if r.Override == 0 {
+				h = "drained"
+			}
+			w := strconv.Itoa(r.Weight)
+			if r.Override >= 0 && r.Override != r.ConfigWeight {
+				w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+			}
+			out := human(r.BytesOut)
+			if s.XDP != nil {
+				out = "-" // not seen: replies bypass the director
+			}
+			fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out,
+				rate(r.Rate.CPS), humanRate(r.Rate.InBPS), outRate(s.XDP != nil, r.Rate.OutBPS))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Println(n)
+	}
+	return nil
+}
+
+func rate(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+func humanRate(v float64) string { return human(int64(v + 0.5)) }
+
+func outRate(xdp bool, v float64) string {
+	if xdp {
+		return "-"
+	}
+	return humanRate(v)
+}
+
+func printConns(cs []director.ConnStatus) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "pro\texpire\tstate\tsource\tvirtual\tdestination\tservice")
+	for _, c := range cs {
+		e := int64(c.Expires + 0.5)
+		fmt.Fprintf(tw, "%s\t%02d:%02d\t%s\t%s\t%s\t%s\t%s\n", strings.ToUpper(c.Proto), e/60, e%60, c.State, c.Client, c.VIP, c.Real, c.Service)
+	}
+	return tw.Flush()
+}
+
+// printReload shows the last load of the director's configuration: ok, or
+// rejected with every error (file:line: field: why), the running
+// configuration then being the one before.
+func printReload(w io.Writer, r *director.ReloadStatus) {
+	if r == nil {
+		fmt.Fprintln(w, "configuration: not loaded yet")
+		return
+	}
+	if r.OK {
+		fmt.Fprintf(w, "configuration: %s loaded %s\n", r.File, r.Time.Local().Format(time.DateTime))
+		return
+	}
+	fmt.Fprintf(w, "configuration: %s REJECTED %s; the previous one runs:\n", r.File, r.Time.Local().Format(time.DateTime))
+	for _, line := range strings.Split(r.Error, "\n") {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
 }

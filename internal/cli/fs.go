@@ -32,40 +32,41 @@ func fsCmd() *cobra.Command {
 		Long: `Commands on the parallel file system, like the coreutils of the same names.
 Paths inside the file system are absolute (a missing leading / is added).
 The metadata server comes from --meta or the CORRAL_META environment
-variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
-		Example: `  export CORRAL_META=127.0.0.10:7400
+variable (default 127.0.0.1:7400, where corral up runs it). Sizes accept units: 4096, 64K, 1M, 1G.`,
+		Example: `  # after 'corral up', in the same directory (meta and secret found by default):
   corral fs mkdir -p /www/example.org
   corral fs put index.html /www/example.org/
   corral fs ls -l /www/example.org
   corral fs stat /www/example.org/index.html
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
-	c.PersistentFlags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
-	// run gives a subcommand a client and turns its error into coreutils-style
-	// output and exit status 1.
+	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
+	// run gives a subcommand a client; Main prints its error after the
+	// command's path, coreutils style, and exits 1 (2 for a usageError).
 	run := func(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signalContext()
 			defer stop()
 			sec, err := sf.security(false)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "corral fs %s: %v\n", cmd.Name(), err)
-				return exitError{1}
+				return err
 			}
 			cl := client.New(metaAddr, client.WithSecurity(sec))
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
-			if err := f(ctx, cl, args); err != nil {
-				fmt.Fprintf(os.Stderr, "corral fs %s: %s\n", cmd.Name(), errText(err))
-				return exitError{1}
+			if err := reachMeta(ctx, cl); err != nil {
+				return err
 			}
-			return nil
+			return f(ctx, cl, args)
 		}
 	}
 	var parents bool
-	mkdir := &cobra.Command{Use: "mkdir [-p] PATH...", Short: "Make directories", Args: cobra.MinimumNArgs(1),
+	mkdir := &cobra.Command{Use: "mkdir [-p] PATH...", Short: "Make directories",
+		Example: `  corral fs mkdir /www
+  corral fs mkdir -p /www/example.org/img`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				var err error
@@ -83,7 +84,9 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 	mkdir.Flags().BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if existing")
 
 	var long bool
-	ls := &cobra.Command{Use: "ls [-l] [PATH...]", Short: "List directory contents", Args: cobra.ArbitraryArgs,
+	ls := &cobra.Command{Use: "ls [-l] [PATH...]", Short: "List directory contents",
+		Example: `  corral fs ls
+  corral fs ls -l /www/example.org`, Args: cobra.ArbitraryArgs,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			if len(args) == 0 {
 				args = []string{"/"}
@@ -103,7 +106,8 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		})}
 	ls.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, size, time")
 
-	stat := &cobra.Command{Use: "stat PATH...", Short: "Show attributes and layout: where each stripe lives", Args: cobra.MinimumNArgs(1),
+	stat := &cobra.Command{Use: "stat PATH...", Short: "Show attributes and layout: where each stripe lives",
+		Example: `  corral fs stat /www/example.org/index.html`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if err := statPath(ctx, cl, p); err != nil {
@@ -114,45 +118,39 @@ variable. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		})}
 
 	var putSize, putCount string
-	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file into the file system", Args: cobra.ExactArgs(2),
+	var putForce bool
+	var putLayout stripeFlags
+	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file (- : standard input) into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
-directory). The new file takes its directory's layout unless --stripe-size or
---stripe-count say otherwise (--stripe-count all: every usable I/O server).
-The copy is written under a temporary name next to REMOTE and renamed over
-it once on disk, so REMOTE is either the old file or the whole new one; a
-put that fails leaves nothing behind.`,
+directory); LOCAL - reads standard input. An existing REMOTE is replaced
+only with --force. The new file takes its directory's layout unless
+--stripe-size or --stripe-count say otherwise (--stripe-count all: every
+usable I/O server). The copy is written under a temporary name next to
+REMOTE and renamed over it once on disk, so REMOTE is either the old file
+or the whole new one; a put that fails leaves nothing behind.`,
+		Example: `  corral fs put index.html /www/example.org/
+  corral fs put -f index.html /www/example.org/index.html     # replace it
+  tar c site | corral fs put - /backup/site.tar
+  corral fs put --stripe-count all big.iso /data/`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return putLayout.parse(cmd, putSize, putCount, false) },
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
-			if putSize != "" {
-				n, err := parseSize(putSize)
-				if err != nil {
-					return err
-				}
-				if err := layout.ValidStripeSize(n); err != nil {
-					return err
-				}
-				o.StripeSize = uint32(n)
-			}
-			if putCount == "all" {
-				o.StripeCount = proto.AllServers
-			} else if putCount != "" {
-				n, err := parseCount(putCount)
-				if err != nil {
-					return err
-				}
-				o.StripeCount = n
-			}
-			return putFile(ctx, cl, args[0], args[1], o)
+			o.StripeSize, o.StripeCount = putLayout.size.v, putLayout.count.v
+			return putFile(ctx, cl, args[0], args[1], o, putForce)
 		})}
+	put.Flags().BoolVarP(&putForce, "force", "f", false, "replace REMOTE if it exists")
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
 	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
 
-	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)", Args: cobra.ExactArgs(2),
+	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)",
+		Example: `  corral fs get /www/example.org/index.html .
+  corral fs get /backup/site.tar - | tar x`, Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			return getFile(ctx, cl, args[0], args[1])
 		})}
 
-	cat := &cobra.Command{Use: "cat PATH...", Short: "Write files to standard output", Args: cobra.MinimumNArgs(1),
+	cat := &cobra.Command{Use: "cat PATH...", Short: "Write files to standard output",
+		Example: `  corral fs cat /www/example.org/index.html`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if err := getFile(ctx, cl, p, "-"); err != nil {
@@ -163,7 +161,9 @@ put that fails leaves nothing behind.`,
 		})}
 
 	var recursive, force bool
-	rm := &cobra.Command{Use: "rm [-r] [-f] PATH...", Short: "Remove files (and with -r, directories)", Args: cobra.MinimumNArgs(1),
+	rm := &cobra.Command{Use: "rm [-r] [-f] PATH...", Short: "Remove files (and with -r, directories)",
+		Example: `  corral fs rm /www/example.org/old.html
+  corral fs rm -r -f /www/example.org/tmp`, Args: cobra.MinimumNArgs(1),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			for _, p := range args {
 				if path.Clean("/"+p) == "/" {
@@ -189,18 +189,35 @@ put that fails leaves nothing behind.`,
 	rm.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
 	rm.Flags().BoolVarP(&force, "force", "f", false, "ignore missing files")
 
-	mv := &cobra.Command{Use: "mv SOURCE DEST", Short: "Move or rename (into DEST when it is a directory)", Args: cobra.ExactArgs(2),
+	mv := &cobra.Command{Use: "mv SOURCE DEST", Short: "Move or rename (into DEST when it is a directory)",
+		Example: `  corral fs mv /www/new.html /www/index.html
+  corral fs mv /www/a.html /www/archive/`, Args: cobra.ExactArgs(2),
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			return cl.RenamePath(ctx, args[0], args[1], true)
 		})}
 
-	ln := &cobra.Command{Use: "ln -s TARGET LINK", Short: "Make a symbolic link", Args: cobra.ExactArgs(2),
+	var symbolic bool
+	ln := &cobra.Command{Use: "ln [-s] TARGET LINK", Short: "Make a hard link (with -s, a symbolic link)", Args: cobra.ExactArgs(2),
+		Long: `Make LINK a hard link to the file TARGET, or with -s a symbolic link whose
+target is the text TARGET. When LINK is an existing directory, the link is
+made in it under TARGET's last name. Directories cannot be hard-linked.`,
+		Example: `  corral fs ln /www/a.org/logo.png /www/b.org/logo.png     # one file, two names
+  corral fs ln -s ../a.org/index.html /www/b.org/index.html`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
-			return cl.SymlinkPath(ctx, args[0], args[1])
+			target, link := args[0], args[1]
+			if a, err := cl.Stat(ctx, link); err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				link = path.Join("/"+link, path.Base(target))
+			}
+			if symbolic {
+				return cl.SymlinkPath(ctx, target, link)
+			}
+			return cl.LinkPath(ctx, target, link)
 		})}
-	ln.Flags().BoolP("symbolic", "s", true, "symbolic link (the only kind ln makes here)")
+	ln.Flags().BoolVarP(&symbolic, "symbolic", "s", false, "make a symbolic link instead of a hard link")
 
-	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space", Args: cobra.NoArgs,
+	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space",
+		Example: `  corral fs servers
+  corral fs servers replace 2`, Args: cobra.NoArgs,
 		Long: `List the I/O servers the metadata server knows, with their state:
   up         heard from lately, free space above the reserve: gets new files
   full       up, but free space is below the reserve (corral meta --reserve)
@@ -228,6 +245,78 @@ put that fails leaves nothing behind.`,
 	return c
 }
 
+// stripeFlags are --stripe-size and --stripe-count, parsed before anything
+// is contacted: a bad value is a usage error.
+type stripeFlags struct {
+	size, count struct {
+		set bool
+		v   uint32
+	}
+}
+
+// parse reads the two values ("" : not given). withInherit allows
+// "inherit" (0: clear it here); "all" (and 0) is every usable server.
+func (f *stripeFlags) parse(cmd *cobra.Command, size, count string, withInherit bool) error {
+	bad := func(flag string, err error) error {
+		return usageError{fmt.Errorf("%s: %w", flag, err)}
+	}
+	switch {
+	case size == "":
+	case size == "inherit" && withInherit:
+		f.size.set = true
+	default:
+		n, err := parseSize(size)
+		if err == nil {
+			err = layout.ValidStripeSize(n)
+		}
+		if err != nil {
+			return bad("--stripe-size", err)
+		}
+		f.size.set, f.size.v = true, uint32(n)
+	}
+	switch {
+	case count == "":
+	case count == "inherit" && withInherit:
+		f.count.set = true
+	case count == "all" || count == "0":
+		f.count.set, f.count.v = true, proto.AllServers
+	default:
+		n, err := parseCount(count)
+		if err != nil {
+			return bad("--stripe-count", err)
+		}
+		f.count.set, f.count.v = true, n
+	}
+	return nil
+}
+
+// metaReachTimeout bounds reaching the metadata server (dial and
+// handshake): a wrong --meta fails in seconds, not after the minute the
+// retries of a long call may take. Calls after it keep their own deadlines.
+const metaReachTimeout = 4 * time.Second
+
+// reachMeta connects to the metadata server with one cheap call, and says
+// so plainly when it cannot.
+func reachMeta(ctx context.Context, cl *client.Client) error {
+	cctx, cancel := context.WithTimeout(ctx, metaReachTimeout)
+	defer cancel()
+	_, err := cl.Stat(cctx, "/")
+	if err == nil || errors.Is(err, proto.ErrAuth) || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(err, proto.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || cctx.Err() != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		// The pool's "server unavailable: ADDR: " says again what this says.
+		why := strings.TrimPrefix(err.Error(), proto.ErrUnavailable.Error()+": ")
+		why = strings.TrimPrefix(why, cl.Meta()+": ")
+		return fmt.Errorf("cannot reach metadata server at %s: %s (check --meta or CORRAL_META)", cl.Meta(), why)
+	}
+	return err
+}
+
 func parseCount(s string) (uint32, error) {
 	var n uint32
 	if _, err := fmt.Sscanf(s, "%d", &n); err != nil || n < 1 || n > layout.MaxServers || fmt.Sprint(n) != s {
@@ -237,58 +326,143 @@ func parseCount(s string) (uint32, error) {
 }
 
 func layoutCmd(run func(func(context.Context, *client.Client, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
-	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping policy"}
-	get := &cobra.Command{Use: "get PATH", Short: "Show the layout of a file or the policy of a directory", Args: cobra.ExactArgs(1),
+	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping policy",
+		Long: `A directory's striping policy says how files created below it are laid out:
+the stripe size and how many I/O servers each spans. A new file takes each
+of the two from the nearest directory, its own first, then up to /, that
+sets it; none: the metadata server's default size over every server. The
+policy is looked up when the file is created, so setting one on /www
+applies to all of /www's subdirectories that set none of their own, old
+and new. An existing file's layout is fixed.`,
+		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
+  corral fs layout get /www/example.org       # inherited from /www
+  corral fs layout set /www/big --stripe-count all
+  corral fs layout set /www/big --stripe-count inherit`,
+	}
+	get := &cobra.Command{Use: "get PATH", Short: "Show the layout of a file or the policy of a directory, and where it comes from", Args: cobra.ExactArgs(1),
+		Example: `  corral fs layout get /www
+  corral fs layout get /www/index.html`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			fmt.Println(layoutText(a))
+			if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+				fmt.Println(layoutText(a) + " (fixed at creation)")
+				return nil
+			}
+			src, err := layoutPolicySource(ctx, cl, args[0], a)
+			if err != nil {
+				return err
+			}
+			fmt.Println(src.String())
 			return nil
 		})}
 	var size, count string
-	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files in DIR take", Args: cobra.ExactArgs(1),
-		Long: `Set the striping policy of directory DIR: files created in it afterwards get
-this stripe size and span this many I/O servers (0 or "all": every server).
-An existing file's layout is fixed; to restripe it, copy it.`,
+	var lf stripeFlags
+	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files below DIR take", Args: cobra.ExactArgs(1),
+		Long: `Set the striping policy of directory DIR: files created below it afterwards,
+in subdirectories too unless they set their own, get this stripe size and
+span this many I/O servers. --stripe-count is 1 up to the number of I/O
+servers, or all (also 0): every usable server. "inherit" for either clears
+it here, so it comes from the directories above again. An existing file's
+layout is fixed; to restripe it, copy it.`,
+		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
+  corral fs layout set /www/small --stripe-count 1
+  corral fs layout set /www/small --stripe-count inherit`,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if size == "" && count == "" {
+				return usageError{errors.New("nothing to set: give --stripe-size and/or --stripe-count")}
+			}
+			return lf.parse(cmd, size, count, true)
+		},
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			a, err := cl.Stat(ctx, args[0])
 			if err != nil {
 				return err
 			}
+			if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+				return &fs.PathError{Op: "layout", Path: args[0], Err: errors.New("not a directory: a file's layout is fixed when it is created; set the policy of its directory, or copy it with 'corral fs put --stripe-size/--stripe-count'")}
+			}
 			ss, sc := a.StripeSize, a.StripeCount
-			if size != "" {
-				n, err := parseSize(size)
-				if err != nil {
-					return err
-				}
-				if err := layout.ValidStripeSize(n); err != nil {
-					return err
-				}
-				ss = uint32(n)
+			if lf.size.set {
+				ss = lf.size.v
 			}
-			if count == "all" || count == "0" {
-				sc = 0
-			} else if count != "" {
-				if sc, err = parseCount(count); err != nil {
-					return err
-				}
-			}
-			if size == "" && count == "" {
-				return errors.New("nothing to set: give --stripe-size and/or --stripe-count")
+			if lf.count.set {
+				sc = lf.count.v
 			}
 			a, err = cl.SetLayout(ctx, a.Ino, ss, sc)
 			if err != nil {
 				return &fs.PathError{Op: "layout", Path: args[0], Err: err}
 			}
-			fmt.Println(layoutText(a))
+			src, err := layoutPolicySource(ctx, cl, args[0], a)
+			if err != nil {
+				return err
+			}
+			fmt.Println(src.String())
 			return nil
 		})}
-	set.Flags().StringVar(&size, "stripe-size", "", "stripe size (e.g. 64K, 1M)")
-	set.Flags().StringVar(&count, "stripe-count", "", "number of I/O servers per file, or all")
+	set.Flags().StringVar(&size, "stripe-size", "", "stripe size (e.g. 64K, 1M), or inherit")
+	set.Flags().StringVar(&count, "stripe-count", "", "number of I/O servers per file, all, or inherit")
 	c.AddCommand(get, set)
 	return c
+}
+
+// layoutPolicy is a directory's effective striping policy and the directory each
+// field comes from ("" : none sets it, the default).
+type layoutPolicy struct {
+	size, count         uint32
+	sizeFrom, countFrom string
+	dir                 string
+}
+
+func (p layoutPolicy) String() string {
+	from := func(at string) string {
+		switch at {
+		case "":
+			return "default"
+		case p.dir:
+			return "set here"
+		}
+		return "inherited from " + at
+	}
+	size := "default"
+	if p.size != 0 {
+		size = human(int64(p.size))
+	}
+	count := "all"
+	if p.count != 0 && p.count != proto.AllServers {
+		count = fmt.Sprint(p.count)
+	}
+	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom))
+}
+
+// layoutPolicySource resolves directory dir's policy the way the metadata server
+// does at create: field by field from the nearest directory up to / that
+// sets it. It walks parents with "..", which the server resolves through
+// each directory's real parent.
+func layoutPolicySource(ctx context.Context, cl *client.Client, dir string, a proto.Attr) (layoutPolicy, error) {
+	name := path.Clean("/" + dir)
+	p := layoutPolicy{dir: name}
+	walk := name
+	for depth := 0; depth < 4096; depth++ {
+		if p.size == 0 && a.StripeSize != 0 {
+			p.size, p.sizeFrom = a.StripeSize, name
+		}
+		if p.count == 0 && a.StripeCount != 0 {
+			p.count, p.countFrom = a.StripeCount, name
+		}
+		if p.size != 0 && p.count != 0 || name == "/" {
+			break
+		}
+		walk += "/.."
+		var err error
+		if a, err = cl.Stat(ctx, walk); err != nil {
+			return p, err
+		}
+		name = path.Dir(name)
+	}
+	return p, nil
 }
 
 func layoutText(a proto.Attr) string {
@@ -297,7 +471,7 @@ func layoutText(a proto.Attr) string {
 		size = human(int64(a.StripeSize))
 	}
 	count := "all"
-	if a.StripeCount != 0 {
+	if a.StripeCount != 0 && a.StripeCount != proto.AllServers {
 		count = fmt.Sprint(a.StripeCount)
 	}
 	s := fmt.Sprintf("stripe-size %s stripe-count %s", size, count)
@@ -400,31 +574,51 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 	return nil
 }
 
-func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts) error {
-	src, err := os.Open(local)
-	if err != nil {
-		return err
+func putFile(ctx context.Context, cl *client.Client, local, remote string, o client.CreateOpts, force bool) error {
+	src, size, mode := os.Stdin, int64(-1), uint32(0o644)
+	if local != "-" {
+		f, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return &fs.PathError{Op: "put", Path: local, Err: syscall.EISDIR}
+		}
+		src, size, mode = f, fi.Size(), uint32(fi.Mode().Perm())
 	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return &fs.PathError{Op: "put", Path: local, Err: syscall.EISDIR}
-	}
-	if a, err := cl.Stat(ctx, remote); err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	a, err := cl.Stat(ctx, remote)
+	switch {
+	case err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		if local == "-" {
+			return &fs.PathError{Op: "put", Path: remote, Err: errors.New("is a directory: give the name of the file to write standard input to")}
+		}
 		remote = path.Join("/"+remote, filepath.Base(local))
-	} else if strings.HasSuffix(remote, "/") {
+	case strings.HasSuffix(remote, "/"):
 		if err == nil {
 			err = &fs.PathError{Op: "put", Path: remote, Err: syscall.ENOTDIR}
 		}
 		return err
 	}
+	// Whatever holds the name counts, a dangling symbolic link too: the
+	// rename below would replace it.
+	switch a, err := cl.Lstat(ctx, remote); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return err
+	case a.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		return &fs.PathError{Op: "put", Path: remote, Err: syscall.EISDIR}
+	case !force:
+		return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
+	}
 	// WriteFile writes under a temporary name, renamed over remote when on
 	// disk: a failed put leaves neither a partial file nor its objects.
-	bar := newProgress("put "+filepath.Base(local), fi.Size())
-	if err := cl.WriteFile(ctx, remote, src, uint32(fi.Mode().Perm()), o, bar.set); err != nil {
+	bar := newProgress("put "+filepath.Base(local), size)
+	if err := cl.WriteFile(ctx, remote, src, mode, o, bar.set); err != nil {
 		return err
 	}
 	bar.done()
@@ -450,7 +644,7 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	size := f.Size()
 	var bar *progress
-	if dst != os.Stdout {
+	if dst != os.Stdout || !isTTYFile(os.Stdout) { // not over the data on the same terminal
 		bar = newProgress("get "+path.Base("/"+remote), size)
 	}
 	buf := make([]byte, transferBuf)
@@ -480,46 +674,4 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	bar.done()
 	return nil
-}
-
-// progress draws a one-line progress bar when stdout is a terminal.
-type progress struct {
-	label      string
-	total, cur int64
-	start      time.Time
-	last       time.Time
-}
-
-func newProgress(label string, total int64) *progress {
-	fi, err := os.Stdout.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 || total < 8<<20 {
-		return nil
-	}
-	return &progress{label: label, total: total, start: time.Now()}
-}
-
-func (p *progress) set(n int64) {
-	if p == nil {
-		return
-	}
-	p.cur = n
-	if time.Since(p.last) < 200*time.Millisecond && n < p.total {
-		return
-	}
-	p.last = time.Now()
-	pct := float64(n) / float64(max(p.total, 1))
-	w := 30
-	fill := int(pct * float64(w))
-	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-3)
-	fmt.Printf("\r%s [%s%s] %3.0f%% %s/%s %s/s ", p.label, strings.Repeat("=", fill), strings.Repeat(" ", w-fill),
-		pct*100, human(n), human(p.total), human(int64(rate)))
-}
-
-func (p *progress) done() {
-	if p == nil {
-		return
-	}
-	p.last = time.Time{}
-	p.set(p.total)
-	fmt.Println()
 }

@@ -15,7 +15,9 @@ import (
 type fsRunner = func(func(context.Context, *client.Client, []string) error) func(*cobra.Command, []string) error
 
 func replaceCmd(run fsRunner) *cobra.Command {
-	return &cobra.Command{Use: "replace ID", Short: "Accept an empty disk as I/O server ID (its data are lost)", Args: cobra.ExactArgs(1),
+	return &cobra.Command{Use: "replace ID", Short: "Accept an empty disk as I/O server ID (its data are lost)",
+		Example: `  corral fs servers             # find the server that came back lost
+  corral fs servers replace 2`, Args: cobra.ExactArgs(1),
 		Long: `Accept an empty data directory as I/O server ID: run it when ID's disk was
 replaced (or wiped). The iod at ID's address, started on the empty directory,
 waits; after this command it registers as ID and takes new files again. The
@@ -24,7 +26,7 @@ created later, and parts of files written later, read normally.`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			id, err := strconv.ParseUint(args[0], 10, 32)
 			if err != nil || id == 0 {
-				return fmt.Errorf("invalid server ID %q (see corral fs servers)", args[0])
+				return usageError{fmt.Errorf("invalid server ID %q (see corral fs servers)", args[0])}
 			}
 			r, err := cl.Call(ctx, &proto.ReplaceServer{ID: uint32(id)})
 			if err != nil {
@@ -40,7 +42,9 @@ created later, and parts of files written later, read normally.`,
 func gcCmd(run fsRunner) *cobra.Command {
 	var apply bool
 	var grace time.Duration
-	c := &cobra.Command{Use: "gc [--apply] [--grace DURATION]", Short: "Find (and with --apply remove) objects no file references", Args: cobra.NoArgs,
+	c := &cobra.Command{Use: "gc [--apply] [--grace DURATION]", Short: "Find (and with --apply remove) objects no file references",
+		Example: `  corral fs gc                  # count only
+  corral fs gc --apply --grace 2h`, Args: cobra.NoArgs,
 		Long: `Ask every I/O server that is up for its objects and the metadata server which
 of them a file still references. Objects nobody references (left by crashes)
 older than --grace are counted per server; with --apply they are removed.

@@ -42,21 +42,21 @@ See docs/fsx.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
 			if o.Mode, err = fsx.ParseMode(mode); err != nil {
-				return fmt.Errorf("--mode: %w", err)
+				return usageError{fmt.Errorf("--mode: %w", err)}
 			}
 			for _, s := range []struct {
 				flag, val string
 				to        *int64
 			}{{"--max-size", maxSize, &o.MaxSize}, {"--max-len", maxLen, &o.MaxLen}, {"--align", align, &o.Align}} {
 				if *s.to, err = parseSize(s.val); err != nil {
-					return fmt.Errorf("%s: %w", s.flag, err)
+					return usageError{fmt.Errorf("%s: %w", s.flag, err)}
 				}
 			}
 			if o.Ops < 1 {
-				return fmt.Errorf("--ops %d: want at least 1", o.Ops)
+				return usageError{fmt.Errorf("--ops %d: want at least 1", o.Ops)}
 			}
 			if o.Duration < 0 {
-				return fmt.Errorf("--duration %s: want 0 (no limit) or more", o.Duration)
+				return usageError{fmt.Errorf("--duration %s: want 0 (no limit) or more", o.Duration)}
 			}
 			if fi, err := os.Stat(args[0]); err != nil {
 				return err

@@ -33,7 +33,7 @@ file references (left by crashes).
 
 It needs the cluster secret (--secret-file META_DATA/cluster.secret): to
 register, and to check its clients.`,
-		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.10:7400",
+		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := os.MkdirAll(data, 0o755); err != nil {
@@ -60,7 +60,7 @@ register, and to check its clients.`,
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7410", "address to serve on")
 	c.Flags().StringVar(&data, "data", "corral-data/iod", "directory for stripe objects")
-	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	c.Flags().StringVar(&advertise, "advertise", "", "address clients should use (default: the listening address)")
 	sf.add(c.Flags(), true)
 	lf.add(c.Flags(), "256M")

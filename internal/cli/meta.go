@@ -34,7 +34,7 @@ New files go only to I/O servers heard from since it started whose free
 space is above --reserve percent of their capacity. Its first start makes the
 cluster ID that every I/O server's data directory records, so a directory of
 another file system is refused.`,
-		Example: "  corral meta --listen 127.0.0.10:7400 --data /var/lib/corral/meta",
+		Example: "  corral meta --listen 127.0.0.1:7400 --data /var/lib/corral/meta",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := parseSize(stripe)
@@ -75,7 +75,7 @@ another file system is refused.`,
 				func(a string) { ready("meta", a) })
 		},
 	}
-	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7400", "address to serve on")
+	c.Flags().StringVar(&listen, "listen", defaultMeta, "address to serve on")
 	c.Flags().StringVar(&data, "data", "corral-data/meta", "directory for the metadata store")
 	c.Flags().StringVar(&stripe, "default-stripe-size", "64K", "stripe size of files whose directories set none")
 	sf.add(c.Flags(), false)

@@ -36,7 +36,7 @@ when it next opens the file. As root the mount is made directly (no
 fusermount) and open to every user, with permissions checked by the kernel;
 otherwise fusermount3 (Debian package fuse3) is needed.`,
 		Example: `  mkdir -p /mnt/corral
-  corral mount --meta 127.0.0.10:7400 /mnt/corral
+  corral mount --meta 127.0.0.1:7400 /mnt/corral
   corral mount --unmount /mnt/corral`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -101,7 +101,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")

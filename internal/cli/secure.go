@@ -20,8 +20,8 @@ type secFlags struct {
 // DATA/cluster.secret.
 func (s *secFlags) add(fs *pflag.FlagSet, withSecret bool) {
 	if withSecret {
-		fs.StringVar(&s.secretFile, "secret-file", os.Getenv(proto.SecretEnv),
-			"cluster secret or read-only credential (meta's DATA/"+proto.SecretFileName+"; env "+proto.SecretEnv+")")
+		fs.StringVar(&s.secretFile, "secret-file", secretFileDefault(),
+			"cluster secret or read-only credential (meta's DATA/"+proto.SecretFileName+"; env "+proto.SecretEnv+"; else ./"+upSecretFile+" when it exists)")
 	}
 	fs.StringVar(&s.cert, "tls-cert", "", "TLS certificate (PEM) to serve file-system connections with")
 	fs.StringVar(&s.key, "tls-key", "", "private key (PEM) of --tls-cert")

@@ -35,7 +35,9 @@ namespaces, links — also after a failed 'up'. Needs root.`,
 	c.PersistentFlags().StringVar(&name, "name", "corral", "test bed name (prefix of its namespaces and links, at most 8 characters)")
 	var hosts, rate string
 	var hostRates []string
-	up := &cobra.Command{Use: "up [--hosts a,b,c] [--rate 100mbit] [--host-rate NAME=RATE]", Short: "Build the test bed (idempotent)", Args: cobra.NoArgs,
+	up := &cobra.Command{Use: "up [--hosts a,b,c] [--rate 100mbit] [--host-rate NAME=RATE]", Short: "Build the test bed (idempotent)",
+		Example: `  corral testbed up --rate 100mbit
+  corral testbed up --hosts client,director,node1,node2 --host-rate node2=10mbit`, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec := testbed.NewSpec(name, strings.Split(hosts, ","), rate)
 			for _, hr := range hostRates {
@@ -62,14 +64,17 @@ namespaces, links — also after a failed 'up'. Needs root.`,
 	up.Flags().StringVar(&hosts, "hosts", defaultHosts, "host names, comma-separated")
 	up.Flags().StringVar(&rate, "rate", "", "link speed of every host, both directions (e.g. 100mbit, 1gbit; empty: unshaped)")
 	up.Flags().StringArrayVar(&hostRates, "host-rate", nil, "link speed of one host: NAME=RATE (repeatable)")
-	down := &cobra.Command{Use: "down", Short: "Remove everything the test bed made", Args: cobra.NoArgs,
+	down := &cobra.Command{Use: "down", Short: "Remove everything the test bed made",
+		Example: `  corral testbed down
+  corral testbed down --name lab2`, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := testbed.CheckRoot(); err != nil {
 				return err
 			}
 			return testbed.Down(name)
 		}}
-	status := &cobra.Command{Use: "status", Short: "Hosts, addresses, link speeds and processes", Args: cobra.NoArgs,
+	status := &cobra.Command{Use: "status", Short: "Hosts, addresses, link speeds and processes",
+		Example: `  corral testbed status`, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := testbed.Load(name)
 			if err != nil {
@@ -77,7 +82,9 @@ namespaces, links — also after a failed 'up'. Needs root.`,
 			}
 			return printState(b)
 		}}
-	exe := &cobra.Command{Use: "exec HOST -- COMMAND [ARG...]", Short: "Run a command on a host", Args: cobra.MinimumNArgs(2),
+	exe := &cobra.Command{Use: "exec HOST -- COMMAND [ARG...]", Short: "Run a command on a host",
+		Example: `  corral testbed exec client -- curl -s http://10.77.0.2/
+  corral testbed exec node1 -- ip addr`, Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := testbed.Load(name)
 			if err != nil {

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/sched"
 	"github.com/corral-cluster/corral/internal/testbed"
@@ -12,19 +16,31 @@ import (
 )
 
 func upCmd() *cobra.Command {
-	var data, vip, dataplane, scheduler, rate string
+	var data, vip, dataplane, scheduler, rate, netFlag string
 	var iods, nodes int
-	var onTestbed bool
+	var onTestbed, reset bool
 	c := &cobra.Command{
-		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--testbed [--rate 100mbit]]",
+		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--reset] [--testbed [--rate 100mbit]]",
 		Short: "Run a whole Corral cluster on this machine",
 		Long: `Run every role on this machine as child processes on loopback addresses
-(no root needed): a metadata server on 127.0.0.10:7400, I/O servers on
-127.0.0.11:7410, ..., cluster nodes on 127.0.0.21:8080, ..., and a director
-holding the VIP (default 127.0.0.100:8080) with its admin API on
-127.0.0.1:7500. A sample site for the virtual domain www.example.test is
-uploaded on the first run. Data and logs go under --data; a second run reuses
-them. Ctrl-C stops everything.
+(no root needed): a metadata server on 127.0.0.1:7400 (where every --meta
+points by default), I/O servers on 127.0.0.11:7410, ..., cluster nodes on
+127.0.0.21:8080, ..., and a director with its admin API on 127.0.0.1:7500
+and two services over the nodes: "www" on the VIP (default
+127.0.0.100:8080) with --dataplane, and one on the VIP's next port (8081)
+with the other dataplane (l7 or l4), to compare them. A sample site for the
+virtual domain www.example.test is uploaded on the first run.
+
+Data and logs go under --data; a second run reuses them. The director's
+configuration, DATA/director.conf, is written on the first run only: after
+that it is yours to edit (the director applies changes live) and up never
+overwrites it; --reset writes it anew from the flags (the file system's data,
+the secrets and the logs are kept).
+
+up supervises: a role that dies is logged and restarted at the same address
+with the same data, after a delay that starts at 100ms and doubles up to 10s
+(back to 100ms once it has run for 30s), while the others keep serving.
+Ctrl-C stops everything.
 
 With --testbed (root), each role runs on its own host of a test bed (network
 namespaces on a bridge, 10.77.0.0/24: client, director, node1.., meta,
@@ -32,6 +48,10 @@ iod1..), links shaped to --rate; Ctrl-C also removes the test bed. With
 --dataplane xdp the director does LVS direct routing in the kernel: the VIP is
 10.77.0.100:80, the nodes hold it on their loopback and answer the client
 straight back.`,
+		Example: `  corral up
+  corral up --nodes 5 --dataplane l7 --scheduler mwlc
+  corral up --reset      # rewrite corral-data/director.conf from the flags
+  sudo corral up --testbed --rate 100mbit --dataplane xdp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
@@ -55,6 +75,13 @@ straight back.`,
 			if rate != "" && !onTestbed {
 				return fmt.Errorf("--rate shapes test-bed links: add --testbed")
 			}
+			net, err := upNet(netFlag)
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("vip") {
+				vip = net + ".100:8080"
+			}
 			bin, err := os.Executable()
 			if err != nil {
 				return err
@@ -65,13 +92,13 @@ straight back.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: "127.0.0.10:7400", VIP: vip, Admin: "127.0.0.1:7500",
-				Dataplane: dataplane, Scheduler: scheduler}
+			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: net + ".1:7400", VIP: vip, Admin: net + ".1:7500",
+				Dataplane: dataplane, Scheduler: scheduler, KeepConfig: !reset}
 			for i := 0; i < iods; i++ {
-				cfg.IODListens = append(cfg.IODListens, fmt.Sprintf("127.0.0.%d:7410", 11+i))
+				cfg.IODListens = append(cfg.IODListens, fmt.Sprintf("%s.%d:7410", net, 11+i))
 			}
 			for i := 0; i < nodes; i++ {
-				cfg.NodeListen = append(cfg.NodeListen, fmt.Sprintf("127.0.0.%d:8080", 21+i))
+				cfg.NodeListen = append(cfg.NodeListen, fmt.Sprintf("%s.%d:8080", net, 21+i))
 			}
 			var bed *testbed.Bed
 			if onTestbed {
@@ -80,15 +107,44 @@ straight back.`,
 				}
 				defer testbed.Down(bed.Name)
 			}
+			// The other dataplane on the VIP's next port, to compare both.
+			other := ""
+			if dataplane != "xdp" {
+				if other, err = nextPort(cfg.VIP); err != nil {
+					return fmt.Errorf("--vip: %v", err)
+				}
+				if dataplane == "l4" {
+					cfg.L7VIP = other
+				} else {
+					cfg.L4VIP = other
+				}
+			}
 			cl, err := launch.StartCluster(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			fmt.Printf("corral is up (data and logs in %s)\n\n", abs)
-			all := append(append([]*launch.Proc{cl.Meta}, cl.IODs...), cl.Nodes...)
-			all = append(all, cl.Director)
-			for _, p := range all {
+			for _, p := range cl.Procs() {
 				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
+			}
+			if cl.ConfKept {
+				fmt.Printf("\n  director.conf: %s as you left it (corral up --reset writes it anew from the flags)\n", cl.ConfPath)
+				if m := confMeta(cl.ConfPath); m != "" && m != cl.MetaAddr() {
+					fmt.Printf("  warning: it names meta %s, but meta runs on %s: edit its meta line, or corral up --reset\n", m, cl.MetaAddr())
+				}
+			} else {
+				fmt.Printf("\n  director.conf: %s, written now; yours to edit, the director applies changes live\n", cl.ConfPath)
+			}
+			// What the commands below need beyond their defaults.
+			var fsFlags, ctlFlags, env string
+			if cl.MetaAddr() != defaultMeta {
+				fsFlags = " --meta " + cl.MetaAddr()
+			}
+			if cfg.Admin != "127.0.0.1:7500" {
+				ctlFlags = " --admin " + cfg.Admin
+			}
+			if filepath.Join(abs, "meta", "cluster.secret") != mustAbs(upSecretFile) {
+				env = "  export CORRAL_SECRET_FILE=" + cl.SecretFile + "   # the cluster secret\n"
 			}
 			if bed != nil && dataplane == "xdp" {
 				fmt.Printf(`
@@ -105,7 +161,7 @@ Ctrl-C stops everything and removes the test bed.
 `, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, scheduler)
 			} else if bed != nil {
 				fmt.Printf(`
-  VIP       http://%[4]s/ on host director (%[5]s, %[6]s)
+  VIP       http://%[4]s/ on host director (%[5]s, %[6]s); http://%[7]s/ the other dataplane
   Test bed %[1]s: each role on its own host (a network namespace), links %[2]s.
 
 Try:
@@ -114,51 +170,91 @@ Try:
   %[3]s testbed status
 
 Ctrl-C stops everything and removes the test bed.
-`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, dataplane, scheduler)
+`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, dataplane, scheduler, other)
 			} else {
 				fmt.Printf(`
   VIP       http://%[1]s/   (%[4]s, %[5]s; virtual domain %[6]s)
+            http://%[7]s/   (the other dataplane)
 
-Try, in another terminal:
-  export CORRAL_SECRET_FILE=%[7]s   # the cluster secret
-  curl http://%[1]s/
+Try, in another terminal (from this directory):
+%[8]s  curl http://%[1]s/
   curl -H 'Host: %[6]s' -r 0-99 http://%[1]s/big.bin | wc -c
-  %[2]s ctl services
-  %[2]s fs --meta %[3]s ls -l /www/%[6]s
-  %[2]s fs --meta %[3]s put index.html /www/%[6]s/   # change the site
-  mkdir -p /tmp/corral && %[2]s mount --meta %[3]s /tmp/corral   # FUSE; needs /dev/fuse
+  %[2]s ctl%[9]s services
+  %[2]s fs%[3]s ls -l /www/%[6]s
+  %[2]s fs%[3]s put index.html /www/%[6]s/   # change the site
+  mkdir -p /tmp/corral && %[2]s mount%[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
-Ctrl-C stops everything.
-`, cfg.VIP, bin, cl.Meta.Addr, dataplane, scheduler, launch.SampleDomain, cl.SecretFile)
+A role that dies is restarted. Ctrl-C stops everything.
+`, cfg.VIP, bin, fsFlags, dataplane, scheduler, launch.SampleDomain, other, env, ctlFlags)
 			}
-			died := make(chan string, len(all))
-			for _, p := range all {
-				go func() {
-					<-p.Done()
-					died <- p.Name
-				}()
-			}
-			select {
-			case <-ctx.Done():
+			go func() {
+				<-ctx.Done()
 				fmt.Println("\nstopping...")
-				cl.Stop()
-				fmt.Println("stopped")
-				return nil
-			case name := <-died:
-				cl.Stop()
-				return fmt.Errorf("%s exited unexpectedly; see its log under %s", name, filepath.Join(abs, "logs"))
-			}
+			}()
+			cl.Supervise(ctx, launch.DefaultBackoff(), func(e launch.Event) {
+				fmt.Fprintf(os.Stderr, "%s corral up: %s\n", time.Now().Format("15:04:05.000"), e)
+			})
+			fmt.Println("stopped")
+			return nil
 		},
 	}
 	c.Flags().StringVar(&data, "data", "corral-data", "directory for every role's data and logs")
 	c.Flags().IntVar(&iods, "iods", 3, "number of I/O servers")
 	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
-	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80)")
+	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80); the other dataplane's service takes the next port")
 	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy), l7 (HTTP proxy) or xdp (direct routing in the kernel; with --testbed)")
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler (rr wrr lc wlc sed nq sh mh; mwlc with l7)")
+	c.Flags().BoolVar(&reset, "reset", false, "write DATA/director.conf anew from the flags (keeps the file system's data, secrets and logs)")
 	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
 	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")
+	c.Flags().StringVar(&netFlag, "net", "127.0.0.0/24", "loopback /24 the roles take addresses in (meta .1:7400, iods .11.., nodes .21.., VIP .100:8080); another one runs a second cluster beside the first")
 	return c
+}
+
+// upNet checks --net, a /24 inside 127.0.0.0/8, and returns its first
+// three octets.
+func upNet(s string) (string, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || p.Bits() != 24 || !p.Addr().Is4() || !p.Addr().IsLoopback() || p.Masked() != p {
+		return "", fmt.Errorf("--net %q: want a /24 inside 127.0.0.0/8, such as 127.0.0.0/24 or 127.0.5.0/24", s)
+	}
+	a := p.Addr().As4()
+	return fmt.Sprintf("%d.%d.%d", a[0], a[1], a[2]), nil
+}
+
+// nextPort is addr with its port plus one.
+func nextPort(addr string) (string, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ap.Port() == 65535 {
+		return "", fmt.Errorf("%s: no next port for the second service", addr)
+	}
+	return netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String(), nil
+}
+
+// confMeta is the address of the top-level meta line of a director
+// configuration ("" if none): a kept file may predate a change of address.
+func confMeta(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "meta" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+func mustAbs(p string) string {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	return a
 }
 
 func orDefault(s, def string) string {
@@ -182,7 +278,7 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 		return nil, err
 	}
 	if cfg.Dataplane == "xdp" {
-		if err := bed.PrepareDR("director", "client"); err != nil {
+		if err := bed.PrepareDR(xdp.AttachPass, "director", "client"); err != nil {
 			testbed.Down(bed.Name)
 			return nil, err
 		}

@@ -3,7 +3,7 @@
 //
 //	# comments run to the end of the line
 //	admin 127.0.0.1:7500          # admin API and /metrics (loopback)
-//	meta 127.0.0.10:7400          # file system, for mwlc request sizes (l7)
+//	meta 127.0.0.1:7400           # file system, for mwlc request sizes (l7)
 //	docroot /www                  # where virtual domains live in it
 //	interface eth0                # dataplane xdp: the link to attach to
 //	xdp-mode auto                 # auto | native | generic
@@ -18,7 +18,9 @@
 //	    udp-timeout 300s
 //	    tcp-timeout 900s          # xdp: idle established TCP flows end
 //	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
-//	    check http path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
+//	    inactive-timeout 60s      # lc/wlc count closed connections this long
+//	    pass-internal off         # l7: pass clients' /load, /healthz, /metrics to nodes
+//	    check http port=9080 path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
 //	    server 127.0.0.21:8080 weight=1
 //	    server 127.0.0.22:8080 weight=2
 //	}
@@ -32,6 +34,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -41,8 +45,11 @@ import (
 
 // Director is a whole configuration.
 type Director struct {
+	// File is where the configuration came from (named in errors).
+	File string
 	// Admin is the admin API's address (HTTP, JSON, /metrics).
-	Admin string
+	Admin     string
+	AdminLine int // where Admin was set; 0 for the default
 	// Meta is the file system's metadata server; the l7 dataplane asks it
 	// the size of requested files for mwlc. Empty: sizes unknown.
 	Meta string
@@ -73,9 +80,15 @@ type Service struct {
 	// connection table (established; after the client's FIN or RST).
 	TCPTimeout    time.Duration
 	TCPFinTimeout time.Duration
-	Check         Check
-	Servers       []RealServer
-	Line          int
+	// InactiveTimeout is how long a closed connection still counts as
+	// inactive for the lc family (LVS's TIME_WAIT entries).
+	InactiveTimeout time.Duration
+	// PassInternal lets the l7 dataplane pass requests for a node's own
+	// endpoints (/load, /healthz, /metrics) from clients; off by default.
+	PassInternal bool
+	Check        Check
+	Servers      []RealServer
+	Line         int
 }
 
 // Check is a service's health check.
@@ -87,8 +100,12 @@ type Check struct {
 	Command   []string // exec: program and arguments; the server's address is appended
 	Interval  time.Duration
 	Timeout   time.Duration
-	Rise      int // successes in a row that bring a server back
-	Fall      int // failures in a row that take it out
+	// Port, if set, is checked instead of the server's own port, on the
+	// server's address (keepalived's connect_port): a node's /healthz is
+	// on its admin port.
+	Port int
+	Rise int // successes in a row that bring a server back
+	Fall int // failures in a row that take it out
 }
 
 // RealServer is one member of a pool.
@@ -119,6 +136,30 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 }
 
+// Errors is every error found in one file, in line order. Parse returns
+// all of them at once so that an operator fixes a file in one pass.
+type Errors []*Error
+
+func (l Errors) Error() string {
+	var b strings.Builder
+	for i, e := range l {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.Error())
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.As find each *Error.
+func (l Errors) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
+
 // Load reads and validates a configuration file.
 func Load(path string) (*Director, error) {
 	b, err := os.ReadFile(path)
@@ -128,13 +169,54 @@ func Load(path string) (*Director, error) {
 	return Parse(path, b)
 }
 
-// Parse reads a configuration from b; name is used in errors.
+// Parse reads a configuration from b and validates it (Validate); name is
+// used in errors. It reports every error it finds, not only the first.
 func Parse(name string, b []byte) (*Director, error) {
-	d := &Director{Admin: "127.0.0.1:7500", Docroot: "/www", XDPMode: "auto", XDPConns: 262144}
-	var svc *Service
-	errf := func(line int, field, format string, a ...any) error {
-		return &Error{File: name, Line: line, Field: field, Msg: fmt.Sprintf(format, a...)}
+	d, errs, bad := parse(name, b)
+	for _, e := range validate(d) {
+		if !bad[e.service+" *"] && !bad[e.service+" "+e.key] && !(e.key == "scheduler" && bad[e.service+" dataplane"]) &&
+			!(e.key != "vip" && bad[e.service+" protocol"]) {
+			errs = append(errs, e.Error)
+		}
 	}
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
+		return nil, errs
+	}
+	return d, nil
+}
+
+// Validate checks a whole configuration (one built in code, or parsed):
+// each service's fields against each other, and the services against each
+// other (a VIP used twice, xdp without an interface).
+func Validate(d *Director) error {
+	var errs Errors
+	for _, e := range validate(d) {
+		errs = append(errs, e.Error)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// placed is a validation error, the service it belongs to and the
+// statement it is about, so that Parse can drop errors that only follow
+// from a syntax error (a vip "missing" after a bad vip line).
+type placed struct {
+	*Error
+	service, key string
+}
+
+// parse reads the statements; bad holds "SERVICE KEY" for each statement
+// with a syntax error ("SERVICE *": the service is cut short).
+func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
+	d := &Director{File: name, Admin: "127.0.0.1:7500", Docroot: "/www", XDPMode: "auto", XDPConns: 262144}
+	var errs Errors
+	bad := map[string]bool{}
+	var svc *Service
+	skip := false // inside a service that is not kept (a duplicate name)
+	var scratch Service
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 64<<10)
 	line := 0
@@ -149,116 +231,143 @@ func Parse(name string, b []byte) (*Director, error) {
 			continue
 		}
 		key, args := f[0], f[1:]
-		one := func() (string, error) {
-			if len(args) != 1 {
-				return "", errf(line, key, "want exactly one value, got %d", len(args))
+		field := key
+		if svc != nil {
+			field = "service " + svc.Name + ": " + key
+		}
+		errf := func(fld, format string, a ...any) {
+			errs = append(errs, &Error{File: name, Line: line, Field: fld, Msg: fmt.Sprintf(format, a...)})
+			if svc != nil {
+				bad[svc.Name+" "+key] = true
 			}
-			return args[0], nil
+		}
+		one := func() (string, bool) {
+			if len(args) != 1 {
+				errf(field, "want exactly one value, got %d", len(args))
+				return "", false
+			}
+			return args[0], true
 		}
 		if svc == nil {
 			switch key {
 			case "admin", "meta", "docroot", "interface", "xdp-mode", "xdp-conns":
-				v, err := one()
-				if err != nil {
-					return nil, err
+				v, ok := one()
+				if !ok {
+					continue
 				}
 				switch key {
 				case "admin":
 					if _, err := netip.ParseAddrPort(v); err != nil {
-						return nil, errf(line, key, "%q is not an address:port", v)
+						errf(key, "%q is not an address:port", v)
+						continue
 					}
-					d.Admin = v
+					d.Admin, d.AdminLine = v, line
 				case "meta":
 					d.Meta = v
 				case "docroot":
 					if !strings.HasPrefix(v, "/") {
-						return nil, errf(line, key, "%q must be an absolute path in the file system", v)
+						errf(key, "%q must be an absolute path in the file system", v)
+						continue
 					}
 					d.Docroot = v
 				case "interface":
 					d.Interface = v
 				case "xdp-mode":
 					if v != "auto" && v != "native" && v != "generic" {
-						return nil, errf(line, key, "%q: want auto, native or generic", v)
+						errf(key, "%q: want auto, native or generic", v)
+						continue
 					}
 					d.XDPMode = v
 				case "xdp-conns":
 					n, err := strconv.Atoi(v)
 					if err != nil || n < 1024 || n > 1<<24 {
-						return nil, errf(line, key, "%q: want a number of flows, 1024..16777216", v)
+						errf(key, "%q: want a number of flows, 1024..16777216", v)
+						continue
 					}
 					d.XDPConns = n
 				}
 			case "service":
 				if len(args) != 2 || args[1] != "{" {
-					return nil, errf(line, key, "want: service NAME {")
+					errf(key, "want: service NAME {")
+					if len(args) == 0 || args[len(args)-1] != "{" {
+						continue
+					}
+					args = []string{strings.Join(args[:len(args)-1], "_"), "{"}
 				}
+				skip = false
 				for _, s := range d.Services {
 					if s.Name == args[0] {
-						return nil, errf(line, key, "service %q already defined on line %d", args[0], s.Line)
+						errf(key, "service %q already defined on line %d", args[0], s.Line)
+						skip = true
 					}
 				}
-				d.Services = append(d.Services, Service{Name: args[0], Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc",
-					UDPTimeout: 300 * time.Second, TCPTimeout: 900 * time.Second, TCPFinTimeout: 120 * time.Second,
-					Check: DefaultCheck(), Line: line})
-				svc = &d.Services[len(d.Services)-1]
+				nsvc := NewService(args[0])
+				nsvc.Line = line
+				if skip {
+					scratch = nsvc // parsed for its errors, then dropped
+					svc = &scratch
+				} else {
+					d.Services = append(d.Services, nsvc)
+					svc = &d.Services[len(d.Services)-1]
+				}
 			case "}":
-				return nil, errf(line, "", "'}' without an open service")
+				errf("", "'}' without an open service")
 			default:
-				return nil, errf(line, key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns or service)")
 			}
 			continue
 		}
-		field := "service " + svc.Name + ": " + key
 		switch key {
 		case "}":
 			if len(args) != 0 {
-				return nil, errf(line, "", "unexpected text after '}'")
+				errf("", "unexpected text after '}'")
 			}
-			if err := validate(svc, name); err != nil {
-				return nil, err
-			}
-			svc = nil
+			svc, skip = nil, false
 		case "vip":
-			v, err := one()
-			if err != nil {
-				return nil, errf(line, field, "%v", err.(*Error).Msg)
+			v, ok := one()
+			if !ok {
+				continue
 			}
 			ap, err := netip.ParseAddrPort(v)
 			if err != nil || ap.Port() == 0 {
-				return nil, errf(line, field, "%q is not an address:port", v)
+				errf(field, "%q is not an address:port", v)
+				continue
 			}
 			svc.VIP = ap
 		case "protocol", "dataplane", "scheduler":
-			v, err := one()
-			if err != nil {
-				return nil, errf(line, field, "%v", err.(*Error).Msg)
+			v, ok := one()
+			if !ok {
+				continue
 			}
 			switch key {
 			case "protocol":
 				if v != "tcp" && v != "udp" {
-					return nil, errf(line, field, "%q: want tcp or udp", v)
+					errf(field, "%q: want tcp or udp", v)
+					continue
 				}
 				svc.Protocol = v
 			case "dataplane":
-				if v != "l4" && v != "l7" && v != "xdp" {
-					return nil, errf(line, field, "%q: want l4, l7 or xdp", v)
+				if !slices.Contains(sched.Dataplanes, v) {
+					errf(field, "%q: want %s", v, orList(sched.Dataplanes))
+					continue
 				}
 				svc.Dataplane = v
 			case "scheduler":
 				if _, err := sched.New(v); err != nil {
-					return nil, errf(line, field, "%v", err)
+					errf(field, "%v", err)
+					continue
 				}
 				svc.Scheduler = v
 			}
-		case "persistence", "udp-timeout", "tcp-timeout", "tcp-fin-timeout":
-			v, err := one()
-			if err != nil {
-				return nil, errf(line, field, "%v", err.(*Error).Msg)
+		case "persistence", "udp-timeout", "tcp-timeout", "tcp-fin-timeout", "inactive-timeout":
+			v, ok := one()
+			if !ok {
+				continue
 			}
 			dur, err := time.ParseDuration(v)
 			if err != nil || dur < 0 {
-				return nil, errf(line, field, "%q is not a duration (like 300s or 5m)", v)
+				errf(field, "%q is not a duration (like 300s or 5m)", v)
+				continue
 			}
 			switch key {
 			case "persistence":
@@ -269,100 +378,156 @@ func Parse(name string, b []byte) (*Director, error) {
 				svc.TCPTimeout = dur
 			case "tcp-fin-timeout":
 				svc.TCPFinTimeout = dur
+			case "inactive-timeout":
+				svc.InactiveTimeout = dur
 			}
+		case "pass-internal":
+			v, ok := one()
+			if !ok {
+				continue
+			}
+			if v != "on" && v != "off" {
+				errf(field, "%q: want on or off", v)
+				continue
+			}
+			svc.PassInternal = v == "on"
 		case "check":
 			c, err := parseCheck(args)
 			if err != nil {
-				return nil, errf(line, field, "%v", err)
+				errf(field, "%v", err)
+				continue
 			}
 			svc.Check = c
 		case "server":
 			if len(args) < 1 {
-				return nil, errf(line, field, "want: server ADDR:PORT [weight=N]")
+				errf(field, "want: server ADDR:PORT [weight=N]")
+				continue
 			}
 			ap, err := netip.ParseAddrPort(args[0])
 			if err != nil || ap.Port() == 0 {
-				return nil, errf(line, field, "%q is not an address:port", args[0])
+				errf(field, "%q is not an address:port", args[0])
+				continue
 			}
 			rs := RealServer{Addr: ap, Weight: 1, Line: line}
+			okOpts := true
 			for _, kv := range args[1:] {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok || k != "weight" {
-					return nil, errf(line, field, "unknown option %q (want weight=N)", kv)
+					errf(field, "unknown option %q (want weight=N)", kv)
+					okOpts = false
+					continue
 				}
 				w, err := strconv.Atoi(v)
 				if err != nil || w < 0 || w > 65535 {
-					return nil, errf(line, field+" weight", "%q: want 0..65535", v)
+					errf(field+" weight", "%q: want 0..65535", v)
+					okOpts = false
+					continue
 				}
 				rs.Weight = w
 			}
+			if !okOpts {
+				continue
+			}
+			dup := false
 			for _, o := range svc.Servers {
 				if o.Addr == ap {
-					return nil, errf(line, field, "%s already in the pool (line %d)", ap, o.Line)
+					errf(field, "%s already in the pool (line %d)", ap, o.Line)
+					dup = true
 				}
 			}
-			svc.Servers = append(svc.Servers, rs)
+			if !dup {
+				svc.Servers = append(svc.Servers, rs)
+			}
 		case "service":
-			return nil, errf(line, key, "service %q is not closed before this one", svc.Name)
+			errf(key, "service %q is not closed before this one", svc.Name)
 		default:
-			return nil, errf(line, field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, check, server)")
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server)")
 		}
 	}
 	if svc != nil {
-		return nil, errf(svc.Line, "service "+svc.Name, "not closed: missing '}'")
+		errs = append(errs, &Error{File: name, Line: svc.Line, Field: "service " + svc.Name, Msg: "not closed: missing '}'"})
+		bad[svc.Name+" *"] = true
 	}
+	return d, errs, bad
+}
+
+// NewService is a service with every field at its default.
+func NewService(name string) Service {
+	return Service{Name: name, Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc",
+		UDPTimeout: 300 * time.Second, TCPTimeout: 900 * time.Second, TCPFinTimeout: 120 * time.Second,
+		InactiveTimeout: DefaultInactiveTimeout, Check: DefaultCheck()}
+}
+
+// DefaultInactiveTimeout is how long a closed connection still counts as
+// inactive for lc/wlc (LVS keeps TIME_WAIT entries 2 minutes; a minute
+// is enough to spread a run of short connections and forgets sooner).
+const DefaultInactiveTimeout = 60 * time.Second
+
+func orList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
+}
+
+func validate(d *Director) []placed {
+	var out []placed
+	file := d.File
 	seen := map[string]*Service{}
 	for i := range d.Services {
 		s := &d.Services[i]
+		errf := func(line int, field, format string, a ...any) {
+			out = append(out, placed{&Error{File: file, Line: line, Field: "service " + s.Name + ": " + field, Msg: fmt.Sprintf(format, a...)}, s.Name, field})
+		}
+		if !s.VIP.IsValid() {
+			errf(s.Line, "vip", "missing")
+			continue
+		}
 		k := s.Protocol + " " + s.VIP.String()
 		if o := seen[k]; o != nil {
-			return nil, errf(s.Line, "service "+s.Name+": vip", "%s %s is also service %q's (line %d)", s.Protocol, s.VIP, o.Name, o.Line)
+			errf(s.Line, "vip", "%s %s is also service %q's (line %d)", s.Protocol, s.VIP, o.Name, o.Line)
+		} else {
+			seen[k] = s
 		}
-		seen[k] = s
-		if s.Dataplane == "xdp" && d.Interface == "" {
-			return nil, errf(s.Line, "service "+s.Name+": dataplane", "xdp needs the director's 'interface NAME' (the link to attach to)")
+		if s.Dataplane == "l7" && s.Protocol != "tcp" {
+			errf(s.Line, "dataplane", "l7 needs protocol tcp")
 		}
-	}
-	return d, nil
-}
-
-// xdpSchedulers are those internal/dataplane/xdp has in the kernel (its
-// HasScheduler); kept here so the configuration needs no BPF packages.
-var xdpSchedulers = map[string]bool{"rr": true, "wrr": true, "lc": true, "wlc": true, "sed": true, "nq": true, "sh": true, "mh": true}
-
-func validate(s *Service, file string) error {
-	errf := func(field, format string, a ...any) error {
-		return &Error{File: file, Line: s.Line, Field: "service " + s.Name + ": " + field, Msg: fmt.Sprintf(format, a...)}
-	}
-	if !s.VIP.IsValid() {
-		return errf("vip", "missing")
-	}
-	if s.Dataplane == "l7" && s.Protocol != "tcp" {
-		return errf("dataplane", "l7 needs protocol tcp")
-	}
-	if s.Dataplane == "xdp" {
-		if !xdpSchedulers[s.Scheduler] {
-			return errf("scheduler", "%s is not in the XDP dataplane (it has rr, wrr, lc, wlc, sed, nq, sh, mh)", s.Scheduler)
+		if err := sched.Supports(s.Scheduler, s.Dataplane); err != nil {
+			errf(s.Line, "scheduler", "%v", err)
 		}
-		if s.Persistence > 0 {
-			return errf("persistence", "not with dataplane xdp: use scheduler sh or mh to keep a client on its server")
+		if s.Dataplane == "xdp" {
+			if d.Interface == "" {
+				errf(s.Line, "dataplane", "xdp needs the director's 'interface NAME' (the link to attach to)")
+			}
+			if s.Persistence > 0 {
+				errf(s.Line, "persistence", "not with dataplane xdp: use scheduler sh or mh to keep a client on its server")
+			}
+			if len(s.Servers) > 64 {
+				errf(s.Line, "server", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
+			}
+			for _, r := range s.Servers {
+				if r.Addr.Port() != s.VIP.Port() {
+					errf(r.Line, "server", "%s: with dataplane xdp (direct routing) a server listens on the VIP's port %d; only MACs are rewritten", r.Addr, s.VIP.Port())
+				}
+			}
 		}
-		if len(s.Servers) > 64 {
-			return errf("server", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
+		if s.Protocol == "udp" && s.Check.Type == "http" {
+			errf(s.Line, "check", "an http check on a udp service")
 		}
-		for _, r := range s.Servers {
-			if r.Addr.Port() != s.VIP.Port() {
-				return &Error{File: file, Line: r.Line, Field: "service " + s.Name + ": server", Msg: fmt.Sprintf("%s: with dataplane xdp (direct routing) a server listens on the VIP's port %d; only MACs are rewritten", r.Addr, s.VIP.Port())}
+		if s.PassInternal && s.Dataplane != "l7" {
+			errf(s.Line, "pass-internal", "only the l7 dataplane looks at paths")
+		}
+		if p := s.Check.Port; p != 0 {
+			// The check's port is the node's admin port: clients' traffic
+			// must never go there.
+			for _, r := range s.Servers {
+				if int(r.Addr.Port()) == p {
+					errf(r.Line, "server", "%s: port %d is the check's port (the node's admin port), not one to serve clients on", r.Addr, p)
+				}
 			}
 		}
 	}
-	if s.Scheduler == "mwlc" && s.Dataplane != "l7" {
-		return errf("scheduler", "mwlc needs dataplane l7 (it schedules by the requested file's size)")
-	}
-	if s.Protocol == "udp" && (s.Check.Type == "http") {
-		return errf("check", "an http check on a udp service")
-	}
-	return nil
+	return out
 }
 
 func parseCheck(args []string) (Check, error) {
@@ -404,6 +569,10 @@ func parseCheck(args []string) (Check, error) {
 			} else {
 				c.Fall = n
 			}
+		case "port":
+			if c.Port, err = strconv.Atoi(v); err == nil && (c.Port < 1 || c.Port > 65535) {
+				err = fmt.Errorf("want 1..65535")
+			}
 		case "path":
 			if !strings.HasPrefix(v, "/") {
 				err = fmt.Errorf("must start with /")
@@ -418,7 +587,7 @@ func parseCheck(args []string) (Check, error) {
 		case "command":
 			c.Command = strings.Split(v, ",")
 		default:
-			return c, fmt.Errorf("unknown option %q", k)
+			return c, fmt.Errorf("unknown option %q (want interval, timeout, rise, fall, port, path, status, body-match, command)", k)
 		}
 		if err != nil {
 			return c, fmt.Errorf("%s %q: %v", k, v, err)
@@ -431,4 +600,52 @@ func parseCheck(args []string) (Check, error) {
 		return c, fmt.Errorf("timeout %v longer than interval %v", c.Timeout, c.Interval)
 	}
 	return c, nil
+}
+
+// Format writes a configuration back in the language, every field
+// explicit, so that Parse(Format(d)) gives d again (lines aside).
+func Format(d *Director) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "admin %s\n", d.Admin)
+	if d.Meta != "" {
+		fmt.Fprintf(&b, "meta %s\n", d.Meta)
+	}
+	fmt.Fprintf(&b, "docroot %s\n", d.Docroot)
+	if d.Interface != "" {
+		fmt.Fprintf(&b, "interface %s\n", d.Interface)
+	}
+	fmt.Fprintf(&b, "xdp-mode %s\nxdp-conns %d\n", d.XDPMode, d.XDPConns)
+	for _, s := range d.Services {
+		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
+		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
+		fmt.Fprintf(&b, "    persistence %v\n    udp-timeout %v\n    tcp-timeout %v\n    tcp-fin-timeout %v\n    inactive-timeout %v\n",
+			s.Persistence, s.UDPTimeout, s.TCPTimeout, s.TCPFinTimeout, s.InactiveTimeout)
+		if s.PassInternal {
+			b.WriteString("    pass-internal on\n")
+		}
+		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
+		for _, r := range s.Servers {
+			fmt.Fprintf(&b, "    server %s weight=%d\n", r.Addr, r.Weight)
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// FormatCheck is a check as its 'check' statement's arguments.
+func FormatCheck(c Check) string {
+	f := []string{c.Type}
+	if c.Type == "exec" {
+		f = append(f, "command="+strings.Join(c.Command, ","))
+	}
+	f = append(f, "path="+c.Path, fmt.Sprintf("status=%d", c.Status))
+	if c.BodyMatch != "" {
+		f = append(f, "body-match="+c.BodyMatch)
+	}
+	if c.Port != 0 {
+		f = append(f, fmt.Sprintf("port=%d", c.Port))
+	}
+	f = append(f, fmt.Sprintf("interval=%v", c.Interval), fmt.Sprintf("timeout=%v", c.Timeout),
+		fmt.Sprintf("rise=%d", c.Rise), fmt.Sprintf("fall=%d", c.Fall))
+	return strings.Join(f, " ")
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,10 @@ func TestErrorsNameTheirPlace(t *testing.T) {
 		{"xdp-mode turbo", "c:1: xdp-mode: \"turbo\": want auto, native or generic"},
 		{"xdp-conns 10", "c:1: xdp-conns: \"10\": want a number of flows"},
 		{svc(" tcp-timeout -1s"), "c:3: service s: tcp-timeout: \"-1s\" is not a duration"},
+		{svc(" check http port=9080\n server 10.0.0.1:9080"), "c:4: service s: server: 10.0.0.1:9080: port 9080 is the check's port"},
+		{svc(" check http port=0"), "c:3: service s: check: port \"0\": want 1..65535"},
+		{svc(" pass-internal on"), "c:1: service s: pass-internal: only the l7 dataplane looks at paths"},
+		{svc(" pass-internal yes"), "c:3: service s: pass-internal: \"yes\": want on or off"},
 		{"service a {\n vip 127.0.0.1:80\n}\nservice b {\n vip 127.0.0.1:80\n}\n", "c:4: service b: vip: tcp 127.0.0.1:80 is also service \"a\"'s (line 1)"},
 	}
 	for _, c := range cases {
@@ -87,7 +93,8 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Parse("fuzz", b)
 		if err != nil {
-			if _, ok := err.(*Error); !ok {
+			l, ok := err.(Errors)
+			if !ok || len(l) == 0 {
 				t.Fatalf("error without a place: %v", err)
 			}
 			return
@@ -98,4 +105,76 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEveryErrorAtOnce: a file with several mistakes gets them all, each
+// with its place, in line order.
+func TestEveryErrorAtOnce(t *testing.T) {
+	conf := "admin nope\nservice a {\n vip 127.0.0.1:80\n scheduler fastest\n server 10.0.0.1\n}\nservice b {\n vip 127.0.0.1:81\n dataplane l4\n scheduler mwlc\n}\nbogus\n"
+	_, err := Parse("c", []byte(conf))
+	var l Errors
+	if !errors.As(err, &l) {
+		t.Fatalf("got %v", err)
+	}
+	want := []string{
+		"c:1: admin: \"nope\" is not an address:port",
+		"c:4: service a: scheduler: unknown scheduler \"fastest\"",
+		"c:5: service a: server: \"10.0.0.1\" is not an address:port",
+		"c:7: service b: scheduler: mwlc needs dataplane l7",
+		"c:12: bogus: unknown statement",
+	}
+	if len(l) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%v", len(l), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(l[i].Error(), w) {
+			t.Errorf("error %d: %q, want %q...", i, l[i], w)
+		}
+	}
+}
+
+// TestNoKnockOnErrors: an error that only follows from another (a vip
+// "missing" after a bad vip line) is not reported.
+func TestNoKnockOnErrors(t *testing.T) {
+	_, err := Parse("c", []byte("service s {\n vip nowhere\n dataplane l8\n scheduler mwlc\n}\n"))
+	if l, ok := err.(Errors); !ok || len(l) != 2 {
+		t.Fatalf("want the vip and dataplane errors only, got:\n%v", err)
+	}
+}
+
+// TestFormatRoundTrip: Format writes what Parse reads back.
+func TestFormatRoundTrip(t *testing.T) {
+	d, err := Parse("d.conf", []byte(good+"service p {\n vip 127.0.0.1:81\n inactive-timeout 5s\n check http port=9080 path=/healthz body-match=ok\n server 10.0.0.1:80\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Services[2].Check; c.Port != 9080 || d.Services[2].InactiveTimeout != 5e9 {
+		t.Fatalf("check %+v", c)
+	}
+	again, err := Parse("d.conf", []byte(Format(d)))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, Format(d))
+	}
+	strip := func(d *Director) {
+		d.AdminLine = 0
+		for i := range d.Services {
+			d.Services[i].Line = 0
+			for j := range d.Services[i].Servers {
+				d.Services[i].Servers[j].Line = 0
+			}
+		}
+	}
+	strip(d)
+	strip(again)
+	if !reflect.DeepEqual(d, again) {
+		t.Fatalf("round trip:\n%+v\n%+v", d, again)
+	}
+	if err := Validate(d); err != nil {
+		t.Fatal(err)
+	}
+	d.Services[1].VIP = d.Services[0].VIP
+	d.Services[1].Protocol = "tcp"
+	if err := Validate(d); err == nil || !strings.Contains(err.Error(), "is also service") {
+		t.Fatalf("Validate of a duplicate VIP: %v", err)
+	}
 }

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
@@ -31,7 +34,10 @@ type ServiceStatus struct {
 	NewConns    int64  `json:"new_connections"`
 	Drops       int64  `json:"drops"`
 	// XDP holds the kernel dataplane's counters (dataplane xdp only).
-	XDP     *XDPCounters   `json:"xdp,omitempty"`
+	XDP *XDPCounters `json:"xdp,omitempty"`
+	// Rate: new connections and bytes per second over the last
+	// RateInterval (bytes summed over the servers).
+	Rate    Rate           `json:"rate"`
 	Servers []ServerStatus `json:"servers"`
 }
 
@@ -52,6 +58,7 @@ type ServerStatus struct {
 	BytesOut     int64  `json:"bytes_out"`
 	Pending      int64  `json:"pending_bytes"`
 	Packets      int64  `json:"packets,omitempty"` // xdp: frames forwarded to it
+	Rate         Rate   `json:"rate"`              // connections and bytes per second
 }
 
 // Status is the live table.
@@ -59,14 +66,16 @@ func (d *Director) Status() []ServiceStatus {
 	var out []ServiceStatus
 	for _, s := range *d.services.Load() {
 		cfg := s.cfg.Load()
+		s.expireConns(d.now())
 		st := ServiceStatus{Name: cfg.Name, VIP: cfg.VIP.String(), Protocol: cfg.Protocol, Dataplane: cfg.Dataplane,
-			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load(), XDP: s.xdp.Load()}
+			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load(), XDP: s.xdp.Load(),
+			Rate: d.rates.get(cfg.Name, "")}
 		s.mu.Lock()
 		for _, r := range s.reals {
 			ss := ServerStatus{Addr: r.addr, Weight: r.weight(), ConfigWeight: int(r.cfgWeight.Load()), Override: int(r.override.Load()),
 				Healthy: r.healthy.Load(), Active: r.active.Load(), Inactive: r.inactive.Load(), Connections: r.conns.Load(),
 				Requests: r.requests.Load(), Failed: r.failed.Load(), BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(), Pending: r.pending.Load(),
-				Packets: r.packets.Load()}
+				Packets: r.packets.Load(), Rate: d.rates.get(cfg.Name, r.addr)}
 			if r.checker != nil {
 				if _, err := r.checker.State(); err != nil {
 					ss.LastError = err.Error()
@@ -87,7 +96,7 @@ func (d *Director) Status() []ServiceStatus {
 func (d *Director) SetServer(service, addr, action string, w int) error {
 	s := (*d.services.Load())[service]
 	if s == nil {
-		return fmt.Errorf("no service %q", service)
+		return notFound(fmt.Sprintf("no service %q", service))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,17 +121,60 @@ func (d *Director) SetServer(service, addr, action string, w int) error {
 		d.pokeXDP()
 		return nil
 	}
-	return fmt.Errorf("service %q has no real server %s", service, addr)
+	return notFound(fmt.Sprintf("service %q has no real server %s", service, addr))
 }
 
-// Handler is the admin API: GET /api/services, POST
-// /api/services/NAME/servers/ADDR?action=weight&weight=N|drain|enable,
-// GET /metrics (Prometheus text), GET /healthz.
+// DirectorStatus is the director as a whole in the admin API.
+type DirectorStatus struct {
+	Reload *ReloadStatus `json:"reload"` // the last load of the configuration file
+}
+
+// ConnStatus is one entry of the connection table in the admin API.
+type ConnStatus struct {
+	Proto   string  `json:"proto"`
+	Service string  `json:"service"`
+	Client  string  `json:"client"`
+	VIP     string  `json:"vip"`
+	Real    string  `json:"real"`
+	State   string  `json:"state"`
+	Expires float64 `json:"expires_sec"` // seconds until the entry expires
+}
+
+// Handler is the admin API's routes: GET /api/services, GET /api/status, GET /api/conns,
+// POST /api/services/NAME/servers/ADDR?action=weight&weight=N|drain|enable,
+// PUT (add, ?weight=N) and DELETE (remove) on the same path, GET /metrics
+// (Prometheus text), GET /healthz. Run serves it behind Guard.
 func (d *Director) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/services", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(d.Status())
+	})
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(DirectorStatus{Reload: d.ReloadStatus()})
+	})
+	mux.HandleFunc("GET /api/conns", func(w http.ResponseWriter, r *http.Request) {
+		out := []ConnStatus{}
+		for _, c := range d.Conns() {
+			out = append(out, ConnStatus{Proto: c.Proto, Service: c.Service, Client: c.Client, VIP: c.VIP, Real: c.Real, State: c.State, Expires: c.Expires.Seconds()})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("PUT /api/services/{service}/servers/{addr}", func(w http.ResponseWriter, r *http.Request) {
+		wt := 1
+		if v := r.URL.Query().Get("weight"); v != "" {
+			var err error
+			if wt, err = strconv.Atoi(v); err != nil {
+				http.Error(w, "weight: not a number", http.StatusBadRequest)
+				return
+			}
+		}
+		apiResult(w, d.AddServer(r.PathValue("service"), r.PathValue("addr"), wt))
+	})
+	mux.HandleFunc("DELETE /api/services/{service}/servers/{addr}", func(w http.ResponseWriter, r *http.Request) {
+		apiResult(w, d.RemoveServer(r.PathValue("service"), r.PathValue("addr")))
 	})
 	mux.HandleFunc("POST /api/services/{service}/servers/{addr}", func(w http.ResponseWriter, r *http.Request) {
 		action := r.URL.Query().Get("action")
@@ -134,46 +186,79 @@ func (d *Director) Handler() http.Handler {
 				return
 			}
 		}
-		if err := d.SetServer(r.PathValue("service"), r.PathValue("addr"), action, wt); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+		apiResult(w, d.SetServer(r.PathValue("service"), r.PathValue("addr"), action, wt))
 	})
 	mux.Handle("GET /metrics", d.MetricsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	// Profiles, for finding where the director spends its time; the admin
-	// API listens on loopback only.
+	// Profiles, for finding where the director spends its time; behind
+	// Guard like the rest.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux
 }
 
+// apiResult answers a mutating call: 204, or the error as text with 404
+// for a service or server that does not exist and 400 otherwise.
+func apiResult(w http.ResponseWriter, err error) {
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusNoContent)
+	case errors.As(err, new(notFound)):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	default:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	}
+}
+
 // Run loads the configuration at path, serves it and the admin API until
 // ctx ends, and reloads on SIGHUP or when the file changes. A bad new
 // configuration is logged with its place and the running one stays.
-func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin string)) error {
+func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin string), opts ...RunOption) error {
 	stamp := fileStamp(path) // of the file as loaded: later changes reload
 	cfg, err := config.Load(path)
 	if err != nil {
 		return err
 	}
-	if ap, err := net.ResolveTCPAddr("tcp", cfg.Admin); err != nil || !ap.IP.IsLoopback() {
-		return fmt.Errorf("%s: admin %s: the admin API must listen on a loopback address", path, cfg.Admin)
+	var ro runOptions
+	for _, o := range opts {
+		o(&ro)
+	}
+	if ro.tokenFile == "" {
+		ro.tokenFile = DefaultTokenFile(path)
+	}
+	// Mutating calls always need the token; it is made before anything
+	// listens, so the API is never open. Off loopback reads need it too.
+	token, err := EnsureToken(ro.tokenFile)
+	if err != nil {
+		return err
+	}
+	loopback := netip.MustParseAddrPort(cfg.Admin).Addr().IsLoopback()
+	if log == nil {
+		log = slog.Default()
+	}
+	if !loopback {
+		log.Warn("admin API on a non-loopback address: every call needs the token", "admin", cfg.Admin, "token_file", ro.tokenFile)
 	}
 	d := New(log)
+	if ro.sizes != nil {
+		d.SetSizeSource(ro.sizes)
+	}
 	if err := d.Apply(cfg); err != nil {
 		d.Close()
 		return err
 	}
+	d.reload.Store(&ReloadStatus{Time: time.Now(), OK: true, File: path, Stamp: stamp})
 	defer d.Close()
 	ln, err := net.Listen("tcp", cfg.Admin)
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
-	admin := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: Guard(token, loopback, d.Handler()), ReadHeaderTimeout: 10 * time.Second}
 	go admin.Serve(ln)
 	defer admin.Close()
+	rctx, stopRates := context.WithCancel(ctx)
+	defer stopRates()
+	go d.sampleRates(rctx)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -199,70 +284,124 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 			}
 		}
 		stamp = fileStamp(path)
-		next, err := config.Load(path)
-		if err == nil && next.Admin != d.cfg.Load().Admin {
-			err = errors.New("admin address changes need a restart")
-		}
-		if err == nil {
-			err = d.Apply(next)
-		}
-		if err != nil {
-			log.Error("configuration rejected; the running one stays", "err", err)
-			continue
-		}
-		log.Info("configuration reloaded", "services", len(next.Services))
+		d.reloadFrom(path, stamp)
 	}
-}
-
-func fileStamp(path string) string {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	return fmt.Sprintf("%d/%d", fi.ModTime().UnixNano(), fi.Size())
 }
 
 // Client talks to a director's admin API (corral ctl).
 type Client struct {
-	Base string
-	HTTP *http.Client // nil: http.DefaultClient
+	Base  string
+	HTTP  *http.Client // nil: http.DefaultClient
+	Token string       // bearer token: needed for changes ("" sends none)
+	// TokenFile names where Token came from, or where it was looked for,
+	// in errors.
+	TokenFile string
 }
 
-func (c Client) do(req *http.Request) (*http.Response, error) {
-	if c.HTTP != nil {
-		return c.HTTP.Do(req)
-	}
-	return http.DefaultClient.Do(req)
+// APIError is a refusal from the admin API.
+type APIError struct {
+	Status int
+	Msg    string
 }
 
-func (c Client) Services(ctx context.Context) ([]ServiceStatus, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+"/api/services", nil)
-	resp, err := c.do(req)
+func (e *APIError) Error() string { return e.Msg }
+
+func (c Client) do(ctx context.Context, method, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.Base+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("%s: %s", c.Base, resp.Status)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	var out []ServiceStatus
-	return out, json.NewDecoder(resp.Body).Decode(&out)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the method and URL again
+		}
+		return nil, fmt.Errorf("director admin API at %s: %w (is the director running there? --admin)", strings.TrimPrefix(c.Base, "http://"), err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	msg := strings.TrimSpace(string(b))
+	if resp.StatusCode == http.StatusUnauthorized {
+		switch {
+		case c.Token == "" && c.TokenFile != "":
+			msg = fmt.Sprintf("401: the director wants its admin token and %s has none: pass --token-file (the director writes %s beside its configuration)", c.TokenFile, TokenFileName)
+		case c.Token == "":
+			msg = fmt.Sprintf("401: the director wants its admin token: pass --token-file (the director writes %s beside its configuration)", TokenFileName)
+		default:
+			msg = fmt.Sprintf("401: the director refused the admin token from %s: pass --token-file with the director's %s", c.TokenFile, TokenFileName)
+		}
+	} else if msg == "" {
+		msg = resp.Status
+	}
+	return nil, &APIError{Status: resp.StatusCode, Msg: msg}
 }
 
-func (c Client) SetServer(ctx context.Context, service, addr, action string, w int) error {
-	u := fmt.Sprintf("%s/api/services/%s/servers/%s?action=%s&weight=%d", c.Base, service, addr, action, w)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	resp, err := c.do(req)
+func getJSON[T any](ctx context.Context, c Client, path string) (T, error) {
+	var out T
+	resp, err := c.do(ctx, http.MethodGet, path)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("director admin API at %s%s: %w", c.Base, path, err)
+	}
+	return out, nil
+}
+
+// Services is the live table.
+func (c Client) Services(ctx context.Context) ([]ServiceStatus, error) {
+	return getJSON[[]ServiceStatus](ctx, c, "/api/services")
+}
+
+// Status is the director's own state (GET /api/status).
+func (c Client) Status(ctx context.Context) (*DirectorStatus, error) {
+	st, err := getJSON[DirectorStatus](ctx, c, "/api/status")
+	return &st, err
+}
+
+// Conns is the connection table.
+func (c Client) Conns(ctx context.Context) ([]ConnStatus, error) {
+	return getJSON[[]ConnStatus](ctx, c, "/api/conns")
+}
+
+func (c Client) change(ctx context.Context, method, path string) error {
+	resp, err := c.do(ctx, method, path)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		var b strings.Builder
-		buf := make([]byte, 512)
-		n, _ := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		return errors.New(strings.TrimSpace(b.String()))
-	}
+	resp.Body.Close()
 	return nil
+}
+
+func serverPath(service, addr string) string {
+	return "/api/services/" + url.PathEscape(service) + "/servers/" + url.PathEscape(addr)
+}
+
+// SetServer changes a real server's weight: action weight (with w), drain
+// or enable.
+func (c Client) SetServer(ctx context.Context, service, addr, action string, w int) error {
+	q := url.Values{"action": {action}, "weight": {strconv.Itoa(w)}}
+	return c.change(ctx, http.MethodPost, serverPath(service, addr)+"?"+q.Encode())
+}
+
+// AddServer adds a real server to a running service.
+func (c Client) AddServer(ctx context.Context, service, addr string, w int) error {
+	return c.change(ctx, http.MethodPut, serverPath(service, addr)+"?weight="+strconv.Itoa(w))
+}
+
+// RemoveServer removes a real server from a running service.
+func (c Client) RemoveServer(ctx context.Context, service, addr string) error {
+	return c.change(ctx, http.MethodDelete, serverPath(service, addr))
 }

@@ -14,13 +14,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/health"
-	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -32,14 +32,36 @@ type Director struct {
 	cfg      atomic.Pointer[config.Director]
 	services atomic.Pointer[map[string]*service]
 
-	fsMu  sync.Mutex
-	fs    *client.Client // for request sizes (mwlc), nil without meta
-	sizes sizeCache
+	// openSizes opens a SizeSource for a meta address (set by the command,
+	// which knows the file-system client); nil: sizes unknown.
+	openSizes func(meta string) SizeSource
+	fsMu      sync.Mutex
+	fs        SizeSource // for request sizes (mwlc), nil without meta
+	fsMeta    string
+	sizes     sizeCache
+
+	reload atomic.Pointer[ReloadStatus]
+
+	// now is the clock of the connection tables (tests move it).
+	now func() time.Time
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
 
-	metrics *metrics // /metrics: reads the counters above at scrape time
+	rates   rates      // admin API: counters per second (rates.go)
+	runtime sync.Mutex // serialises ctl add/remove (runtime.go)
+	metrics *metrics   // /metrics: reads the counters above at scrape time
 }
+
+// SizeSource tells the size of a file in the shared file system: mwlc
+// schedules a request by the bytes it will send.
+type SizeSource interface {
+	Size(ctx context.Context, path string) (int64, error)
+	Close()
+}
+
+// SetSizeSource sets how the director opens a SizeSource for the
+// configuration's meta address; call it before the first Apply.
+func (d *Director) SetSizeSource(open func(meta string) SizeSource) { d.openSizes = open }
 
 // pokeXDP gets a health or weight change into the kernel now.
 func (d *Director) pokeXDP() {
@@ -53,7 +75,7 @@ func New(log *slog.Logger) *Director {
 	if log == nil {
 		log = slog.Default()
 	}
-	d := &Director{log: log}
+	d := &Director{log: log, now: time.Now}
 	d.metrics = newMetrics(d)
 	m := map[string]*service{}
 	d.services.Store(&m)
@@ -104,6 +126,8 @@ type service struct {
 	reals   []*real
 	persist map[netip.Addr]*persistEntry
 
+	table connTable
+
 	newConns, drops atomic.Int64
 	xdp             atomic.Pointer[XDPCounters] // dataplane xdp: kernel counters
 	plane           dataplane
@@ -115,64 +139,140 @@ type dataplane interface {
 	close()
 }
 
-// Apply makes cfg the running configuration. Services are matched by name;
-// a service whose VIP, protocol and dataplane are unchanged is updated in
-// place, so its established connections are untouched; its real servers are
-// matched by address and keep their counters and health.
+// Apply makes cfg the running configuration, or changes nothing and says
+// why. Services are matched by name: a service whose VIP, protocol and
+// dataplane are unchanged is updated in place, so its established
+// connections are untouched; its real servers are matched by address and
+// keep their counters and health.
+//
+// The new state is built aside first: the configuration is validated, new
+// services' schedulers made and their VIPs bound. A new service whose VIP
+// an outgoing one holds takes it over only then, and the outgoing one is
+// started again if that fails. Only when everything stands is the new
+// service map swapped in; the running map is never written, as the admin
+// API reads it concurrently.
 func (d *Director) Apply(cfg *config.Director) error {
+	if err := config.Validate(cfg); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := *d.services.Load()
-	next := map[string]*service{}
-	var started []*service
-	fail := func(err error) error {
-		for _, s := range started {
-			s.stop()
+
+	// Plan: which services stay (updated in place), which are new, which go.
+	stay := map[string]*service{}
+	scheds := map[string]sched.Scheduler{} // new schedulers of staying services
+	var fresh []*service
+	for i := range cfg.Services {
+		sc := &cfg.Services[i]
+		if s, ok := old[sc.Name]; ok && sameShape(s.cfg.Load(), sc) {
+			stay[sc.Name] = s
+			if s.cfg.Load().Scheduler != sc.Scheduler {
+				sch, err := sched.New(sc.Scheduler)
+				if err != nil {
+					return fmt.Errorf("service %s: %w", sc.Name, err)
+				}
+				scheds[sc.Name] = sch
+			}
+			continue
 		}
-		d.settleXDP(*d.services.Load())
-		return err
+		sch, err := sched.New(sc.Scheduler)
+		if err != nil {
+			return fmt.Errorf("service %s: %w", sc.Name, err)
+		}
+		s := &service{d: d, persist: map[netip.Addr]*persistEntry{}, sched: sch}
+		s.mu.Lock()
+		s.updateLocked(sc) // its pool and health checks; undone by stop
+		s.mu.Unlock()
+		fresh = append(fresh, s)
+	}
+	var going []*service
+	for name, s := range old {
+		if stay[name] == nil {
+			going = append(going, s)
+		}
 	}
 	if err := d.prepareXDP(cfg); err != nil {
 		return err
 	}
-	// Services that change shape free their VIP first.
-	for name, s := range old {
-		nc := findService(cfg, name)
-		if nc == nil || !sameShape(s.cfg.Load(), nc) {
+
+	// Start the new services' dataplanes. One whose VIP an outgoing
+	// service holds waits for the second round.
+	var started, later []*service
+	var paused []*service // outgoing services whose dataplanes were closed
+	undo := func(err error) error {
+		for _, s := range started {
 			s.stop()
-			delete(old, name)
 		}
-	}
-	for i := range cfg.Services {
-		sc := &cfg.Services[i]
-		if s, ok := old[sc.Name]; ok {
-			if err := s.update(sc); err != nil {
-				return fail(err)
+		for _, s := range paused {
+			if e := s.start(); e != nil {
+				d.log.Error("restarting a service after a rejected configuration", "service", s.cfg.Load().Name, "err", e)
 			}
-			next[sc.Name] = s
+		}
+		d.settleXDP(old)
+		return err
+	}
+	holder := func(s *service) *service {
+		c := s.cfg.Load()
+		for _, o := range going {
+			oc := o.cfg.Load()
+			if oc.VIP == c.VIP && oc.Protocol == c.Protocol {
+				return o
+			}
+		}
+		return nil
+	}
+	for _, s := range fresh {
+		if holder(s) != nil {
+			later = append(later, s)
 			continue
 		}
-		s := &service{d: d, persist: map[netip.Addr]*persistEntry{}}
-		if err := s.update(sc); err != nil {
-			return fail(err)
-		}
 		if err := s.start(); err != nil {
-			s.stopChecks()
-			return fail(fmt.Errorf("service %s: %w", sc.Name, err))
+			return undo(fmt.Errorf("service %s: %w", s.cfg.Load().Name, err))
 		}
 		started = append(started, s)
-		next[sc.Name] = s
+	}
+	for _, s := range later {
+		if o := holder(s); o != nil && !slices.Contains(paused, o) {
+			o.closePlane()
+			paused = append(paused, o)
+		}
+		if err := s.start(); err != nil {
+			return undo(fmt.Errorf("service %s: %w", s.cfg.Load().Name, err))
+		}
+		started = append(started, s)
+	}
+
+	// Everything stands: commit.
+	next := map[string]*service{}
+	for _, s := range started {
+		next[s.cfg.Load().Name] = s
+	}
+	for name, s := range stay {
+		s.mu.Lock()
+		if sch := scheds[name]; sch != nil {
+			s.sched = sch
+		}
+		s.updateLocked(findService(cfg, name))
+		s.mu.Unlock()
+		next[name] = s
 	}
 	d.cfg.Store(cfg)
 	d.services.Store(&next)
+	for _, s := range going {
+		if !slices.Contains(paused, s) {
+			s.closePlane()
+		}
+		s.stopChecks()
+	}
 	d.settleXDP(next)
 	d.fsMu.Lock()
-	if d.fs != nil && (cfg.Meta == "" || d.fs.Meta() != cfg.Meta) {
+	if d.fs != nil && d.fsMeta != cfg.Meta {
 		d.fs.Close()
-		d.fs = nil
+		d.fs, d.fsMeta = nil, ""
 	}
-	if d.fs == nil && cfg.Meta != "" {
-		d.fs = client.New(cfg.Meta)
+	if d.fs == nil && cfg.Meta != "" && d.openSizes != nil {
+		d.fs, d.fsMeta = d.openSizes(cfg.Meta), cfg.Meta
 	}
 	d.fsMu.Unlock()
 	return nil
@@ -247,18 +347,10 @@ func sameShape(a, b *config.Service) bool {
 	return a.VIP == b.VIP && a.Protocol == b.Protocol && a.Dataplane == b.Dataplane
 }
 
-// update applies a service's configuration to its pool.
-func (s *service) update(sc *config.Service) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	prev := s.cfg.Load()
-	if prev == nil || prev.Scheduler != sc.Scheduler {
-		sch, err := sched.New(sc.Scheduler)
-		if err != nil {
-			return err
-		}
-		s.sched = sch
-	}
+// updateLocked applies a service's configuration to its pool (s.mu held):
+// servers are matched by address and keep their counters and health; a
+// server whose check changed gets a new checker.
+func (s *service) updateLocked(sc *config.Service) {
 	s.cfg.Store(sc) // before the checks start: they log the service's name
 	byAddr := map[string]*real{}
 	for _, r := range s.reals {
@@ -285,10 +377,12 @@ func (s *service) update(sc *config.Service) error {
 		reals = append(reals, r)
 	}
 	for _, r := range byAddr { // removed from the pool: their connections go on
-		r.checker.Stop()
+		if r.checker != nil {
+			r.checker.Stop()
+			r.checker = nil
+		}
 	}
 	s.reals = reals
-	return nil
 }
 
 func (s *service) startCheck(r *real) {
@@ -298,7 +392,7 @@ func (s *service) startCheck(r *real) {
 		name = svc.Name
 	}
 	r.healthy.Store(true)
-	r.checker = &health.Checker{Check: r.check, Addr: r.addr, OnChange: func(up bool, err error) {
+	r.checker = &health.Checker{Check: health.Check(r.check), Addr: r.addr, OnChange: func(up bool, err error) {
 		r.healthy.Store(up)
 		s.d.pokeXDP()
 		if up {
@@ -322,10 +416,16 @@ func (s *service) stopChecks() {
 }
 
 func (s *service) stop() {
+	s.closePlane()
+	s.stopChecks()
+}
+
+// closePlane stops the dataplane accepting; start opens it again.
+func (s *service) closePlane() {
 	if s.plane != nil {
 		s.plane.close()
+		s.plane = nil
 	}
-	s.stopChecks()
 }
 
 func (s *service) start() error {
@@ -357,7 +457,8 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 	cfg := s.cfg.Load()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.d.now()
+	s.expireConns(now)
 	if cfg.Persistence > 0 {
 		if e := s.persist[src]; e != nil && (e.conns > 0 || now.Before(e.until)) && e.r.weight() > 0 && !exclude[e.r] && s.inPool(e.r) {
 			e.conns++
@@ -410,7 +511,7 @@ func (s *service) done(src netip.Addr) {
 	s.mu.Lock()
 	if e := s.persist[src]; e != nil && e.conns > 0 {
 		e.conns--
-		e.until = time.Now().Add(cfg.Persistence)
+		e.until = s.d.now().Add(cfg.Persistence)
 	}
 	s.mu.Unlock()
 }
@@ -421,55 +522,4 @@ func (s *service) expirePersist(now time.Time) {
 			delete(s.persist, k)
 		}
 	}
-}
-
-// fileSize returns the size of a file in the file system (cached), or 0
-// when unknown.
-func (d *Director) fileSize(ctx context.Context, p string) int64 {
-	d.fsMu.Lock()
-	fs := d.fs
-	d.fsMu.Unlock()
-	if fs == nil {
-		return 0
-	}
-	return d.sizes.get(p, func() int64 {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		a, err := fs.Stat(ctx, p)
-		if err != nil {
-			return 0
-		}
-		return int64(a.Size)
-	})
-}
-
-// sizeCache remembers file sizes for a while: web content changes rarely
-// and asking meta per request would double its load.
-type sizeCache struct {
-	mu sync.Mutex
-	m  map[string]sizeEntry
-}
-
-type sizeEntry struct {
-	size int64
-	at   time.Time
-}
-
-const sizeTTL = 10 * time.Second
-
-func (c *sizeCache) get(k string, load func() int64) int64 {
-	c.mu.Lock()
-	e, ok := c.m[k]
-	c.mu.Unlock()
-	if ok && time.Since(e.at) < sizeTTL {
-		return e.size
-	}
-	v := load()
-	c.mu.Lock()
-	if c.m == nil || len(c.m) > 50000 {
-		c.m = map[string]sizeEntry{}
-	}
-	c.m[k] = sizeEntry{v, time.Now()}
-	c.mu.Unlock()
-	return v
 }

@@ -107,6 +107,9 @@ func TestUDPFlows(t *testing.T) {
 	if st.Servers[0].Active+st.Servers[1].Active != 2 {
 		t.Fatalf("active flows %+v", st.Servers)
 	}
+	if cs := d.Conns(); len(cs) != 2 || cs[0].State != "UDP" || cs[0].Proto != "UDP" || cs[0].Expires <= 0 || cs[0].Expires > time.Second {
+		t.Fatalf("connection table %+v", cs)
+	}
 	// Idle flows end after udp-timeout.
 	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {

@@ -39,7 +39,13 @@ func cluster(t *testing.T, dataplane, scheduler string) *launch.Cluster {
 	return c
 }
 
-func admin(c *launch.Cluster) Client { return Client{Base: "http://" + c.Cfg.Admin} }
+// admin is a client of the cluster's director with its token (written
+// beside the configuration on the director's first start).
+func admin(c *launch.Cluster) Client {
+	tf := DefaultTokenFile(c.ConfPath)
+	tok, _ := LoadToken(tf)
+	return Client{Base: "http://" + c.Cfg.Admin, Token: tok, TokenFile: tf}
+}
 
 func status(t *testing.T, c *launch.Cluster) map[string]ServerStatus {
 	t.Helper()

@@ -80,7 +80,9 @@ func (p *tcpProxy) handle(c *net.TCPConn) {
 			continue
 		}
 		r.conns.Add(1)
-		splice(c, up.(*net.TCPConn), r)
+		cn := p.s.track(srcAddr(c.RemoteAddr()), r, "TCP", "ESTABLISHED")
+		splice(c, up.(*net.TCPConn), r, func() { p.s.setState(cn, "FIN_WAIT", time.Time{}) })
+		p.s.untrack(cn, "TIME_WAIT") // counts as inactive a while yet (lc, wlc)
 		p.s.done(src)
 		return
 	}
@@ -88,13 +90,14 @@ func (p *tcpProxy) handle(c *net.TCPConn) {
 
 // splice moves bytes both ways until both directions have ended. The
 // connection counts as active until either side half-closes, then as
-// inactive until both have (LVS's states, roughly).
-func splice(c, up *net.TCPConn, r *real) {
+// inactive until both have (LVS's states, roughly); half is called then.
+func splice(c, up *net.TCPConn, r *real, half func()) {
 	var once sync.Once
 	halfDone := func() {
 		once.Do(func() {
 			r.active.Add(-1)
 			r.inactive.Add(1)
+			half()
 		})
 	}
 	var wg sync.WaitGroup
@@ -131,6 +134,7 @@ type udpProxy struct {
 type udpFlow struct {
 	up   *net.UDPConn
 	r    *real
+	c    *conn
 	last time.Time
 }
 
@@ -197,6 +201,8 @@ func (p *udpProxy) open(src netip.AddrPort) *udpFlow {
 		return nil
 	}
 	f := &udpFlow{up: up, r: r, last: time.Now()}
+	f.c = p.s.track(src, r, "UDP", "UDP")
+	p.s.setState(f.c, "UDP", f.last.Add(p.s.cfg.Load().UDPTimeout))
 	r.conns.Add(1)
 	p.mu.Lock()
 	p.fl[src] = f
@@ -225,6 +231,7 @@ func (p *udpProxy) open(src netip.AddrPort) *udpFlow {
 func (p *udpProxy) end(k netip.AddrPort, f *udpFlow) {
 	f.up.Close()
 	f.r.active.Add(-1)
+	p.s.untrack(f.c, "")
 	delete(p.fl, k)
 	p.s.done(k.Addr())
 }
@@ -244,6 +251,8 @@ func (p *udpProxy) expire() {
 		for k, f := range p.fl {
 			if time.Since(f.last) > timeout {
 				p.end(k, f)
+			} else {
+				p.s.setState(f.c, "UDP", f.last.Add(timeout))
 			}
 		}
 		p.mu.Unlock()

@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/vhost"
@@ -61,45 +63,52 @@ func (p *httpProxy) close() {
 // Hop-by-hop headers are not forwarded (RFC 9110 7.6.1).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// internalPaths are a node's own endpoints. Nodes serve them on their
+// admin port, but an older node, or another real server, may answer them
+// on its content port: the proxy does not pass them from clients unless the
+// service says pass-internal on.
+var internalPaths = []string{"/load", "/healthz", "/metrics"}
+
 func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer p.s.d.metrics.observeRequest(p.s, time.Now())
-	src := srcAddr(stringAddr(req.RemoteAddr)).Addr()
+	src := srcAddr(stringAddr(req.RemoteAddr))
+	cfg := p.s.cfg.Load()
+	if req.Host == "" {
+		// As the node does: with no Host there is no virtual domain.
+		http.Error(w, "400 bad request: missing Host", http.StatusBadRequest)
+		return
+	}
+	if !cfg.PassInternal && slices.Contains(internalPaths, req.URL.Path) {
+		http.NotFound(w, req)
+		return
+	}
 	retry, file := classify(req, p.s.d.cfg.Load().Docroot)
 	var size int64
-	if file != "" && p.s.cfg.Load().Scheduler == "mwlc" {
+	if file != "" && cfg.Scheduler == "mwlc" {
 		size = p.s.d.fileSize(req.Context(), file)
 	}
 	tried := map[*real]bool{}
 	for {
-		r, err := p.s.pick(src, size, tried)
+		r, err := p.s.pick(src.Addr(), size, tried)
 		if err != nil {
 			http.Error(w, "503 no server available", http.StatusServiceUnavailable)
 			return
 		}
-		out := req.Clone(req.Context())
-		out.URL.Scheme, out.URL.Host = "http", r.addr
-		out.RequestURI = ""
-		out.Host = req.Host
-		for _, h := range hopHeaders {
-			out.Header.Del(h)
-		}
-		if c := req.Header.Get("Connection"); c != "" {
-			for _, f := range strings.Split(c, ",") {
-				out.Header.Del(strings.TrimSpace(f))
-			}
-		}
-		if ip := src.String(); src.IsValid() {
-			if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-				ip = strings.Join(prior, ", ") + ", " + ip
-			}
-			out.Header.Set("X-Forwarded-For", ip)
+		cn := p.s.track(src, r, "TCP", "ESTABLISHED")
+		out := outgoing(req, r, src.Addr())
+		body := &countingBody{ReadCloser: out.Body}
+		if out.Body != nil && out.Body != http.NoBody {
+			out.Body = body
 		}
 		resp, err := p.tr.RoundTrip(out)
+		counted := body.n.Load()
+		r.bytesIn.Add(headerBytes(out) + counted)
 		if err != nil {
 			r.active.Add(-1)
 			r.pending.Add(-size)
 			r.failed.Add(1)
-			p.s.done(src)
+			p.s.untrack(cn, "")
+			p.s.done(src.Addr())
 			if retry && req.Context().Err() == nil {
 				tried[r] = true
 				continue // nothing reached the client yet: try another node
@@ -109,11 +118,62 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.requests.Add(1)
 		r.conns.Add(1)
-		p.relay(w, req, resp, r, size, src, tried)
-		r.active.Add(-1)
-		p.s.done(src)
+		last := p.relay(w, req, resp, r, size, src.Addr(), tried, cn)
+		r.bytesIn.Add(body.n.Load() - counted) // body the node read after answering
+		last.active.Add(-1)
+		p.s.untrack(cn, "CLOSED") // counts as inactive a while yet (lc, wlc)
+		p.s.done(src.Addr())
 		return
 	}
+}
+
+// outgoing is req as it goes to real server r: hop-by-hop headers
+// dropped, the client's address appended to X-Forwarded-For. Every
+// request the proxy sends for a client (a retry, a resume) is made here.
+func outgoing(req *http.Request, r *real, src netip.Addr) *http.Request {
+	out := req.Clone(req.Context())
+	out.URL.Scheme, out.URL.Host = "http", r.addr
+	out.RequestURI = ""
+	out.Host = req.Host
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	if c := req.Header.Get("Connection"); c != "" {
+		for _, f := range strings.Split(c, ",") {
+			out.Header.Del(strings.TrimSpace(f))
+		}
+	}
+	if src.IsValid() {
+		ip := src.String()
+		if prior := req.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	return out
+}
+
+// headerBytes is the size of a request's line and header as sent.
+func headerBytes(r *http.Request) int64 {
+	n := len(r.Method) + 1 + len(r.URL.RequestURI()) + len(" HTTP/1.1\r\n") + len("Host: \r\n") + len(r.Host) + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return int64(n)
+}
+
+// countingBody counts a request body's bytes as the node reads them.
+type countingBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 // relay copies a node's response to the client, lowering the node's
@@ -121,7 +181,11 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // body, the rest is fetched from another node with a Range request bound to
 // the same ETag (every node serves the same file from the shared file
 // system), so the client still gets the whole, identical body.
-func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.Response, r *real, size int64, src netip.Addr, tried map[*real]bool) {
+//
+// r comes counted as active with size pending; relay returns the server
+// that is counted active when it ends (the one that sent the last bytes),
+// with no pending bytes left charged to any.
+func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.Response, r *real, size int64, src netip.Addr, tried map[*real]bool, cn *conn) *real {
 	for _, h := range hopHeaders {
 		resp.Header.Del(h)
 	}
@@ -132,9 +196,10 @@ func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.R
 	resumable := req.Method == http.MethodGet && resp.StatusCode == http.StatusOK && resp.ContentLength > 0 &&
 		resp.Header.Get("ETag") != "" && req.Header.Get("Range") == ""
 	etag, total := resp.Header.Get("ETag"), resp.ContentLength
+	left := size // pending bytes charged to r
 	var sent int64
 	for {
-		n, err := p.copyBody(w, resp.Body, r, &size)
+		n, err := p.copyBody(w, resp.Body, r, &left)
 		resp.Body.Close()
 		sent += n
 		if err == nil || !resumable || sent >= total || req.Context().Err() != nil {
@@ -150,10 +215,17 @@ func (p *httpProxy) relay(w http.ResponseWriter, req *http.Request, resp *http.R
 		if nresp == nil {
 			break // the client sees a short body, as with any proxy
 		}
+		// The rest is next's to send: move the flow and what it still
+		// owes from r to next (resume's pick counted next active).
 		r.active.Add(-1)
-		r, resp = next, nresp // resume's pick counted it active
+		r.pending.Add(-left)
+		next.pending.Add(left)
+		p.s.moveConn(cn, next)
+		next.requests.Add(1)
+		r, resp = next, nresp
 	}
-	r.pending.Add(-size)
+	r.pending.Add(-left)
+	return r
 }
 
 // copyBody streams a body to the client; *left counts down the pending
@@ -183,21 +255,19 @@ func (p *httpProxy) copyBody(w http.ResponseWriter, body io.Reader, r *real, lef
 	}
 }
 
-// resume asks another node for bytes [from, total) of the same entity.
+// resume asks another node for bytes [from, total) of the same entity. The
+// server it returns is counted active (by pick).
 func (p *httpProxy) resume(req *http.Request, src netip.Addr, tried map[*real]bool, etag string, from, total int64) (*real, *http.Response) {
 	for {
 		r, err := p.s.pick(src, 0, tried)
 		if err != nil {
 			return nil, nil
 		}
-		out := req.Clone(req.Context())
-		out.URL.Scheme, out.URL.Host, out.RequestURI, out.Host = "http", r.addr, "", req.Host
-		for _, h := range hopHeaders {
-			out.Header.Del(h)
-		}
+		out := outgoing(req, r, src)
 		out.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
 		out.Header.Set("If-Range", etag)
 		resp, err := p.tr.RoundTrip(out)
+		r.bytesIn.Add(headerBytes(out))
 		p.s.done(src)
 		if err == nil && resp.StatusCode == http.StatusPartialContent && resp.Header.Get("ETag") == etag &&
 			strings.HasPrefix(resp.Header.Get("Content-Range"), "bytes "+strconv.FormatInt(from, 10)+"-") {

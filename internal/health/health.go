@@ -10,17 +10,45 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/corral-cluster/corral/internal/config"
 )
 
-// Probe performs one check of addr.
-func Probe(ctx context.Context, c config.Check, addr string) error {
+// Check is what to probe and how often. Its fields are config.Check's, in
+// the same order, so the director converts one to the other; health does
+// not depend on the configuration language.
+type Check struct {
+	Type      string   // tcp, http, exec or none
+	Path      string   // http: request path
+	Status    int      // http: expected status
+	BodyMatch string   // http: substring the body must contain
+	Command   []string // exec: program and arguments; the address is appended
+	Interval  time.Duration
+	Timeout   time.Duration
+	Port      int // if set, probe this port of the server's address
+	Rise      int // successes in a row that bring a server back
+	Fall      int // failures in a row that take it out
+}
+
+// Target is the address a check probes: addr, or its host on c.Port.
+func Target(c Check, addr string) string {
+	if c.Port == 0 {
+		return addr
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(c.Port))
+}
+
+// Probe performs one check of addr (on c.Port, if set).
+func Probe(ctx context.Context, c Check, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	addr = Target(c, addr)
 	switch c.Type {
 	case "none":
 		return nil
@@ -62,12 +90,35 @@ func Probe(ctx context.Context, c config.Check, addr string) error {
 
 var probeClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
+// Clock makes the tickers a Checker waits on; tests drive their own
+// instead of sleeping.
+type Clock interface {
+	NewTicker(d time.Duration) Ticker
+}
+
+// Ticker is time.Ticker's interface.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+type realClock struct{}
+
+type realTicker struct{ *time.Ticker }
+
+func (realClock) NewTicker(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
+func (t realTicker) C() <-chan time.Time           { return t.Ticker.C }
+
 // Checker checks one server at an interval and reports changes of state.
 type Checker struct {
-	Check config.Check
+	Check Check
 	Addr  string
 	// OnChange is called with the new state and the last probe's error.
 	OnChange func(up bool, err error)
+	// Clock paces the probes (nil: real time); Probe performs one (nil:
+	// the package's Probe).
+	Clock Clock
+	Probe func(ctx context.Context, c Check, addr string) error
 
 	mu      sync.Mutex
 	up      bool
@@ -103,13 +154,20 @@ func (c *Checker) loop() {
 		<-c.stop
 		return
 	}
-	t := time.NewTicker(c.Check.Interval)
+	clock, probe := c.Clock, c.Probe
+	if clock == nil {
+		clock = realClock{}
+	}
+	if probe == nil {
+		probe = Probe
+	}
+	t := clock.NewTicker(c.Check.Interval)
 	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { <-c.stop; cancel() }()
 	for {
-		err := Probe(ctx, c.Check, c.Addr)
+		err := probe(ctx, c.Check, c.Addr)
 		if ctx.Err() != nil {
 			return
 		}
@@ -117,7 +175,7 @@ func (c *Checker) loop() {
 		select {
 		case <-c.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -6,15 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
-
-	"github.com/corral-cluster/corral/internal/config"
 )
 
 func TestRiseFall(t *testing.T) {
 	var changes []bool
-	c := &Checker{Check: config.Check{Rise: 2, Fall: 3}, OnChange: func(up bool, _ error) { changes = append(changes, up) }}
+	c := &Checker{Check: Check{Rise: 2, Fall: 3}, OnChange: func(up bool, _ error) { changes = append(changes, up) }}
 	c.up = true
 	fail, ok := errors.New("x"), error(nil)
 	for _, e := range []error{fail, fail, ok, fail, fail, fail, fail, ok, fail, ok, ok, ok} {
@@ -39,10 +38,10 @@ func TestProbes(t *testing.T) {
 	dead := l.Addr().String()
 	l.Close()
 	ctx := context.Background()
-	c := config.DefaultCheck()
+	c := Check{Type: "tcp", Status: 200, Path: "/healthz", Interval: 2 * time.Second, Rise: 2, Fall: 3}
 	c.Timeout = time.Second
 	cases := []struct {
-		check config.Check
+		check Check
 		addr  string
 		ok    bool
 	}{
@@ -51,9 +50,11 @@ func TestProbes(t *testing.T) {
 		{with(c, "http", ""), addr, true},
 		{with(c, "http", "all ok"), addr, true},
 		{with(c, "http", "nope"), addr, false},
-		{func() config.Check { x := with(c, "http", ""); x.Path = "/missing"; return x }(), addr, false},
-		{func() config.Check { x := with(c, "exec", ""); x.Command = []string{"true"}; return x }(), addr, true},
-		{func() config.Check { x := with(c, "exec", ""); x.Command = []string{"false"}; return x }(), addr, false},
+		{func() Check { x := with(c, "http", ""); x.Path = "/missing"; return x }(), addr, false},
+		{func() Check { x := with(c, "exec", ""); x.Command = []string{"true"}; return x }(), addr, true},
+		{func() Check { x := with(c, "http", "all ok"); x.Port = port(addr); return x }(), dead, true},
+		{func() Check { x := with(c, "tcp", ""); x.Port = port(dead); return x }(), addr, false},
+		{func() Check { x := with(c, "exec", ""); x.Command = []string{"false"}; return x }(), addr, false},
 	}
 	for i, tc := range cases {
 		if err := Probe(ctx, tc.check, tc.addr); (err == nil) != tc.ok {
@@ -62,7 +63,70 @@ func TestProbes(t *testing.T) {
 	}
 }
 
-func with(c config.Check, typ, body string) config.Check {
+func with(c Check, typ, body string) Check {
 	c.Type, c.BodyMatch = typ, body
 	return c
+}
+
+func port(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// fakeClock hands out one ticker whose ticks the test sends.
+type fakeClock struct{ t *fakeTicker }
+
+type fakeTicker struct {
+	c        chan time.Time
+	interval time.Duration
+}
+
+func (f *fakeClock) NewTicker(d time.Duration) Ticker {
+	f.t.interval = d
+	return f.t
+}
+func (t *fakeTicker) C() <-chan time.Time { return t.c }
+func (t *fakeTicker) Stop()               {}
+
+// TestCheckerPacedByClock runs a Checker on a fake clock and fake probes:
+// fall failures take the server out, rise successes bring it back, and
+// nothing sleeps.
+func TestCheckerPacedByClock(t *testing.T) {
+	clock := &fakeClock{t: &fakeTicker{c: make(chan time.Time)}}
+	results := make(chan error)
+	changes := make(chan bool, 10)
+	c := &Checker{Check: Check{Type: "tcp", Interval: time.Hour, Timeout: time.Hour, Rise: 2, Fall: 3}, Addr: "x:1", Clock: clock,
+		Probe:    func(ctx context.Context, _ Check, _ string) error { return <-results },
+		OnChange: func(up bool, _ error) { changes <- up }}
+	c.Start()
+	defer c.Stop()
+	fail := errors.New("refused")
+	// step answers one probe and waits until the checker has recorded it
+	// (it then waits for the next tick).
+	step := func(err error) {
+		results <- err
+		clock.t.c <- time.Time{}
+	}
+	step(fail)
+	step(fail)
+	if up, _ := c.State(); !up || len(changes) != 0 {
+		t.Fatalf("down after 2 failures with fall=3")
+	}
+	step(fail)
+	if up, _ := c.State(); up || <-changes != false {
+		t.Fatalf("still up after 3 failures")
+	}
+	step(nil)
+	if up, _ := c.State(); up {
+		t.Fatalf("up after 1 success with rise=2")
+	}
+	step(nil)
+	if up, _ := c.State(); !up || <-changes != true {
+		t.Fatalf("still down after 2 successes")
+	}
+	if clock.t.interval != time.Hour {
+		t.Fatalf("ticker interval %v", clock.t.interval)
+	}
+	go func() { results <- nil }() // the probe in flight when Stop comes
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 
-	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -42,6 +42,12 @@ type ClusterConfig struct {
 	L4VIP string
 	// Wrap runs each role on its own host (see FS.Wrap).
 	Wrap func(role string) []string
+	// Args adds arguments to a role's command line (see FS.Args).
+	Args func(role string) []string
+	// KeepConfig leaves an existing DATA/director.conf as it is: `corral up`
+	// writes it on the first start only, after that it is the user's (up
+	// --reset writes it anew).
+	KeepConfig bool
 }
 
 // Cluster is a running cluster.
@@ -51,17 +57,22 @@ type Cluster struct {
 	Nodes    []*Proc
 	Director *Proc
 	ConfPath string
+	// ConfKept says the director runs an existing director.conf (KeepConfig).
+	ConfKept bool
+
+	// mu guards the Proc fields while Supervise replaces them.
+	mu sync.Mutex
 }
 
 // StartCluster starts the file system, uploads the sample site (first run
 // only), then the nodes and the director.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
-	fsys, err := StartFSWrapped(ctx, cfg.Bin, cfg.Data, cfg.MetaListen, cfg.IODListens, cfg.Wrap)
+	fsys, err := startFS(ctx, &FS{Bin: cfg.Bin, Data: cfg.Data, Wrap: cfg.Wrap, Args: cfg.Args}, cfg.MetaListen, cfg.IODListens)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{FS: fsys, Cfg: cfg}
-	if err := UploadSample(ctx, fsys.Meta.Addr, client.WithSecurity(proto.Security{Cred: fsys.Cred})); err != nil {
+	if err := fsys.UploadSample(ctx); err != nil {
 		c.Stop()
 		return nil, fmt.Errorf("upload sample site: %w", err)
 	}
@@ -73,11 +84,14 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, p)
 	}
-	if err := c.WriteDirectorConf(cfg.Scheduler, nil); err != nil {
+	c.ConfPath = filepath.Join(c.Data, "director.conf")
+	if _, err := os.Stat(c.ConfPath); err == nil && cfg.KeepConfig {
+		c.ConfKept = true
+	} else if err := c.WriteDirectorConf(cfg.Scheduler, nil); err != nil {
 		c.Stop()
 		return nil, err
 	}
-	c.Director, err = c.start(ctx, "director", "director", "--config", c.ConfPath, "--secret-file", c.ReadOnlyFile)
+	c.Director, err = c.startDirector(ctx)
 	if err != nil {
 		c.Stop()
 		return nil, err
@@ -85,10 +99,15 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	return c, nil
 }
 
+// startDirector (re)starts the director on DATA/director.conf.
+func (c *Cluster) startDirector(ctx context.Context) (*Proc, error) {
+	return c.start(ctx, "director", "director", "--config", c.ConfPath, "--secret-file", c.ReadOnlyFile)
+}
+
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
-	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
+	args := []string{"--listen", listen, "--meta", c.MetaAddr(), "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
 	if c.Cfg.Dataplane == "xdp" {
 		vip, err := netip.ParseAddrPort(c.Cfg.VIP)
 		if err != nil {
@@ -107,7 +126,7 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 		check = "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n", c.Cfg.Admin, c.Meta.Addr)
+	fmt.Fprintf(&b, "# written by corral up on its first start; yours to edit (the director applies\n# changes live); corral up --reset writes it anew.\nadmin %s\nmeta %s\ndocroot /www\n", c.Cfg.Admin, c.MetaAddr())
 	if c.Cfg.Interface != "" {
 		fmt.Fprintf(&b, "interface %s\n", c.Cfg.Interface)
 	}
@@ -129,7 +148,11 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 		servers()
 	}
 	if c.Cfg.L4VIP != "" {
-		fmt.Fprintf(&b, "\nservice www-l4 {\n    vip %s\n    dataplane l4\n    scheduler %s\n    check %s\n", c.Cfg.L4VIP, scheduler, check)
+		l4sched := scheduler
+		if l4sched == "mwlc" {
+			l4sched = "wlc" // mwlc weighs HTTP requests: l7 only
+		}
+		fmt.Fprintf(&b, "\nservice www-l4 {\n    vip %s\n    dataplane l4\n    scheduler %s\n    check %s\n", c.Cfg.L4VIP, l4sched, check)
 		servers()
 	}
 	c.ConfPath = filepath.Join(c.Data, "director.conf")
@@ -155,37 +178,36 @@ func (c *Cluster) Stop() {
 }
 
 // UploadSample puts the embedded sample site under /www/SampleDomain unless
-// it is there already, plus a 1 MiB file for Range requests.
-func UploadSample(ctx context.Context, meta string, opts ...client.Option) error {
-	cl := client.New(meta, opts...)
-	defer cl.Close()
+// it is there already, plus a 1 MiB file for Range requests. It runs the
+// corral binary's `fs` commands, as a user would, so that this package
+// needs no file-system client: the site is put together under a temporary
+// name and renamed into place, so it is there whole or not at all.
+func (f *FS) UploadSample(ctx context.Context) error {
+	fsCmd := func(args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, f.Bin, append([]string{"fs", "--meta", f.MetaAddr()}, args...)...)
+		cmd.Env = append(os.Environ(), proto.SecretEnv+"="+f.SecretFile)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return out, fmt.Errorf("corral fs %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return out, nil
+	}
 	dir := "/www/" + SampleDomain
-	if _, err := cl.Stat(ctx, dir+"/index.html"); err == nil {
+	if _, err := fsCmd("stat", dir+"/index.html"); err == nil {
 		return nil
 	}
-	if err := cl.MkdirAll(ctx, dir, 0o755); err != nil {
+	local, err := os.MkdirTemp("", "corral-site-")
+	if err != nil {
 		return err
 	}
+	defer os.RemoveAll(local)
 	ents, err := site.ReadDir("site")
 	if err != nil {
 		return err
 	}
-	put := func(name string, data []byte) error {
-		f, err := cl.CreatePath(ctx, dir+"/"+name, 0o644, client.CreateOpts{})
-		if err != nil {
-			return err
-		}
-		if _, err := f.WriteAt(data, 0); err != nil {
-			return err
-		}
-		return f.Close()
-	}
+	files := map[string][]byte{}
 	for _, e := range ents {
-		b, err := site.ReadFile("site/" + e.Name())
-		if err != nil {
-			return err
-		}
-		if err := put(e.Name(), b); err != nil {
+		if files[e.Name()], err = site.ReadFile("site/" + e.Name()); err != nil {
 			return err
 		}
 	}
@@ -193,7 +215,29 @@ func UploadSample(ctx context.Context, meta string, opts ...client.Option) error
 	for i := range big {
 		big[i] = byte(i % 251)
 	}
-	return put("big.bin", big)
+	files["big.bin"] = big
+	tmp := fmt.Sprintf("/www/.%s.%d", SampleDomain, os.Getpid())
+	if _, err := fsCmd("mkdir", "-p", tmp); err != nil {
+		return err
+	}
+	for name, b := range files {
+		lp := filepath.Join(local, name)
+		if err := os.WriteFile(lp, b, 0o644); err != nil {
+			return err
+		}
+		if _, err := fsCmd("put", lp, tmp+"/"+name); err != nil {
+			return err
+		}
+	}
+	// A directory left by an upload that stopped half-way (before this
+	// one was atomic) is set aside rather than merged into.
+	if _, err := fsCmd("stat", dir); err == nil {
+		if _, err := fsCmd("mv", dir, fmt.Sprintf("/www/.%s.old.%d", SampleDomain, os.Getpid())); err != nil {
+			return err
+		}
+	}
+	_, err = fsCmd("mv", tmp, dir)
+	return err
 }
 
 // ClusterHosts names the test-bed hosts of a cluster: director, node1..N,

@@ -152,11 +152,32 @@ type FS struct {
 	// (the test bed's nsenter); roles are named meta, iod1.., node1..,
 	// director.
 	Wrap func(role string) []string
+
+	// Args, if set, gives extra arguments for a role's command line (role
+	// as in Wrap: meta, iod1, node2, director), appended to what launch
+	// builds; restarts get them too.
+	Args func(role string) []string
+
+	// metaAddr is the address meta first announced: restarts of meta keep
+	// it, so the other roles read it without racing the supervisor that
+	// replaces f.Meta.
+	metaAddr string
+}
+
+// MetaAddr is the metadata server's address.
+func (f *FS) MetaAddr() string {
+	if f.metaAddr != "" {
+		return f.metaAddr
+	}
+	return f.Meta.Addr
 }
 
 // start runs role with the corral binary, wrapped onto its host if need be.
 func (f *FS) start(ctx context.Context, role string, args ...string) (*Proc, error) {
 	bin, log := f.Bin, filepath.Join(f.Data, "logs", role+".log")
+	if f.Args != nil {
+		args = append(append([]string{}, args...), f.Args(role)...)
+	}
 	if f.Wrap != nil {
 		if w := f.Wrap(role); len(w) > 0 {
 			args = append(append(append([]string{}, w[1:]...), f.Bin), args...)
@@ -174,7 +195,11 @@ func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []str
 
 // StartFSWrapped is StartFS with each role run on its host by wrap.
 func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListens []string, wrap func(string) []string) (*FS, error) {
-	f := &FS{Bin: bin, Data: data, Wrap: wrap}
+	return startFS(ctx, &FS{Bin: bin, Data: data, Wrap: wrap}, metaListen, iodListens)
+}
+
+// startFS starts f's metadata server and I/O servers.
+func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string) (*FS, error) {
 	var err error
 	if err = f.prepareSecret(); err != nil {
 		return nil, err
@@ -182,6 +207,7 @@ func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListen
 	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
 		return nil, err
 	}
+	f.metaAddr = f.Meta.Addr
 	for i, l := range iodListens {
 		p, err := f.StartIOD(ctx, i, l)
 		if err != nil {
@@ -201,7 +227,7 @@ func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
 // StartIOD (re)starts I/O server i.
 func (f *FS) StartIOD(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("iod%d", i+1)
-	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.Meta.Addr,
+	return f.start(ctx, name, "iod", "--listen", listen, "--data", filepath.Join(f.Data, name), "--meta", f.MetaAddr(),
 		"--secret-file", f.SecretFile)
 }
 

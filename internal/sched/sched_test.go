@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -222,5 +223,22 @@ func TestVectors(t *testing.T) {
 				t.Fatalf("%s: flow %d from %s: picked %d, want %d", v.Name, i, src, got, v.Want[i])
 			}
 		}
+	}
+}
+
+// TestEverySchedulerHasDataplanes: the capability table and New agree.
+func TestEverySchedulerHasDataplanes(t *testing.T) {
+	for name := range Names {
+		if _, ok := carriedBy[name]; !ok {
+			t.Errorf("%s: not in the dataplane table", name)
+		}
+	}
+	for name := range carriedBy {
+		if _, err := New(name); err != nil {
+			t.Errorf("%s in the dataplane table: %v", name, err)
+		}
+	}
+	if err := Supports("mwlc", "l4"); err == nil || !strings.Contains(err.Error(), "mwlc needs dataplane l7") {
+		t.Errorf("mwlc on l4: %v", err)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netns"
-
-	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 )
 
 // Ethtool runs ethtool OP on host h's link (ethtool OP DEV ARGS...): its eth0 inside the host, or with
@@ -39,11 +37,12 @@ func (b *Bed) Ethtool(h string, rootSide bool, op string, args ...string) error 
 // unless its peer runs XDP; GRO on the peer did not do it on kernel 6.18),
 // and no transmit checksum offload on the clients (a frame XDP forwards
 // loses the checksum the sender left for the hardware, and the real server
-// drops it).
-func (b *Bed) PrepareDR(director string, clients ...string) error {
+// drops it). attachPass attaches that program to a device (xdp.AttachPass:
+// passed in, so that the lab does not depend on the dataplane it hosts).
+func (b *Bed) PrepareDR(attachPass func(dev string) error, director string, clients ...string) error {
 	for i, x := range b.Hosts {
 		if x.Name == director {
-			if err := xdp.AttachPass(b.veth(i)); err != nil {
+			if err := attachPass(b.veth(i)); err != nil {
 				return err
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -46,7 +47,7 @@ func startDR(t *testing.T) *drCluster {
 	if err := cfg.OnTestbed(bed, 3, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := bed.PrepareDR("director", "client"); err != nil {
+	if err := bed.PrepareDR(xdp.AttachPass, "director", "client"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,8 +57,13 @@ func startDR(t *testing.T) *drCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Stop(); cancel() })
+	// The director wrote its admin token beside its configuration.
+	token, err := director.LoadToken(director.DefaultTokenFile(cl.ConfPath))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &drCluster{bed: bed, cl: cl, vip: cfg.VIP,
-		admin: director.Client{Base: "http://" + cfg.Admin, HTTP: &http.Client{Timeout: 5 * time.Second,
+		admin: director.Client{Base: "http://" + cfg.Admin, Token: token, HTTP: &http.Client{Timeout: 5 * time.Second,
 			Transport: &http.Transport{DialContext: bed.DialContext("director")}}}}
 	// The first SYNs wait for ARP (the director learns the nodes' MACs).
 	deadline := time.Now().Add(15 * time.Second)

@@ -12,6 +12,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -256,7 +257,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	switch m := req.(type) {
 	case *proto.Lookup:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			if _, err := t.dir(m.Parent); err != nil {
 				return err
 			}
@@ -266,27 +267,30 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			}
 			return err
 		})
+		return r, err
 	case *proto.Walk:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.walk(m.Path)
 			if err == nil {
 				r = attrReply(n)
 			}
 			return err
 		})
+		return r, err
 	case *proto.GetAttr:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.inode(m.Ino)
 			if err == nil {
 				r = attrReply(n)
 			}
 			return err
 		})
+		return r, err
 	case *proto.Readlink:
 		var r proto.Msg
-		return r, s.view(func(t tx) error {
+		err := s.view(func(t tx) error {
 			n, err := t.inode(m.Ino)
 			if err != nil {
 				return err
@@ -297,6 +301,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			r = &proto.TargetReply{Target: n.Target}
 			return nil
 		})
+		return r, err
 	case *proto.Readdir:
 		return s.readdir(m)
 	case *proto.SetAttr:
@@ -434,7 +439,7 @@ func (s *Service) readdir(m *proto.Readdir) (proto.Msg, error) {
 
 func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -471,6 +476,7 @@ func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, err
 		r = attrReply(n)
 		return t.put(n)
 	})
+	return r, err
 }
 
 // newChild checks that parent is a directory without an entry name and
@@ -503,7 +509,7 @@ func (t tx) addEntry(p *inode, name string, n *inode) error {
 
 func (s *Service) mknode(ctx context.Context, parent uint64, name string, mk func(tx, uint64) *inode) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		p, err := t.newChild(parent, name)
 		if err != nil {
 			return err
@@ -519,6 +525,7 @@ func (s *Service) mknode(ctx context.Context, parent uint64, name string, mk fun
 		r = attrReply(n)
 		return t.addEntry(p, name, n)
 	})
+	return r, err
 }
 
 func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error) {
@@ -555,14 +562,15 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 			return nil
 		}
 		size, count := m.StripeSize, m.StripeCount
-		if size == 0 {
-			size = p.StripeSize
+		if size == 0 || count == 0 {
+			ps, pc, err := t.policy(p)
+			if err != nil {
+				return err
+			}
+			size, count = cmp.Or(size, ps), cmp.Or(count, pc)
 		}
 		if size == 0 {
 			size = s.defSize
-		}
-		if count == 0 {
-			count = p.StripeCount
 		}
 		servers, err := s.pick(int(count))
 		if err != nil {
@@ -615,7 +623,7 @@ func (s *Service) pick(count int) ([]uint32, error) {
 
 func (s *Service) link(ctx context.Context, m *proto.Link) (proto.Msg, error) {
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -635,6 +643,7 @@ func (s *Service) link(ctx context.Context, m *proto.Link) (proto.Msg, error) {
 		r = attrReply(n)
 		return t.addEntry(p, m.Name, n)
 	})
+	return r, err
 }
 
 func (s *Service) remove(ctx context.Context, parent uint64, name string, dir bool) (proto.Msg, error) {
@@ -834,29 +843,56 @@ func (t tx) exchange(m *proto.Rename, op, np, src, dst *inode) error {
 	return nil
 }
 
+// policy is the layout new files in directory d take, field by field from
+// the nearest directory up to the root that sets it (0: none does). It is
+// resolved at each create, so a policy set on /www later applies to every
+// directory below it that sets none of its own.
+func (t tx) policy(d *inode) (size, count uint32, err error) {
+	for depth := 0; ; depth++ {
+		size, count = cmp.Or(size, d.StripeSize), cmp.Or(count, d.StripeCount)
+		if size != 0 && count != 0 || d.Ino == RootIno || depth > maxDepth {
+			return size, count, nil
+		}
+		if d, err = t.inode(d.Parent); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// maxDepth bounds policy's walk up should parent pointers ever loop.
+const maxDepth = 4096
+
 func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg, error) {
 	if m.StripeSize != 0 {
 		if err := layout.ValidStripeSize(int64(m.StripeSize)); err != nil {
 			return nil, proto.Errorf(syscall.EINVAL, err.Error())
 		}
 	}
-	if m.StripeCount > layout.MaxServers {
+	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
+	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
+		// A policy no file could get is refused now, not at the first put.
+		s.awaitServers(ctx)
+		if n := len(s.servers()); int(m.StripeCount) > n {
+			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d, but the file system has %d I/O servers (use 1..%d, or all)", m.StripeCount, n, n))
+		}
+	}
 	var r proto.Msg
-	return r, s.update(ctx, func(t tx) error {
+	err := s.update(ctx, func(t tx) error {
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
 		}
 		if !n.isDir() {
-			return proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: a file's layout is fixed when it is created; set the layout on its directory, or create it with one", m.Ino))
+			return proto.Errorf(syscall.EINVAL, "not a directory: a file's layout is fixed when it is created; set the layout on its directory, or create it with one")
 		}
 		n.StripeSize, n.StripeCount = m.StripeSize, m.StripeCount
 		n.Ctime = t.now
 		r = attrReply(n)
 		return t.put(n)
 	})
+	return r, err
 }
 
 func (s *Service) statfs() (proto.Msg, error) {

@@ -210,3 +210,38 @@ func FuzzInodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestLayoutInheritedBySubdirectories: a directory's policy reaches files in
+// every directory below it that sets none of its own, field by field, also
+// for directories made before the policy was set; a stripe count over the
+// file system's servers is refused when set.
+func TestLayoutInheritedBySubdirectories(t *testing.T) {
+	s := open(t)
+	mkdir := func(parent uint64, name string) uint64 {
+		return call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: parent, Name: name, Mode: 0o755}).Attr.Ino
+	}
+	create := func(parent uint64, name string) proto.Attr {
+		return call[*proto.AttrReply](t, s, &proto.Create{Parent: parent, Name: name, Mode: 0o644}).Attr
+	}
+	www := mkdir(RootIno, "www")
+	before := mkdir(www, "before")
+	call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: www, StripeSize: 1 << 20, StripeCount: 2})
+	sub := mkdir(www, "sub")
+	deep := mkdir(sub, "deep")
+	for _, d := range []uint64{sub, deep, before} {
+		if f := create(d, "f"); f.StripeSize != 1<<20 || len(f.Servers) != 2 {
+			t.Fatalf("file under /www: %d x %v, want 1M x 2 from /www", f.StripeSize, f.Servers)
+		}
+	}
+	call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: sub, StripeCount: 1})
+	if f := create(deep, "g"); f.StripeSize != 1<<20 || len(f.Servers) != 1 {
+		t.Fatalf("file under /www/sub: %d x %v, want size 1M from /www, count 1 from /www/sub", f.StripeSize, f.Servers)
+	}
+	call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: deep, StripeCount: proto.AllServers})
+	if f := create(deep, "h"); len(f.Servers) != 3 {
+		t.Fatalf("stripe count all under a parent of 1: %v", f.Servers)
+	}
+	errno(t, s, &proto.SetLayout{Ino: www, StripeCount: 99}, syscall.EINVAL)
+	errno(t, s, &proto.SetLayout{Ino: www, StripeCount: 4}, syscall.EINVAL)
+	call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: www, StripeCount: 3})
+}

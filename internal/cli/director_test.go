@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/director"
+)
+
+// capture runs f with stdout and stderr going to files and returns them.
+func capture(t *testing.T, f func()) (stdout, stderr string) {
+	t.Helper()
+	dir := t.TempDir()
+	o, _ := os.Create(filepath.Join(dir, "out"))
+	e, _ := os.Create(filepath.Join(dir, "err"))
+	so, se := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = o, e
+	defer func() { os.Stdout, os.Stderr = so, se }()
+	f()
+	o.Close()
+	e.Close()
+	ob, _ := os.ReadFile(o.Name())
+	eb, _ := os.ReadFile(e.Name())
+	return string(ob), string(eb)
+}
+
+// TestDirectorCheck: --check validates a file without running anything,
+// prints every error with its place and exits 1; a good file is "ok", 0.
+func TestDirectorCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.conf")
+	bad := filepath.Join(dir, "bad.conf")
+	os.WriteFile(good, []byte("service www {\n vip 127.0.0.100:8080\n server 127.0.0.21:8080\n}\n"), 0o644)
+	os.WriteFile(bad, []byte("admin 127.0.0.1:7500\nservice www {\n vip 127.0.0.100:8080\n dataplane l4\n scheduler mwlc\n server 127.0.0.21\n}\nservice dup {\n vip 127.0.0.100:8080\n}\n"), 0o644)
+	var code int
+	out, errOut := capture(t, func() { code = Main([]string{"director", "--check", good}) })
+	if code != 0 || out != good+": ok\n" || errOut != "" {
+		t.Fatalf("good file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut = capture(t, func() { code = Main([]string{"director", "--check", bad}) })
+	want := []string{
+		bad + ":2: service www: scheduler: mwlc needs dataplane l7",
+		bad + ":6: service www: server: \"127.0.0.21\" is not an address:port",
+		bad + ":8: service dup: vip: tcp 127.0.0.100:8080 is also service \"www\"'s (line 2)",
+	}
+	if code != 1 || out != "" {
+		t.Fatalf("bad file: exit %d, stdout %q", code, out)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+	// Running a bad file fails the same way, by the errors' type.
+	_, errOut = capture(t, func() { code = Main([]string{"director", "--config", bad}) })
+	if code != 1 || !strings.Contains(errOut, want[2]) || strings.Contains(errOut, "corral: ") {
+		t.Fatalf("director --config bad: exit %d, %q", code, errOut)
+	}
+	_, errOut = capture(t, func() { code = Main([]string{"director", "--check", filepath.Join(dir, "missing.conf")}) })
+	if code != 1 || !strings.Contains(errOut, "missing.conf: no such file") {
+		t.Fatalf("missing file: exit %d, %q", code, errOut)
+	}
+}
+
+func TestPrintReload(t *testing.T) {
+	var b strings.Builder
+	printReload(&b, &director.ReloadStatus{Time: time.Now(), File: "d.conf", Error: "d.conf:3: service s: scheduler: unknown\nd.conf:5: service s: server: bad"})
+	if s := b.String(); !strings.Contains(s, "d.conf REJECTED") || !strings.Contains(s, "\n  d.conf:5: service s: server: bad\n") {
+		t.Fatalf("%q", s)
+	}
+}

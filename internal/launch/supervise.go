@@ -1,0 +1,200 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Backoff is the delay before restarting a role that died: it starts at Min,
+// doubles with every death up to Max, and starts over once the role has run
+// for Reset (a role that crashes at once is not restarted in a tight loop;
+// one that ran well for a while comes back at once).
+type Backoff struct {
+	Min, Max, Reset time.Duration
+	next            time.Duration
+}
+
+// DefaultBackoff is what `corral up` uses: 100 ms doubling to 10 s, reset
+// after 30 s of good running.
+func DefaultBackoff() Backoff {
+	return Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second, Reset: 30 * time.Second}
+}
+
+// Next is the delay before the restart of a role that ran for ran before it
+// died.
+func (b *Backoff) Next(ran time.Duration) time.Duration {
+	if b.next == 0 || ran >= b.Reset {
+		b.next = b.Min
+	}
+	d := b.next
+	b.next = min(2*b.next, b.Max)
+	return d
+}
+
+// ExitStatus says how a process that has exited ended: "exit status 2",
+// "killed by signal 9 (killed)".
+func (p *Proc) ExitStatus() string {
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	if p.err != nil {
+		return p.err.Error()
+	}
+	return "exit status 0"
+}
+
+// Event is something the supervisor reports: a role died, is restarting,
+// is back, or could not be restarted.
+type Event struct {
+	Role string
+	Kind string // "died", "restarted", "failed"
+	// Status is how the process ended (died), Delay the wait before the
+	// restart (died), Addr where it serves again (restarted), Err why a
+	// restart failed (failed: the next try follows with a longer delay).
+	Status string
+	Delay  time.Duration
+	Addr   string
+	Err    error
+	Log    string
+	// Last is the last line of the log of a role that exited by itself
+	// (died), usually why.
+	Last string
+}
+
+func (e Event) String() string {
+	switch e.Kind {
+	case "died":
+		why := ""
+		if e.Last != "" {
+			why = ": " + e.Last
+		}
+		return fmt.Sprintf("%s died (%s%s); restarting in %v; log %s", e.Role, e.Status, why, e.Delay, e.Log)
+	case "restarted":
+		return fmt.Sprintf("%s is back on %s", e.Role, e.Addr)
+	default:
+		return fmt.Sprintf("%s: restart failed (%v); trying again in %v", e.Role, e.Err, e.Delay)
+	}
+}
+
+// slot is one supervised role: where its current process is kept and how
+// to start it again (at the address it announced, with the same data).
+type slot struct {
+	get     func() *Proc
+	set     func(*Proc)
+	restart func(ctx context.Context, addr string) (*Proc, error)
+}
+
+// Supervise keeps every role of the cluster running until ctx ends: a role
+// that dies is reported and restarted (same address, same data) after a
+// Backoff delay while the others keep serving. When ctx ends it stops
+// restarting, waits for any restart under way, and stops the whole cluster;
+// it returns once everything has exited. The cluster's Proc fields change
+// as roles restart: read them with Procs while Supervise runs.
+func (c *Cluster) Supervise(ctx context.Context, backoff Backoff, report func(Event)) {
+	var slots []slot
+	field := func(p **Proc) (func() *Proc, func(*Proc)) {
+		return func() *Proc { c.mu.Lock(); defer c.mu.Unlock(); return *p },
+			func(np *Proc) { c.mu.Lock(); defer c.mu.Unlock(); *p = np }
+	}
+	get, set := field(&c.Meta)
+	slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartMeta(ctx, addr) }})
+	for i := range c.IODs {
+		get, set := field(&c.IODs[i])
+		slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartIOD(ctx, i, addr) }})
+	}
+	for i := range c.Nodes {
+		get, set := field(&c.Nodes[i])
+		slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartNode(ctx, i, addr) }})
+	}
+	if c.Director != nil {
+		get, set := field(&c.Director)
+		slots = append(slots, slot{get, set, func(ctx context.Context, _ string) (*Proc, error) { return c.startDirector(ctx) }})
+	}
+	var wg sync.WaitGroup
+	for _, s := range slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			supervise(ctx, s, backoff, report)
+		}()
+	}
+	<-ctx.Done()
+	wg.Wait()
+	c.Stop()
+}
+
+// supervise watches one role until ctx ends.
+func supervise(ctx context.Context, s slot, b Backoff, report func(Event)) {
+	p := s.get()
+	name, addr := p.Name, p.Addr
+	started := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.Done():
+		}
+		if ctx.Err() != nil {
+			return // stopping: not a death to restart from
+		}
+		d := b.Next(time.Since(started))
+		ev := Event{Role: name, Kind: "died", Status: p.ExitStatus(), Delay: d, Log: p.Log}
+		if !strings.HasPrefix(ev.Status, "killed") {
+			ev.Last = Tail(p.Log, 1)
+		}
+		report(ev)
+		for {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			np, err := s.restart(ctx, addr)
+			if err == nil {
+				p, started = np, time.Now()
+				s.set(np)
+				report(Event{Role: name, Kind: "restarted", Addr: np.Addr, Log: np.Log})
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			d = b.Next(0)
+			report(Event{Role: name, Kind: "failed", Err: err, Delay: d, Log: p.Log})
+		}
+	}
+}
+
+// Procs is every role's current process: meta, the iods, the nodes, the
+// director.
+func (c *Cluster) Procs() []*Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := append(append([]*Proc{c.Meta}, c.IODs...), c.Nodes...)
+	if c.Director != nil {
+		all = append(all, c.Director)
+	}
+	return all
+}
+
+// Proc is the current process of role (meta, iod1, node2, director), or nil.
+func (c *Cluster) Proc(role string) *Proc {
+	for _, p := range c.Procs() {
+		if p != nil && p.Name == role {
+			return p
+		}
+	}
+	return nil
+}
