@@ -75,6 +75,8 @@ var (
 	descDrops    = prometheus.NewDesc("corral_director_drops_total", "new flows with no real server available", []string{"service"}, nil)
 	descXDPPkts  = prometheus.NewDesc("corral_director_xdp_packets_total", "frames of the service seen by the XDP dataplane", []string{"service"}, nil)
 	descXDPDrops = prometheus.NewDesc("corral_director_xdp_drops_total", "frames the XDP dataplane dropped, by reason", []string{"service", "reason"}, nil)
+	descReloadOK = prometheus.NewDesc("corral_director_config_last_reload_successful", "1 if the last load of the configuration file was applied, 0 if it was rejected (the running one stayed)", nil, nil)
+	descReloadAt = prometheus.NewDesc("corral_director_config_last_reload_timestamp_seconds", "when the configuration file was last loaded (applied or rejected), Unix time", nil, nil)
 	descXDPPass  = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
 )
 
@@ -83,7 +85,7 @@ type collector struct{ d *Director }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWeight, descActive, descInactive, descPending, descConns, descRequests,
-		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass} {
+		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass, descReloadOK, descReloadAt} {
 		ch <- d
 	}
 }
@@ -124,6 +126,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 				counter(descXDPDrops, float64(s.XDP.Drops[reason]), s.Name, reason)
 			}
 		}
+	}
+	if rs := c.d.ReloadStatus(); rs != nil {
+		ok := 0.0
+		if rs.OK {
+			ok = 1
+		}
+		gauge(descReloadOK, ok)
+		gauge(descReloadAt, float64(rs.Time.UnixNano())/1e9)
 	}
 	if p := c.d.xdp.Load(); p != nil {
 		if g, err := p.dp.Global(); err == nil {

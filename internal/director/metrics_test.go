@@ -1,6 +1,8 @@
 package director
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,4 +46,33 @@ func latencySeries(d *Director) int {
 	d.metrics.reqDur.Collect(ch)
 	close(ch)
 	return len(ch)
+}
+
+// A rejected configuration shows in /metrics, as in ctl status.
+func TestRejectedReloadInMetrics(t *testing.T) {
+	d := New(nil)
+	defer d.Close()
+	path := filepath.Join(t.TempDir(), "director.conf")
+	if err := os.WriteFile(path, []byte("admin 127.0.0.1:0\nservice www {\n    vip 127.0.0.1:1\n    scheduler fastest\n    server 127.0.0.1:2\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.reloadFrom(path, ""); err == nil {
+		t.Fatal("a bad scheduler was accepted")
+	}
+	mfs, err := d.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "corral_director_config_last_reload_successful" {
+			found = true
+			if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 0 {
+				t.Errorf("last reload successful = %v after a rejection", v)
+			}
+		}
+	}
+	if !found {
+		t.Error("no corral_director_config_last_reload_successful")
+	}
 }

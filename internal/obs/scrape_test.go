@@ -144,6 +144,7 @@ service www {
 		{"director", `corral_director_bytes_total{direction="out",server="` + server + `",service="www"}`, 8000},
 		{"director", `corral_director_request_duration_seconds_count{service="www"}`, 1},
 		{"director", `corral_director_server_up{server="` + server + `",service="www"}`, 1},
+		{"director", `corral_director_config_last_reload_successful`, 1},
 	} {
 		if v := eventually(t, bases[c.role], c.series, c.min); v < c.min {
 			t.Errorf("%s: %s = %v, want at least %v", c.role, c.series, v, c.min)
