@@ -139,7 +139,7 @@ service www {
 		{"node", `corral_node_response_bytes_total`, 16000},
 		{"node", `corral_node_request_duration_seconds_count`, 3},
 		{"node", `corral_node_fs_request_duration_seconds_count{op="read"}`, 1},
-		{"node", `corral_node_fs_requests_total{op="walk",result="enoent"}`, 1}, // the 404
+		{"node", `corral_node_fs_requests_total{op=*,result="enoent"}`, 1}, // the 404's lookup
 		{"director", `corral_director_requests_total{server="` + server + `",service="www"}`, 1},
 		{"director", `corral_director_bytes_total{direction="out",server="` + server + `",service="www"}`, 8000},
 		{"director", `corral_director_request_duration_seconds_count{service="www"}`, 1},
@@ -258,16 +258,22 @@ func eventually(t *testing.T, base, series string, min float64) float64 {
 }
 
 // value is the sample of a series (name{labels} as exposed, labels in
-// their order), or -1 when absent.
+// their order), or -1 when absent. A label value * matches any, and the
+// samples of the series matched are summed.
 func value(body, series string) float64 {
+	re := regexp.MustCompile("^" + strings.ReplaceAll(regexp.QuoteMeta(series), `\*`, `"[^"]*"`) + ` (\S+)$`)
+	sum, found := 0.0, false
 	for _, line := range strings.Split(body, "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+		if m := re.FindStringSubmatch(line); m != nil {
 			var v float64
-			fmt.Sscan(rest, &v)
-			return v
+			fmt.Sscan(m[1], &v)
+			sum, found = sum+v, true
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return sum
 }
 
 var httpLine = regexp.MustCompile(`msg="metrics and health".* http=(\S+)`)
