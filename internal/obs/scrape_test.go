@@ -134,6 +134,8 @@ service www {
 		{"meta", `corral_meta_operations_total{op="create",result="ok"}`, 1},
 		{"meta", `corral_meta_operation_duration_seconds_count{op="create"}`, 1},
 		{"meta", `corral_meta_iod_servers{state="up"}`, 2},
+		{"iod", `corral_iod_capacity_bytes`, 1},
+		{"iod", `corral_iod_free_bytes`, 1},
 		{"node", `corral_node_requests_total{code="200"}`, 2}, // direct and through the director
 		{"node", `corral_node_requests_total{code="404"}`, 1},
 		{"node", `corral_node_response_bytes_total`, 16000},

@@ -84,7 +84,11 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	}
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_iod_bytes_total",
 		Help: "stripe data moved by the I/O server: in (written by clients), out (read by clients)"}, []string{"direction"})
-	reg.MustRegister(bytes)
+	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_capacity_bytes",
+		Help: "size of the file system holding the data directory"}, func() float64 { c, _ := s.usage(); return float64(c) })
+	free := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_free_bytes",
+		Help: "space available to the I/O server in the file system holding the data directory"}, func() float64 { _, f := s.usage(); return float64(f) })
+	reg.MustRegister(bytes, capacity, free)
 	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), log); err != nil {
 		if !optional {
 			return nil, err
