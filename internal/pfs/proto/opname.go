@@ -8,12 +8,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// OpName is op's short name ("lookup", "read"), for logs and metric labels.
-func OpName(op Op) string {
-	if n, ok := moreOpNames[op]; ok {
-		return n
+// OpName is op's short name ("lookup", "read", "unlink-open"), for logs
+// and metric labels: one word, no spaces. A table made once, so naming an
+// operation per request costs nothing.
+func OpName(op Op) string { return opLabels[op] }
+
+var opLabels [256]string
+
+func init() {
+	for i := range opLabels {
+		n, ok := moreOpNames[Op(i)]
+		if !ok {
+			n = opName(Op(i))
+		}
+		opLabels[i] = strings.ReplaceAll(n, " ", "-")
 	}
-	return opName(op)
 }
 
 // moreOpNames names the requests opNames leaves out.
