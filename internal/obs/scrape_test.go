@@ -184,6 +184,33 @@ service www {
 			t.Errorf("docs/metrics.md lists %s under %s, which %s does not expose", n, role, role)
 		}
 	}
+
+	// The mount's health tells the truth: with meta gone, statfs fails.
+	if base, ok := bases["mount"]; ok {
+		fsys.Meta.Kill()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, body := status(t, base+"/healthz")
+			if code == http.StatusServiceUnavailable && strings.Contains(body, "statfs") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("mount /healthz with meta killed: %d %q", code, body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func status(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b)
 }
 
 // scrape fetches base/metrics, lints it and returns its corral_* names.
