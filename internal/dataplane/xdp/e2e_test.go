@@ -1,6 +1,7 @@
 package xdp_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 	"github.com/corral-cluster/corral/internal/testbed"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 // drCluster is a whole cluster on a test bed with the director doing direct
@@ -169,12 +171,22 @@ func TestDirectRouting(t *testing.T) {
 		resp.Body.Close()
 		for _, want := range []string{
 			"corral_director_xdp_packets_total{service=\"www\"} ",
-			"corral_director_xdp_drops_total{service=\"www\",reason=\"no_real\"} ",
+			"corral_director_xdp_drops_total{reason=\"no_real\",service=\"www\"} ",
 			"corral_director_xdp_passed_total{why=\"not_a_service\"} ",
+			"corral_director_packets_total{server=",
 		} {
 			if !strings.Contains(string(m), want) {
 				t.Errorf("/metrics lacks %s", want)
 			}
+		}
+		// The xdp-only metrics are as clean as the rest (internal/obs lints
+		// every daemon without xdp).
+		problems, err := promlint.New(bytes.NewReader(m)).Lint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("/metrics lint: %s: %s", p.Metric, p.Text)
 		}
 	})
 
