@@ -613,12 +613,18 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 	case a.Mode&syscall.S_IFMT == syscall.S_IFDIR:
 		return &fs.PathError{Op: "put", Path: remote, Err: syscall.EISDIR}
 	case !force:
-		return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
+		return errPutExists(remote)
 	}
+	// Checked again at the end, atomically: a file created at remote while
+	// the bytes went up is not replaced either.
+	o.Excl = !force
 	// WriteFile writes under a temporary name, renamed over remote when on
 	// disk: a failed put leaves neither a partial file nor its objects.
 	bar := newProgress("put "+filepath.Base(local), size)
 	if err := cl.WriteFile(ctx, remote, src, mode, o, bar.set); err != nil {
+		if !force && errors.Is(err, fs.ErrExist) {
+			return errPutExists(remote)
+		}
 		return err
 	}
 	bar.done()
@@ -674,4 +680,8 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 	}
 	bar.done()
 	return nil
+}
+
+func errPutExists(remote string) error {
+	return &fs.PathError{Op: "put", Path: remote, Err: errors.New("file exists (use --force to replace it)")}
 }

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"path"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // putBuf is the size of one write of WriteFile: several stripes, so each
@@ -20,7 +22,9 @@ const putBuf = 8 << 20
 // file or the whole new one. On any failure, cancellation included, the
 // temporary is removed (the metadata server then reclaims its objects): a
 // failed write leaves nothing behind. progress, if not nil, is called with
-// the bytes written so far.
+// the bytes written so far. With o.Excl, an existing p is never replaced,
+// also one created while the bytes were being written: the last step fails
+// with EEXIST (fs.ErrExist) instead.
 func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint32, o CreateOpts, progress func(int64)) (err error) {
 	q := clean(p)
 	base := path.Base(q)
@@ -28,6 +32,7 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint
 		base = base[:200] // the temporary name must fit 255 bytes too
 	}
 	tmp := path.Join(path.Dir(q), fmt.Sprintf(".%s.corral-put-%d", base, time.Now().UnixNano()))
+	noReplace := o.Excl
 	o.Excl = true
 	f, err := c.CreatePath(ctx, tmp, mode, o)
 	if err != nil {
@@ -79,5 +84,13 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint
 	if err := f.Close(); err != nil {
 		return &fs.PathError{Op: "close", Path: p, Err: err}
 	}
-	return c.RenamePath(ctx, tmp, q, false)
+	var flags uint32
+	if noReplace {
+		flags = proto.RenameNoReplace
+	}
+	dir, tname, err := c.parent(ctx, "rename", tmp)
+	if err != nil {
+		return err
+	}
+	return pathErr("rename", p, c.Rename(ctx, dir, tname, dir, path.Base(q), flags))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,65 @@ func TestFailedWriteLeavesNothing(t *testing.T) {
 	}
 	if failed := c.verify(); len(failed) > 0 {
 		t.Fatalf("unreadable: %v", failed)
+	}
+}
+
+// createMidway creates a file at a path of the file system after n bytes of
+// its own have been read: another writer taking the name during an upload.
+type createMidway struct {
+	n    int
+	done bool
+	make func()
+}
+
+func (r *createMidway) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		if !r.done {
+			r.done = true
+			r.make()
+		}
+		return 0, io.EOF
+	}
+	k := min(len(p), r.n)
+	clear(p[:k])
+	r.n -= k
+	return k, nil
+}
+
+// An exclusive WriteFile (fs put without --force) never replaces a file,
+// also not one created at its name while its bytes were going up: it fails
+// with EEXIST, the other writer's file stays and the temporary goes.
+func TestExclusivePutNeverReplaces(t *testing.T) {
+	c := newCluster(t, 2)
+	cl := client.New(c.metaAddr)
+	defer cl.Close()
+	ctx := context.Background()
+	other := []byte("the other writer's file\n")
+	src := &createMidway{n: 9 << 20, make: func() {
+		if err := cl.WriteFile(ctx, "/taken", bytes.NewReader(other), 0o644, client.CreateOpts{}, nil); err != nil {
+			t.Error(err)
+		}
+	}}
+	err := cl.WriteFile(ctx, "/taken", src, 0o644, client.CreateOpts{Excl: true}, nil)
+	if !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("exclusive put over a file created meanwhile: %v, want EEXIST", err)
+	}
+	f, err := cl.Open(ctx, "/taken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+	f.Close()
+	if err != nil || !bytes.Equal(got, other) {
+		t.Fatalf("/taken holds %d bytes (%v), want the other writer's %d", len(got), err, len(other))
+	}
+	ents, err := cl.ReadDir(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name, "corral-put") {
+			t.Errorf("temporary left behind: %s", e.Name)
+		}
 	}
 }
