@@ -50,7 +50,8 @@ the configured loopback address; 'corral ctl' talks to it.`,
 }
 
 func nodeCmd() *cobra.Command {
-	var listen, metaAddr, docroot, defDomain, drVIP string
+	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr string
+	var writeTimeout, idleTimeout time.Duration
 	var accessLog bool
 	var sf secFlags
 	c := &cobra.Command{
@@ -59,8 +60,17 @@ func nodeCmd() *cobra.Command {
 		Long: `Run a cluster node's web server. A request for http://HOST/PATH is answered
 from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
 in / serves index.html; no directory listings). GET and HEAD, Range,
-ETag/Last-Modified and conditional requests. /healthz answers "ok"; /load
-reports active requests, bytes in flight and the load average as JSON.
+ETag/Last-Modified and conditional requests. Symbolic links resolve inside
+the domain's directory only; a URL path over 4096 bytes is 414.
+
+The internal endpoints are on a separate admin listener (--admin, default
+the --listen host with port 9080), never on the service port: /healthz
+answers "ok" while the node can serve content (503 with the reason when the
+file system is unreachable); /load reports active requests, bytes in flight
+and the load average as JSON.
+
+A client that stops reading is disconnected after --write-timeout without
+progress; a kept-alive connection without a request after --idle-timeout.
 
 With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
@@ -72,7 +82,11 @@ answers clients straight back; all undone on exit.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node")}
+			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
+				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+			if writeTimeout <= 0 || idleTimeout <= 0 {
+				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
+			}
 			var err error
 			if cfg.Security, err = sf.security(false); err != nil {
 				return err
@@ -92,6 +106,9 @@ answers clients straight back; all undone on exit.`,
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
 	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz and /load (default: the --listen host, port 9080)")
+	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
+	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")

@@ -39,3 +39,17 @@ func FuzzDomain(f *testing.F) {
 		}
 	})
 }
+
+// TestClean: a cleaned path is a single-slash absolute path, so a redirect
+// built from it cannot name another host (//evil.example is
+// protocol-relative).
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{
+		"//evil.example/../sub": "/sub", "//evil.example/": "/evil.example/", "": "/", "/": "/",
+		"/a//b/./c/..": "/a/b", "/a/b/": "/a/b/", "/../../x": "/x", "///": "/", "a": "/a",
+	} {
+		if got := Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -99,6 +99,11 @@ func tooLong(req proto.Msg) error {
 			return syscall.ENAMETOOLONG
 		}
 		names = strings.Split(m.Path, "/")
+	case *proto.WalkBeneath:
+		if len(m.Root)+len(m.Path) >= pathMax {
+			return syscall.ENAMETOOLONG
+		}
+		names = strings.Split(m.Root+"/"+m.Path, "/")
 	case *proto.Lookup:
 		names = []string{m.Name}
 	case *proto.Create:
@@ -374,6 +379,14 @@ func (c *Client) Stat(ctx context.Context, p string) (proto.Attr, error) {
 		}
 	}
 	return proto.Attr{}, pathErr("stat", p, syscall.ELOOP)
+}
+
+// StatBeneath resolves p inside the directory root following symbolic
+// links, none of which may lead out of root (EXDEV): what a web server
+// needs to keep a link from serving a file outside a domain's directory.
+func (c *Client) StatBeneath(ctx context.Context, root, p string) (proto.Attr, error) {
+	a, err := c.attr(ctx, &proto.WalkBeneath{Root: clean(root), Path: clean(p)})
+	return a, pathErr("stat", path.Join(root, p), err)
 }
 
 // parent resolves p's directory and returns it with p's last name.
