@@ -72,6 +72,14 @@ func TestInternalEndpointsOffServicePort(t *testing.T) {
 	if r := raw(t, aaddr, "/load", "x"); r.StatusCode != 200 || !strings.Contains(body(r), `"active"`) {
 		t.Errorf("admin /load: %d", r.StatusCode)
 	}
+	// Configured to, the service port answers them too.
+	s2 := New(Config{Meta: fsys.Meta.Addr, InternalOnService: true})
+	defer s2.Close()
+	srv2 := httptest.NewServer(s2)
+	defer srv2.Close()
+	if r := raw(t, strings.TrimPrefix(srv2.URL, "http://"), "/healthz", "a.test"); r.StatusCode != 200 || body(r) != "ok\n" {
+		t.Errorf("service port /healthz with InternalOnService: %d", r.StatusCode)
+	}
 }
 
 // TestRunAdminListener: Run listens for the admin endpoints on

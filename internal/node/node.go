@@ -77,6 +77,11 @@ type Config struct {
 	// Admin is the address of the admin listener (/healthz, /load; more
 	// handlers through AdminMux). Empty: DefaultAdminAddr(listen).
 	Admin string
+	// InternalOnService serves /healthz and /load on the service port
+	// too, for checkers that cannot reach the admin listener (several
+	// nodes sharing one address with free ports, as in tests). They are
+	// then reachable through a VIP: off by default.
+	InternalOnService bool
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
@@ -270,6 +275,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				r.Method+" "+trunc(r.RequestURI)+" "+r.Proto, sw.status, sw.bytes, trunc(r.Host), trunc(r.UserAgent()), time.Since(start).Seconds())
 		}
 	}()
+	if s.cfg.InternalOnService && (r.URL.Path == "/healthz" || r.URL.Path == "/load") {
+		s.admin.ServeHTTP(sw, r)
+		return
+	}
 	if len(r.URL.Path) > MaxPath {
 		http.Error(sw, "414 URI too long", http.StatusRequestURITooLong)
 		return
