@@ -103,7 +103,10 @@ answers clients straight back; all undone on exit.`,
 				}
 				cfg.DRVIP = a
 			}
-			return node.Run(ctx, listen, cfg, func(a string) { ready("node", a) })
+			s := node.New(cfg)
+			defer s.Close()
+			// More admin endpoints (e.g. /metrics) go on s.AdminMux() here.
+			return s.Serve(ctx, listen, func(a string) { ready("node", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
