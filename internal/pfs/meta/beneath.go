@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"path"
 	"strings"
 	"syscall"
 
@@ -31,11 +32,11 @@ func (t tx) walkBeneath(root, p string) (*inode, error) {
 		if links >= maxSymlinks {
 			return nil, proto.Errorf(syscall.ELOOP, root+": too many levels of symbolic links")
 		}
-		target := top.Target
-		if !strings.HasPrefix(target, "/") {
-			target = strings.TrimSuffix(root, "/") + "/../" + target
+		if strings.HasPrefix(top.Target, "/") {
+			root = top.Target
+		} else {
+			root = path.Join(path.Dir(path.Clean(root)), top.Target)
 		}
-		root = target
 		top, err = t.walk(root)
 	}
 	if err != nil {
