@@ -89,6 +89,13 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
 	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
+	if strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0") {
+		// Nodes on free ports (tests; also when restarted on the port
+		// they got) have free admin ports too, which one check line
+		// cannot name: answer /healthz on the service port as well.
+		// Fixed ports have theirs on 9080 (check port=9080).
+		args = append(args, "--internal-on-service")
+	}
 	if c.Cfg.Dataplane == "xdp" {
 		vip, err := netip.ParseAddrPort(c.Cfg.VIP)
 		if err != nil {
