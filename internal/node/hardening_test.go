@@ -480,3 +480,48 @@ func TestLongURL(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAheadBudget: past the node's read-ahead budget a request is
+// served without read-ahead, and correctly.
+func TestReadAheadBudget(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	cl := client.New(fsys.Meta.Addr)
+	defer cl.Close()
+	big := make([]byte, 12<<20+5) // more than the socket buffers take
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	put(t, cl, "/www/a.test/big.bin", big)
+	s := New(Config{Meta: fsys.Meta.Addr, ReadAheadBudget: ReadAhead})
+	defer s.Close()
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	// A stalled client holds the one window.
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprintf(c, "GET /big.bin HTTP/1.1\r\nHost: a.test\r\n\r\n")
+	deadline := time.Now().Add(20 * time.Second)
+	for s.raUsed.Load() != ReadAhead {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled request did not take the window: %d", s.raUsed.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, rng := range []string{"", "Range: bytes=100000-2100000\r\n"} {
+		r := raw(t, strings.TrimPrefix(srv.URL, "http://"), "/big.bin", "a.test", rng)
+		want := big
+		if rng != "" {
+			want = big[100000:2100001]
+		}
+		if b := body(r); r.StatusCode/100 != 2 || b != string(want) {
+			t.Errorf("GET %q without read-ahead: %d, %d bytes, want %d", rng, r.StatusCode, len(b), len(want))
+		}
+	}
+	if u := s.raUsed.Load(); u != ReadAhead {
+		t.Errorf("budget in use %d after the requests, want %d (the stalled one's)", u, ReadAhead)
+	}
+}

@@ -39,6 +39,12 @@ import (
 // stripe requests in flight, small enough that many slow clients cost little.
 const ReadAhead = 512 << 10
 
+// DefaultReadAheadBudget bounds the read-ahead windows of all requests at
+// once (32 windows): requests beyond it read without read-ahead, so many
+// slow or stalled clients hold no more than their copy buffers and the
+// node's memory stays flat however many there are.
+const DefaultReadAheadBudget = 32 * ReadAhead
+
 // Defaults and limits.
 const (
 	// DefaultAdminPort is the admin listener's port when --admin is not
@@ -82,6 +88,8 @@ type Config struct {
 	// nodes sharing one address with free ports, as in tests). They are
 	// then reachable through a VIP: off by default.
 	InternalOnService bool
+	// ReadAheadBudget: zero takes DefaultReadAheadBudget.
+	ReadAheadBudget int64
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
@@ -95,6 +103,7 @@ type Server struct {
 	active   atomic.Int64 // requests in progress
 	inflight atomic.Int64 // bytes still to send
 	served   atomic.Int64
+	raUsed   atomic.Int64 // bytes of ReadAheadBudget taken
 	name     string // this node's address, sent as X-Served-By
 	admin    *http.ServeMux
 	// adminAddr is the admin listener's address (a string) once serving.
@@ -121,6 +130,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ReadAheadBudget <= 0 {
+		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 	s.admin = http.NewServeMux()
@@ -340,7 +352,14 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	f.SetReadAhead(ReadAhead)
+	defer f.Close() // nothing to write back: drops the client's state of the inode
+	if s.raUsed.Add(ReadAhead) <= s.cfg.ReadAheadBudget {
+		f.SetReadAhead(ReadAhead)
+		defer s.raUsed.Add(-ReadAhead)
+	} else {
+		s.raUsed.Add(-ReadAhead)
+		f.SetReadAhead(-1)
+	}
 	mtime := time.Unix(0, a.Mtime)
 	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x-%x"`, a.Ino, a.Size, a.Mtime))
 	size := int64(a.Size)
