@@ -104,7 +104,7 @@ type Server struct {
 	inflight atomic.Int64 // bytes still to send
 	served   atomic.Int64
 	raUsed   atomic.Int64 // bytes of ReadAheadBudget taken
-	name     string // this node's address, sent as X-Served-By
+	name     string       // this node's address, sent as X-Served-By
 	admin    *http.ServeMux
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
