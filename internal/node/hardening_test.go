@@ -20,6 +20,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // raw sends one request line as is (no client-side cleaning) and returns
@@ -524,4 +525,28 @@ func TestReadAheadBudget(t *testing.T) {
 	if u := s.raUsed.Load(); u != ReadAhead {
 		t.Errorf("budget in use %d after the requests, want %d (the stalled one's)", u, ReadAhead)
 	}
+}
+
+// TestHealthzWrongCredential: a node whose credential the cluster refuses
+// cannot serve content, and /healthz says so.
+func TestHealthzWrongCredential(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	other, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Meta: fsys.Meta.Addr, Security: proto.Security{Cred: other.ReadOnly()}})
+	defer s.Close()
+	adm := httptest.NewServer(s.AdminMux())
+	defer adm.Close()
+	r, err := http.Get(adm.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 503 || !strings.Contains(string(b), "file system unreachable") {
+		t.Fatalf("healthz with a refused credential: %d %q", r.StatusCode, b)
+	}
+	t.Logf("%s", b)
 }
