@@ -89,11 +89,13 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
 	args := []string{"--listen", listen, "--meta", c.Meta.Addr, "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
-	if strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0") {
-		// Nodes on free ports (tests; also when restarted on the port
-		// they got) have free admin ports too, which one check line
-		// cannot name: answer /healthz on the service port as well.
-		// Fixed ports have theirs on 9080 (check port=9080).
+	freePort := strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0")
+	if freePort || !strings.Contains(c.checkLine(), "port=") {
+		// The director checks /healthz on the service port (no port=
+		// in its check line), or the node is on a free port (tests;
+		// also when restarted on the port it got) whose admin port is
+		// a free port no check line can name: answer /healthz there
+		// too. Otherwise it is on the admin port only (9080).
 		args = append(args, "--internal-on-service")
 	}
 	if c.Cfg.Dataplane == "xdp" {
@@ -106,13 +108,18 @@ func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, e
 	return c.start(ctx, name, append([]string{"node"}, args...)...)
 }
 
+// checkLine is the director's health check of the nodes.
+func (c *Cluster) checkLine() string {
+	if c.Cfg.Check != "" {
+		return c.Cfg.Check
+	}
+	return "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
+}
+
 // WriteDirectorConf writes the director's configuration for the running
 // nodes with weights (nil: 1 each); a running director reloads it.
 func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
-	check := c.Cfg.Check
-	if check == "" {
-		check = "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
-	}
+	check := c.checkLine()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# written by corral up\nadmin %s\nmeta %s\ndocroot /www\n", c.Cfg.Admin, c.Meta.Addr)
 	if c.Cfg.Interface != "" {
