@@ -295,7 +295,8 @@ func TestNoOpenRedirect(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	for target, want := range map[string]string{
 		"//evil.example/../sub": "/sub/", "/sub": "/sub/", "//evil.example": "/evil.example/",
-		"/./sub": "/sub/", `/\evil.example/../sub`: "/sub/", "/sub/.": "/sub/",
+		"/./sub": "/sub/", `/\evil.example/../sub`: "/sub/", "/sub/.": "/sub/", "/sub?a=1&b=//x": "/sub/?a=1&b=//x",
+		"//evil.example%2f..%2fsub": "/sub/",
 	} {
 		r := raw(t, addr, target, "a.test")
 		if r.StatusCode != 301 || r.Header.Get("Location") != want {

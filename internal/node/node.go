@@ -327,7 +327,8 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		// do, to the cleaned path: always one leading slash, so never
 		// to another host (//evil.example/... is protocol-relative).
 		if !strings.HasSuffix(upath, "/") {
-			w.Header().Set("Location", (&url.URL{Path: upath + "/"}).EscapedPath())
+			// The query goes along, as nginx keeps it.
+			w.Header().Set("Location", (&url.URL{Path: upath + "/", RawQuery: r.URL.RawQuery}).String())
 			w.WriteHeader(http.StatusMovedPermanently)
 			return
 		}
