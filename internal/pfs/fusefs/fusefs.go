@@ -200,10 +200,13 @@ func (n *node) child(ctx context.Context, a *proto.Attr, out *fuse.EntryOut) *fs
 // openSize is the size including writes not yet published by an open file.
 func (n *node) withOpenSize(a *proto.Attr) {
 	n.mu.Lock()
-	if n.file != nil {
-		a.Size = max(a.Size, uint64(n.file.Size()))
-	}
+	f := n.file
 	n.mu.Unlock()
+	// Outside mu: Size waits for the file's own lock, which a write-back
+	// to the I/O servers (Sync) holds across its round trips.
+	if f != nil {
+		a.Size = max(a.Size, uint64(f.Size()))
+	}
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
