@@ -1,6 +1,9 @@
 package vhost
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMapping(t *testing.T) {
 	cases := []struct{ host, path, want string }{
@@ -29,6 +32,9 @@ func TestMapping(t *testing.T) {
 func FuzzDomain(f *testing.F) {
 	f.Add("example.org:80", "/a/../b")
 	f.Fuzz(func(t *testing.T, host, p string) {
+		if c := Clean(p); !strings.HasPrefix(c, "/") || strings.HasPrefix(c, "//") {
+			t.Fatalf("Clean(%q) = %q: not a single-slash absolute path", p, c)
+		}
 		d, ok := Domain(host)
 		if !ok {
 			return
