@@ -52,7 +52,7 @@ the configured loopback address; 'corral ctl' talks to it.`,
 func nodeCmd() *cobra.Command {
 	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr string
 	var writeTimeout, idleTimeout time.Duration
-	var accessLog, internalOnService bool
+	var accessLog, healthzOnService bool
 	var sf secFlags
 	c := &cobra.Command{
 		Use:   "node --listen HOST:PORT --meta HOST:PORT",
@@ -85,7 +85,7 @@ answers clients straight back; all undone on exit.`,
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
-				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, InternalOnService: internalOnService}
+				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService}
 			if writeTimeout <= 0 || idleTimeout <= 0 {
 				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
 			}
@@ -112,7 +112,7 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
 	c.Flags().StringVar(&metaAddr, "meta", envOr("CORRAL_META", "127.0.0.10:7400"), "metadata server address (env CORRAL_META)")
 	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz and /load (default: the --listen host, port 9080)")
-	c.Flags().BoolVar(&internalOnService, "internal-on-service", false, "also answer /healthz and /load on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
+	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")

@@ -96,7 +96,7 @@ func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, e
 		// also when restarted on the port it got) whose admin port is
 		// a free port no check line can name: answer /healthz there
 		// too. Otherwise it is on the admin port only (9080).
-		args = append(args, "--internal-on-service")
+		args = append(args, "--healthz-on-service")
 	}
 	if c.Cfg.Dataplane == "xdp" {
 		vip, err := netip.ParseAddrPort(c.Cfg.VIP)

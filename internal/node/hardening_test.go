@@ -75,12 +75,15 @@ func TestInternalEndpointsOffServicePort(t *testing.T) {
 		t.Errorf("admin /load: %d", r.StatusCode)
 	}
 	// Configured to, the service port answers them too.
-	s2 := New(Config{Meta: fsys.Meta.Addr, InternalOnService: true})
+	s2 := New(Config{Meta: fsys.Meta.Addr, HealthzOnService: true})
 	defer s2.Close()
 	srv2 := httptest.NewServer(s2)
 	defer srv2.Close()
 	if r := raw(t, strings.TrimPrefix(srv2.URL, "http://"), "/healthz", "a.test"); r.StatusCode != 200 || body(r) != "ok\n" {
-		t.Errorf("service port /healthz with InternalOnService: %d", r.StatusCode)
+		t.Errorf("service port /healthz with HealthzOnService: %d", r.StatusCode)
+	}
+	if r := raw(t, strings.TrimPrefix(srv2.URL, "http://"), "/load", "a.test"); r.StatusCode != 200 || body(r) != "a file named load" {
+		t.Errorf("service port /load with HealthzOnService: %d, want the file", r.StatusCode)
 	}
 }
 

@@ -83,11 +83,11 @@ type Config struct {
 	// Admin is the address of the admin listener (/healthz, /load; more
 	// handlers through AdminMux). Empty: DefaultAdminAddr(listen).
 	Admin string
-	// InternalOnService serves /healthz and /load on the service port
-	// too, for checkers that cannot reach the admin listener (several
-	// nodes sharing one address with free ports, as in tests). They are
-	// then reachable through a VIP: off by default.
-	InternalOnService bool
+	// HealthzOnService answers /healthz on the service port too, for
+	// checkers that cannot reach the admin listener (several nodes sharing
+	// one address with free ports, as in tests). It is then reachable
+	// through a VIP: off by default. /load never is.
+	HealthzOnService bool
 	// ReadAheadBudget: zero takes DefaultReadAheadBudget.
 	ReadAheadBudget int64
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
@@ -287,7 +287,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				r.Method+" "+trunc(r.RequestURI)+" "+r.Proto, sw.status, sw.bytes, trunc(r.Host), trunc(r.UserAgent()), time.Since(start).Seconds())
 		}
 	}()
-	if s.cfg.InternalOnService && (r.URL.Path == "/healthz" || r.URL.Path == "/load") {
+	if s.cfg.HealthzOnService && r.URL.Path == "/healthz" {
 		s.admin.ServeHTTP(sw, r)
 		return
 	}
