@@ -93,8 +93,9 @@ bearer token the director writes on first start to --token-file (mode 0600).`,
 }
 
 func nodeCmd() *cobra.Command {
-	var listen, metaAddr, docroot, defDomain, drVIP string
-	var accessLog bool
+	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr string
+	var writeTimeout, idleTimeout time.Duration
+	var accessLog, healthzOnService bool
 	var sf secFlags
 	c := &cobra.Command{
 		Use:   "node --listen HOST:PORT --meta HOST:PORT",
@@ -102,20 +103,35 @@ func nodeCmd() *cobra.Command {
 		Long: `Run a cluster node's web server. A request for http://HOST/PATH is answered
 from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
 in / serves index.html; no directory listings). GET and HEAD, Range,
-ETag/Last-Modified and conditional requests. /healthz answers "ok"; /load
-reports active requests, bytes in flight and the load average as JSON.
+ETag/Last-Modified and conditional requests. Symbolic links resolve inside
+the domain's directory only; a URL path over 4096 bytes is 414.
+
+The internal endpoints are on a separate admin listener (--admin, default
+the --listen host with port 9080), never on the service port: /healthz
+answers "ok" while the node can serve content (503 with the reason when the
+file system is unreachable); /load reports active requests, bytes in flight
+and the load average as JSON.
+
+A client that stops reading is disconnected after --write-timeout without
+progress; a kept-alive connection without a request after --idle-timeout.
 
 With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
 (arp_ignore=1, arp_announce=2) and serves VIP on the listen port too, so it
 answers clients straight back; all undone on exit.`,
 		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.1:7400 --default-domain www.example.test
+  curl http://127.0.0.21:9080/healthz     # the admin listener: ok, or 503 and why
+  corral node --listen 127.0.0.21:8080 --admin 127.0.0.1:9121 --write-timeout 30s
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node")}
+			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
+				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService}
+			if writeTimeout <= 0 || idleTimeout <= 0 {
+				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
+			}
 			var err error
 			if cfg.Security, err = sf.security(false); err != nil {
 				return err
@@ -130,11 +146,17 @@ answers clients straight back; all undone on exit.`,
 				}
 				cfg.DRVIP = a
 			}
-			return node.Run(ctx, listen, cfg, func(a string) { ready("node", a) })
+			s := node.New(cfg)
+			defer s.Close()
+			return s.Serve(ctx, listen, func(a string) { ready("node", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
 	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
+	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
+	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
+	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")

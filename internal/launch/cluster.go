@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -108,6 +109,22 @@ func (c *Cluster) startDirector(ctx context.Context) (*Proc, error) {
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
 	args := []string{"--listen", listen, "--meta", c.MetaAddr(), "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
+	freePort := strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0")
+	if freePort || !strings.Contains(c.checkLine(), "port=") {
+		// The director checks /healthz on the service port (no port=
+		// in its check line), or the node is on a free port (tests;
+		// also when restarted on the port it got) whose admin port is
+		// a free port no check line can name: answer /healthz there
+		// too. Otherwise it is on the admin port only (9080).
+		args = append(args, "--healthz-on-service")
+	}
+	if freePort {
+		// Restarted on the port it got, its default admin address would
+		// be HOST:9080 for every such node.
+		if host, _, err := net.SplitHostPort(listen); err == nil {
+			args = append(args, "--admin", net.JoinHostPort(host, "0"))
+		}
+	}
 	if c.Cfg.Dataplane == "xdp" {
 		vip, err := netip.ParseAddrPort(c.Cfg.VIP)
 		if err != nil {
@@ -118,13 +135,26 @@ func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, e
 	return c.start(ctx, name, append([]string{"node"}, args...)...)
 }
 
+// checkLine is the director's health check of the nodes: /healthz on their
+// admin listener (port 9080), off the service port and so out of reach of
+// clients of the VIP. Nodes on free ports (tests, benchmarks) have admin
+// ports no check line can name: they answer /healthz on the service port.
+func (c *Cluster) checkLine() string {
+	if c.Cfg.Check != "" {
+		return c.Cfg.Check
+	}
+	for _, l := range c.Cfg.NodeListen {
+		if strings.HasSuffix(l, ":0") {
+			return "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
+		}
+	}
+	return "http port=9080 path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2" // node.DefaultAdminPort
+}
+
 // WriteDirectorConf writes the director's configuration for the running
 // nodes with weights (nil: 1 each); a running director reloads it.
 func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
-	check := c.Cfg.Check
-	if check == "" {
-		check = "http path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2"
-	}
+	check := c.checkLine()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# written by corral up on its first start; yours to edit (the director applies\n# changes live); corral up --reset writes it anew.\nadmin %s\nmeta %s\ndocroot /www\n", c.Cfg.Admin, c.MetaAddr())
 	if c.Cfg.Interface != "" {

@@ -1,7 +1,8 @@
 // Package node is the cluster node's web server: virtual domains served
 // read-only from the parallel file system (Host -> DOCROOT/HOST), with
-// Range, ETag/Last-Modified and conditional requests, and a load report for
-// the director.
+// Range, ETag/Last-Modified and conditional requests. Its internal
+// endpoints (/healthz, /load) are on a separate admin listener, never on
+// the service port that a director's VIP forwards to.
 //
 // Memory per request is bounded: a file streams through a 32 KiB copy
 // buffer and a read-ahead window of ReadAhead bytes, whatever its size and
@@ -19,9 +20,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -34,6 +38,32 @@ import (
 // ReadAhead is each request's read-ahead window: enough to keep a few
 // stripe requests in flight, small enough that many slow clients cost little.
 const ReadAhead = 512 << 10
+
+// DefaultReadAheadBudget bounds the read-ahead windows of all requests at
+// once (32 windows): requests beyond it read without read-ahead, so many
+// slow or stalled clients hold no more than their copy buffers and the
+// node's memory stays flat however many there are.
+const DefaultReadAheadBudget = 32 * ReadAhead
+
+// Defaults and limits.
+const (
+	// DefaultAdminPort is the admin listener's port when --admin is not
+	// given: the service address's host with this port.
+	DefaultAdminPort = 9080
+	// DefaultWriteTimeout closes a connection whose client stopped
+	// reading: no byte accepted for this long.
+	DefaultWriteTimeout = 60 * time.Second
+	// DefaultIdleTimeout closes a kept-alive connection with no request,
+	// and bounds reading a request's header.
+	DefaultIdleTimeout = 60 * time.Second
+	// MaxPath is the longest URL path served (PATH_MAX); longer is 414.
+	MaxPath = 4096
+	// healthTTL is how long a /healthz probe's answer is reused, so
+	// frequent health checks cost meta one walk a second at most.
+	healthTTL = time.Second
+	// logMax bounds a URL or path in a log line.
+	logMax = 256
+)
 
 // Config configures a node.
 type Config struct {
@@ -50,6 +80,20 @@ type Config struct {
 	// Security is the file-system credential (the read-only one suffices;
 	// nil Cred: $CORRAL_SECRET_FILE) and optional TLS.
 	Security proto.Security
+	// Admin is the address of the admin listener (/healthz, /load; more
+	// handlers through AdminMux). Empty: DefaultAdminAddr(listen).
+	Admin string
+	// HealthzOnService answers /healthz on the service port too, for
+	// checkers that cannot reach the admin listener (several nodes sharing
+	// one address with free ports, as in tests). It is then reachable
+	// through a VIP: off by default. /load never is.
+	HealthzOnService bool
+	// ReadAheadBudget: zero takes DefaultReadAheadBudget.
+	ReadAheadBudget int64
+	// WriteTimeout and IdleTimeout: zero takes the defaults above.
+	WriteTimeout, IdleTimeout time.Duration
+	// Now is the clock (nil: time.Now); tests step it.
+	Now func() time.Time
 }
 
 // Server serves the virtual domains.
@@ -59,8 +103,16 @@ type Server struct {
 	active   atomic.Int64 // requests in progress
 	inflight atomic.Int64 // bytes still to send
 	served   atomic.Int64
-	name     string // this node's address, sent as X-Served-By
+	raUsed   atomic.Int64 // bytes of ReadAheadBudget taken
+	name     string       // this node's address, sent as X-Served-By
+	admin    *http.ServeMux
 	metrics  *nodeMetrics
+	// adminAddr is the admin listener's address (a string) once serving.
+	adminAddr atomic.Value
+
+	hmu  sync.Mutex // one probe at a time; guards hAt, hErr
+	hAt  time.Time
+	hErr error
 }
 
 // New returns a node server using the file system at cfg.Meta.
@@ -71,13 +123,51 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ReadAheadBudget <= 0 {
+		cfg.ReadAheadBudget = DefaultReadAheadBudget
+	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 	s.metrics = newNodeMetrics(s)
+	s.admin = http.NewServeMux()
+	s.admin.HandleFunc("GET /healthz", s.serveHealth)
+	s.admin.HandleFunc("GET /load", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.load())
+	})
+	s.admin.Handle("GET /metrics", s.MetricsHandler())
 	return s
 }
 
+// AdminMux is the admin listener's handler: /healthz, /load and /metrics,
+// and whatever else a caller registers on it before serving.
+func (s *Server) AdminMux() *http.ServeMux { return s.admin }
+
 // Close drops the file-system connections.
 func (s *Server) Close() { s.fs.Close() }
+
+// DefaultAdminAddr is the default admin address for a service address: its host
+// with DefaultAdminPort (127.0.0.21:8080 -> 127.0.0.21:9080). A service
+// port of 0 (a test's free port) gives 0 too, so nodes sharing a host do
+// not collide.
+func DefaultAdminAddr(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	if port == "0" {
+		return net.JoinHostPort(host, "0"), nil
+	}
+	return net.JoinHostPort(host, strconv.Itoa(DefaultAdminPort)), nil
+}
 
 // Load is the node's load report.
 type Load struct {
@@ -96,11 +186,52 @@ func (s *Server) load() Load {
 	return l
 }
 
-// statusWriter records what was sent, for the access log.
+// Health reports whether the node can serve content: the file system
+// answers a walk of the docroot (meta reachable, credential accepted, the
+// docroot there). The answer is reused for healthTTL.
+func (s *Server) Health() error {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !s.hAt.IsZero() && s.cfg.Now().Sub(s.hAt) < healthTTL {
+		return s.hErr
+	}
+	// Not the request's context: a checker that gives up must not leave
+	// a cancellation cached as the node's health.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.fs.Stat(ctx, s.cfg.Docroot)
+	if err != nil {
+		err = fmt.Errorf("file system unreachable: %w", err)
+	}
+	s.hAt, s.hErr = s.cfg.Now(), err
+	return err
+}
+
+func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {
+	if err := s.Health(); err != nil {
+		http.Error(w, "503 "+trunc(err.Error()), http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+// trunc bounds s for a log line.
+func trunc(s string) string {
+	if len(s) <= logMax {
+		return s
+	}
+	return s[:logMax] + "..."
+}
+
+// statusWriter records what was sent, for the access log, and pushes the
+// write deadline out as bytes move: a client that stops reading is cut
+// off after WriteTimeout, one that reads slowly is not.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	rc      *http.ResponseController
+	timeout time.Duration
+	status  int
+	bytes   int64
 }
 
 func (w *statusWriter) WriteHeader(c int) { w.status = c; w.ResponseWriter.WriteHeader(c) }
@@ -108,14 +239,44 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = 200
 	}
+	w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err
 }
 
+// resetListener hands out connections that reset (SO_LINGER 0) instead of
+// closing gracefully once a write timed out: the client stopped reading,
+// and a graceful close would leave the kernel holding megabytes of unsent
+// data (FIN-WAIT-1) for a peer that will not take them. It must happen in
+// Write itself: net/http closes the connection before the handler sees
+// the error.
+type resetListener struct{ net.Listener }
+
+func (l resetListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		return resetConn{tc}, nil
+	}
+	return c, err
+}
+
+type resetConn struct{ *net.TCPConn }
+
+func (c resetConn) Write(b []byte) (int, error) {
+	n, err := c.TCPConn.Write(b)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.SetLinger(0)
+	}
+	return n, err
+}
+
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &statusWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+	// A deadline from this connection's previous request must not cut
+	// this one short: a fresh one for the header and small bodies.
+	sw.rc.SetWriteDeadline(start.Add(s.cfg.WriteTimeout))
 	if s.name != "" {
 		sw.Header().Set("X-Served-By", s.name)
 	}
@@ -127,19 +288,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.AccessLog != nil {
 			host, _, _ := net.SplitHostPort(r.RemoteAddr)
 			fmt.Fprintf(s.cfg.AccessLog, "%s - - [%s] %q %d %d %q %q %.3f\n", host, start.Format("02/Jan/2006:15:04:05 -0700"),
-				r.Method+" "+r.RequestURI+" "+r.Proto, sw.status, sw.bytes, r.Host, r.UserAgent(), time.Since(start).Seconds())
+				r.Method+" "+trunc(r.RequestURI)+" "+r.Proto, sw.status, sw.bytes, trunc(r.Host), trunc(r.UserAgent()), time.Since(start).Seconds())
 		}
 	}()
-	switch r.URL.Path {
-	case "/healthz":
-		sw.Write([]byte("ok\n"))
+	if s.cfg.HealthzOnService && r.URL.Path == "/healthz" {
+		s.admin.ServeHTTP(sw, r)
 		return
-	case "/metrics": // with /healthz and /load: internal, for the admin listener
-		s.MetricsHandler().ServeHTTP(sw, r)
-		return
-	case "/load":
-		sw.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(sw).Encode(s.load())
+	}
+	if len(r.URL.Path) > MaxPath {
+		http.Error(sw, "414 URI too long", http.StatusRequestURITooLong)
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -157,45 +314,103 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 bad Host header", http.StatusBadRequest)
 		return
 	}
-	p := vhost.File(s.cfg.Docroot, dom, r.URL.Path)
-	a, err := s.fs.Stat(ctx, p)
+	upath := vhost.Clean(r.URL.Path)
+	rel := vhost.Rel(upath)
+	root := s.cfg.Docroot + "/" + dom
+	// Links resolve inside the domain's directory only: one leading out
+	// (an absolute target, ".." above it) is EXDEV, a 404 below.
+	a, err := s.fs.StatBeneath(ctx, root, rel)
 	if errors.Is(err, fs.ErrNotExist) && s.cfg.DefaultDomain != "" {
-		if _, derr := s.fs.Stat(ctx, s.cfg.Docroot+"/"+dom); errors.Is(derr, fs.ErrNotExist) {
-			p = vhost.File(s.cfg.Docroot, s.cfg.DefaultDomain, r.URL.Path)
-			a, err = s.fs.Stat(ctx, p)
+		if _, derr := s.fs.Stat(ctx, root); errors.Is(derr, fs.ErrNotExist) {
+			root = s.cfg.Docroot + "/" + s.cfg.DefaultDomain
+			a, err = s.fs.StatBeneath(ctx, root, rel)
 		}
 	}
 	if err == nil && a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		// A directory without a trailing slash: redirect, as web servers do.
-		if !strings.HasSuffix(r.URL.Path, "/") {
-			http.Redirect(w, r, r.URL.Path+"/", http.StatusMovedPermanently)
+		// A directory without a trailing slash: redirect, as web servers
+		// do, to the cleaned path: always one leading slash, so never
+		// to another host (//evil.example/... is protocol-relative).
+		if !strings.HasSuffix(upath, "/") {
+			// The query goes along, as nginx keeps it.
+			w.Header().Set("Location", (&url.URL{Path: upath + "/", RawQuery: r.URL.RawQuery}).String())
+			w.WriteHeader(http.StatusMovedPermanently)
 			return
 		}
 		err = fs.ErrNotExist // no listings
 	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EXDEV), errors.Is(err, syscall.ELOOP):
 			http.Error(w, "404 not found", http.StatusNotFound)
-			return
+		case errors.Is(err, syscall.ENAMETOOLONG):
+			http.Error(w, "414 URI too long", http.StatusRequestURITooLong)
+		default:
+			s.cfg.Log.Warn("file system error", "err", trunc(err.Error()))
+			http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
 		}
-		s.cfg.Log.Warn("file system error", "path", p, "err", err)
-		http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
 		return
 	}
+	p := root + rel
 	f, err := s.fs.OpenAttr(ctx, a)
 	if err != nil {
-		s.cfg.Log.Warn("open failed", "path", p, "err", err)
+		s.cfg.Log.Warn("open failed", "path", trunc(p), "err", trunc(err.Error()))
 		http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
 		return
 	}
-	f.SetReadAhead(ReadAhead)
+	defer f.Close() // nothing to write back: drops the client's state of the inode
+	if s.raUsed.Add(ReadAhead) <= s.cfg.ReadAheadBudget {
+		f.SetReadAhead(ReadAhead)
+		defer s.raUsed.Add(-ReadAhead)
+	} else {
+		s.raUsed.Add(-ReadAhead)
+		f.SetReadAhead(-1)
+	}
 	mtime := time.Unix(0, a.Mtime)
 	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x-%x"`, a.Ino, a.Size, a.Mtime))
 	size := int64(a.Size)
+	fixRange(r, size)
 	s.inflight.Add(size)
 	cr := &countingReader{r: io.NewSectionReader(f, 0, size), left: size, s: s}
 	defer func() { s.inflight.Add(-cr.left) }()
 	http.ServeContent(w, r, p, mtime, cr)
+}
+
+// fixRange drops suffix ranges of length zero ("bytes=-0"), which select
+// nothing (RFC 9110 14.1.1: unsatisfiable) but which net/http answers with
+// a 206 and an invalid Content-Range. If none is left, the header becomes
+// one net/http finds unsatisfiable too, so the answer is 416 with
+// "Content-Range: bytes */SIZE" (If-Range still applies first).
+//
+// A Range in another unit is ignored (RFC 9110 14.2: MUST), where net/http
+// would answer 416.
+func fixRange(r *http.Request, size int64) {
+	h := r.Header.Get("Range")
+	if h == "" {
+		return
+	}
+	unit, spec, _ := strings.Cut(h, "=")
+	if !strings.EqualFold(strings.TrimSpace(unit), "bytes") {
+		r.Header.Del("Range")
+		return
+	}
+	r.Header.Set("Range", "bytes="+spec) // net/http wants the unit so
+	var keep []string
+	dropped := false
+	for _, ra := range strings.Split(spec, ",") {
+		t := strings.TrimSpace(ra)
+		if n, isSuffix := strings.CutPrefix(t, "-"); isSuffix && strings.Trim(n, "0") == "" && n != "" {
+			dropped = true
+			continue
+		}
+		keep = append(keep, ra)
+	}
+	switch {
+	case !dropped:
+	case len(keep) == 0:
+		r.Header.Set("Range", fmt.Sprintf("bytes=%d-", size))
+	default:
+		r.Header.Set("Range", "bytes="+strings.Join(keep, ","))
+	}
 }
 
 // countingReader lowers the node's bytes-in-flight as the file is read.
@@ -215,20 +430,45 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func (c *countingReader) Seek(off int64, whence int) (int64, error) { return c.r.Seek(off, whence) }
 
-// Run serves on listen until ctx ends.
+// Run serves on listen, and the admin endpoints on cfg.Admin, until ctx
+// ends. ready gets the service address once both listen.
 func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)) error {
 	s := New(cfg)
 	defer s.Close()
+	return s.Serve(ctx, listen, ready)
+}
+
+// Serve is Run for a Server made with New (handlers may be added to
+// AdminMux first). The admin address listened on is in s.AdminAddr once
+// ready is called.
+func (s *Server) Serve(ctx context.Context, listen string, ready func(addr string)) error {
+	cfg := s.cfg
+	adminAddr := cfg.Admin
+	if adminAddr == "" {
+		var err error
+		if adminAddr, err = DefaultAdminAddr(listen); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
+	aln, err := net.Listen("tcp", adminAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("admin listener (--admin): %w", err)
+	}
 	s.name = ln.Addr().String()
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	s.adminAddr.Store(aln.Addr().String())
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: cfg.IdleTimeout, IdleTimeout: cfg.IdleTimeout}
+	asrv := &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout,
+		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	if cfg.DRVIP.IsValid() {
 		undo, err := SetupDR(cfg.DRVIP)
 		if err != nil {
 			ln.Close()
+			aln.Close()
 			return fmt.Errorf("direct routing: %w", err)
 		}
 		defer undo()
@@ -236,22 +476,32 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 		vln, err := net.Listen("tcp", netip.AddrPortFrom(cfg.DRVIP, uint16(port)).String())
 		if err != nil {
 			ln.Close()
+			aln.Close()
 			return fmt.Errorf("direct routing: %w", err)
 		}
-		go srv.Serve(vln) // Shutdown closes it
+		go srv.Serve(resetListener{vln}) // Shutdown closes it
 	}
+	go asrv.Serve(aln)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		asrv.Shutdown(sctx)
 		srv.Shutdown(sctx)
 	}()
 	go s.watchMeta(ctx)
+	cfg.Log.Info("admin endpoints (/healthz, /load)", "admin", aln.Addr().String())
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(resetListener{ln}); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// AdminAddr is the admin listener's address once serving ("" before).
+func (s *Server) AdminAddr() string {
+	a, _ := s.adminAddr.Load().(string)
+	return a
 }

@@ -108,10 +108,4 @@ func TestServe(t *testing.T) {
 	if r, _ = do("GET", "a b", "/", nil); r.StatusCode != 400 {
 		t.Fatalf("bad host: %d", r.StatusCode)
 	}
-	if r, body = do("GET", "a.test", "/healthz", nil); body != "ok\n" {
-		t.Fatalf("healthz %q", body)
-	}
-	if r, body = do("GET", "a.test", "/load", nil); !strings.Contains(body, `"active"`) {
-		t.Fatalf("load %q", body)
-	}
 }

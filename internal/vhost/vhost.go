@@ -28,13 +28,31 @@ func Domain(host string) (string, bool) {
 	return host, true
 }
 
+// Clean is urlPath as the server sees it: absolute, slashes collapsed,
+// dot segments resolved without climbing above /, and a trailing slash
+// kept (it asks for the index). It never starts with "//", so a redirect
+// built from it stays on this site.
+func Clean(urlPath string) string {
+	p := path.Clean("/" + urlPath)
+	if strings.HasSuffix(urlPath, "/") && p != "/" {
+		p += "/"
+	}
+	return p
+}
+
+// Rel is the file's path inside its domain's directory for urlPath: Clean,
+// with a trailing slash naming index.html.
+func Rel(urlPath string) string {
+	p := Clean(urlPath)
+	if strings.HasSuffix(p, "/") {
+		p += "index.html"
+	}
+	return p
+}
+
 // File is the file-system path for urlPath in domain under docroot; a path
 // ending in / names its index.html. Dot segments cannot climb out of the
 // domain.
 func File(docroot, domain, urlPath string) string {
-	p := path.Clean("/" + urlPath)
-	if strings.HasSuffix(urlPath, "/") {
-		p = path.Join(p, "index.html")
-	}
-	return path.Join(docroot, domain, p)
+	return path.Join(docroot, domain, Rel(urlPath))
 }

@@ -1,6 +1,9 @@
 package vhost
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestMapping(t *testing.T) {
 	cases := []struct{ host, path, want string }{
@@ -29,6 +32,9 @@ func TestMapping(t *testing.T) {
 func FuzzDomain(f *testing.F) {
 	f.Add("example.org:80", "/a/../b")
 	f.Fuzz(func(t *testing.T, host, p string) {
+		if c := Clean(p); !strings.HasPrefix(c, "/") || strings.HasPrefix(c, "//") {
+			t.Fatalf("Clean(%q) = %q: not a single-slash absolute path", p, c)
+		}
 		d, ok := Domain(host)
 		if !ok {
 			return
@@ -38,4 +44,18 @@ func FuzzDomain(f *testing.F) {
 			t.Fatalf("%q %q escaped to %q", host, p, got)
 		}
 	})
+}
+
+// TestClean: a cleaned path is a single-slash absolute path, so a redirect
+// built from it cannot name another host (//evil.example is
+// protocol-relative).
+func TestClean(t *testing.T) {
+	for in, want := range map[string]string{
+		"//evil.example/../sub": "/sub", "//evil.example/": "/evil.example/", "": "/", "/": "/",
+		"/a//b/./c/..": "/a/b", "/a/b/": "/a/b/", "/../../x": "/x", "///": "/", "a": "/a",
+	} {
+		if got := Clean(in); got != want {
+			t.Errorf("Clean(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -45,7 +45,7 @@ func startDR(t *testing.T) *drCluster {
 	}
 	t.Cleanup(func() { testbed.Down(name) })
 	cfg := launch.ClusterConfig{Bin: bin, Data: t.TempDir(), Admin: "127.0.0.1:7500", Dataplane: "xdp", Scheduler: "rr",
-		Check: "http path=/healthz status=200 interval=300ms timeout=200ms rise=1 fall=2"}
+		Check: "http port=9080 path=/healthz status=200 interval=300ms timeout=200ms rise=1 fall=2"}
 	if err := cfg.OnTestbed(bed, 3, 1); err != nil {
 		t.Fatal(err)
 	}

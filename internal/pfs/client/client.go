@@ -76,7 +76,58 @@ func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	if c.credErr != nil {
 		return nil, fmt.Errorf("%s: %w", proto.SecretEnv, c.credErr)
 	}
+	if err := tooLong(req); err != nil {
+		return nil, err
+	}
 	return c.pool.Call(ctx, c.meta, req)
+}
+
+// POSIX limits, checked before a request leaves: PATH_MAX counts the
+// terminating NUL, so a path has at most 4095 bytes.
+const (
+	pathMax = 4096
+	nameMax = 255
+)
+
+// tooLong refuses a request naming a path or name over the POSIX limits
+// with ENAMETOOLONG, as the kernel would, instead of sending it.
+func tooLong(req proto.Msg) error {
+	var names []string
+	switch m := req.(type) {
+	case *proto.Walk:
+		if len(m.Path) >= pathMax {
+			return syscall.ENAMETOOLONG
+		}
+		names = strings.Split(m.Path, "/")
+	case *proto.WalkBeneath:
+		if len(m.Root)+len(m.Path) >= pathMax {
+			return syscall.ENAMETOOLONG
+		}
+		names = strings.Split(m.Root+"/"+m.Path, "/")
+	case *proto.Lookup:
+		names = []string{m.Name}
+	case *proto.Create:
+		names = []string{m.Name}
+	case *proto.Mkdir:
+		names = []string{m.Name}
+	case *proto.Mknod:
+		names = []string{m.Name}
+	case *proto.Symlink:
+		if len(m.Target) >= pathMax {
+			return syscall.ENAMETOOLONG
+		}
+		names = []string{m.Name}
+	case *proto.Link:
+		names = []string{m.Name}
+	case *proto.Rename:
+		names = []string{m.OldName, m.NewName}
+	}
+	for _, n := range names {
+		if len(n) > nameMax {
+			return syscall.ENAMETOOLONG
+		}
+	}
+	return nil
 }
 
 // Pool is the client's connection pool (its credential and TLS included),
@@ -328,6 +379,14 @@ func (c *Client) Stat(ctx context.Context, p string) (proto.Attr, error) {
 		}
 	}
 	return proto.Attr{}, pathErr("stat", p, syscall.ELOOP)
+}
+
+// StatBeneath resolves p inside the directory root following symbolic
+// links, none of which may lead out of root (EXDEV): what a web server
+// needs to keep a link from serving a file outside a domain's directory.
+func (c *Client) StatBeneath(ctx context.Context, root, p string) (proto.Attr, error) {
+	a, err := c.attr(ctx, &proto.WalkBeneath{Root: clean(root), Path: clean(p)})
+	return a, pathErr("stat", path.Join(root, p), err)
 }
 
 // parent resolves p's directory and returns it with p's last name.

@@ -38,7 +38,8 @@ type File struct {
 	closed atomic.Bool
 
 	ra readahead
-	// raMax caps the read-ahead window (0: the default of 8-64 MiB).
+	// raMax caps the read-ahead window (0: the default of 8-64 MiB;
+	// negative: no read-ahead).
 	raMax int64
 }
 
@@ -129,7 +130,8 @@ func newFile(st *wstate) *File {
 }
 
 // SetReadAhead caps the read-ahead window at n bytes (at least one request):
-// a server streaming many files at once bounds its memory with it.
+// a server streaming many files at once bounds its memory with it. A
+// negative n turns read-ahead off: each read fetches just what it asks.
 func (f *File) SetReadAhead(n int64) { f.raMax = n }
 
 // Ino is the file's inode number.
@@ -493,6 +495,9 @@ func (r *readahead) forgetBefore(gen uint64) {
 // ahead: at or near where the last read ended. FUSE issues several reads at
 // once, so they may arrive a little out of order.
 func (r *readahead) sequential(off, size int64) bool {
+	if r.f.raMax < 0 {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if off == r.next {

@@ -120,6 +120,14 @@ type node struct {
 	fs.Inode
 	fsys *filesystem
 
+	// life serializes the open file's life cycle: the first open, the
+	// last close, and unlink or rename over a file open here (so an open
+	// or last close cannot slip between checking refs and the metadata
+	// call). It is held across those network calls; mu never is.
+	life sync.Mutex
+	// mu guards the fields below, local state only: operations that need
+	// just them (Getattr's open size, the cached capability) never wait
+	// for a network call on this inode.
 	mu     sync.Mutex
 	file   *client.File // shared by every open descriptor
 	refs   int
@@ -193,10 +201,13 @@ func (n *node) child(ctx context.Context, a *proto.Attr, out *fuse.EntryOut) *fs
 // openSize is the size including writes not yet published by an open file.
 func (n *node) withOpenSize(a *proto.Attr) {
 	n.mu.Lock()
-	if n.file != nil {
-		a.Size = max(a.Size, uint64(n.file.Size()))
-	}
+	f := n.file
 	n.mu.Unlock()
+	// Outside mu: Size waits for the file's own lock, which a write-back
+	// to the I/O servers (Sync) holds across its round trips.
+	if f != nil {
+		a.Size = max(a.Size, uint64(f.Size()))
+	}
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -346,11 +357,11 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.ENAMETOOLONG
 	}
 	if cn := childNode(&n.Inode, name); cn != nil {
-		// Held across the call so that an open and a last close cannot
-		// slip in between the check and the unlink.
-		cn.mu.Lock()
-		defer cn.mu.Unlock()
-		if cn.refs > 0 {
+		// life is held across the call so that an open and a last
+		// close cannot slip in between the check and the unlink.
+		cn.life.Lock()
+		defer cn.life.Unlock()
+		if cn.openRefs() > 0 {
 			return cn.unlinkOpen(ctx, n.ino(), name)
 		}
 	}
@@ -369,9 +380,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	src, victim := childNode(&n.Inode, name), childNode(newParent.EmbeddedInode(), newName)
 	if flags == 0 && src != nil && victim != nil && src != victim &&
 		src.StableAttr().Mode != syscall.S_IFDIR && victim.StableAttr().Mode != syscall.S_IFDIR {
-		victim.mu.Lock()
-		defer victim.mu.Unlock()
-		if victim.refs > 0 {
+		victim.life.Lock()
+		defer victim.life.Unlock()
+		if victim.openRefs() > 0 {
 			// Replacing a file that is open here: it stays as an orphan
 			// for its open descriptors until their last close.
 			return victim.renameOver(ctx, n.ino(), name, np, newName)
@@ -478,19 +489,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return h, 0, errno
 }
 
-// open takes a reference on the inode's shared client.File.
-func (n *node) open(ctx context.Context, a *proto.Attr) (*handle, syscall.Errno) {
+// openRefs is the number of open descriptors.
+func (n *node) openRefs() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.file == nil {
-		f, err := n.fsys.c.OpenAttr(ctx, *a)
-		if err != nil {
+	return n.refs
+}
+
+// open takes a reference on the inode's shared client.File.
+func (n *node) open(ctx context.Context, a *proto.Attr) (*handle, syscall.Errno) {
+	n.life.Lock()
+	defer n.life.Unlock()
+	n.mu.Lock()
+	f := n.file
+	n.mu.Unlock()
+	if f == nil {
+		// The first open; life (not mu) held, as OpenAttr may ask the
+		// metadata server for I/O server addresses.
+		var err error
+		if f, err = n.fsys.c.OpenAttr(ctx, *a); err != nil {
 			return nil, n.errno("open", err)
 		}
-		n.file = f
 	}
+	n.mu.Lock()
+	n.file = f
 	n.refs++
-	return &handle{n: n, f: n.file}, 0
+	n.mu.Unlock()
+	return &handle{n: n, f: f}, 0
 }
 
 // handle is one open file description.
@@ -539,17 +564,22 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = context.WithoutCancel(ctx) // see detachNote
 	n := h.n
+	n.life.Lock()
+	defer n.life.Unlock()
 	n.mu.Lock()
 	n.refs--
-	var err error
+	var last *client.File
 	orphan := false
 	if n.refs == 0 {
-		err = n.file.Close()
-		n.file = nil
+		last, n.file = n.file, nil
 		n.caps = nil
 		orphan, n.orphan = n.orphan, false
 	}
 	n.mu.Unlock()
+	var err error
+	if last != nil {
+		err = last.Close() // may write back: outside mu
+	}
 	if orphan {
 		n.fsys.releaseOrphan(n.ino())
 	}

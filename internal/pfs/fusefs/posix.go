@@ -39,7 +39,7 @@ func childNode(dir *fs.Inode, name string) *node {
 
 // unlinkOpen removes name (in parent) of n, which this mount holds open:
 // if it was the last name, n lives on as an orphan for its descriptors
-// (fstat says nlink 0) and is freed at the last close. Called with n.mu
+// (fstat says nlink 0) and is freed at the last close. Called with n.life
 // held.
 func (n *node) unlinkOpen(ctx context.Context, parent uint64, name string) syscall.Errno {
 	a, err := n.fsys.c.UnlinkOpen(ctx, parent, name)
@@ -51,7 +51,7 @@ func (n *node) unlinkOpen(ctx context.Context, parent uint64, name string) sysca
 }
 
 // renameOver renames (oldParent, oldName) over n, which this mount holds
-// open, in one metadata transaction. Called with n.mu held.
+// open, in one metadata transaction. Called with n.life held.
 func (n *node) renameOver(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string) syscall.Errno {
 	r, err := n.fsys.c.Call(ctx, &proto.Rename{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName, Flags: proto.RenameOrphan})
 	if err != nil {
@@ -64,8 +64,10 @@ func (n *node) renameOver(ctx context.Context, oldParent uint64, oldName string,
 }
 
 // orphaned records that n lost its last name, given its attributes after
-// an unlink or rename. Called with n.mu held.
+// an unlink or rename. Called with n.life held.
 func (n *node) orphaned(a proto.Attr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if a.Nlink == 0 && !n.orphan {
 		n.orphan = true
 		n.fsys.orphansMu.Lock()

@@ -32,6 +32,8 @@ func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, 
 			return nil, nil, false
 		}
 		r, err = s.renameOrphan(ctx, m)
+	case *proto.WalkBeneath:
+		r, err = s.walkBeneath(m)
 	case *proto.Mknod:
 		r, err = s.mknod(ctx, m)
 	case *proto.SetXattr:

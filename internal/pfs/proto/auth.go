@@ -404,7 +404,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 // readOnlyOps is the allow-list of what a read-only peer may ask. Ops not
 // listed, including any added later, are refused by default.
 var readOnlyOps = map[Op]bool{
-	OpLookup: true, OpWalk: true, OpGetAttr: true, OpReaddir: true, OpReadlink: true,
+	OpLookup: true, OpWalk: true, OpWalkBeneath: true, OpGetAttr: true, OpReaddir: true, OpReadlink: true,
 	OpStatfs: true, OpServers: true, OpRead: true, OpObjStat: true,
 	OpGetXattr: true, OpListXattr: true,
 }

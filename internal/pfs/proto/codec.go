@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Enc appends little-endian fields to a buffer.
@@ -110,7 +111,9 @@ func (d *Dec) Str() string {
 	n := d.U32()
 	if n > MaxString {
 		if d.err == nil {
-			d.err = fmt.Errorf("string of %d bytes exceeds limit %d", n, MaxString)
+			// ENAMETOOLONG: the server answers it to the request (the
+			// frame itself is whole) instead of dropping the connection.
+			d.err = fmt.Errorf("string of %d bytes exceeds limit %d: %w", n, MaxString, syscall.ENAMETOOLONG)
 		}
 		return ""
 	}

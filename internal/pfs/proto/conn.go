@@ -411,7 +411,7 @@ func Idempotent(op Op) bool {
 }
 
 var opNames = map[Op]string{
-	OpLookup: "lookup", OpWalk: "walk", OpGetAttr: "getattr", OpSetAttr: "setattr",
+	OpLookup: "lookup", OpWalk: "walk", OpWalkBeneath: "walk beneath", OpGetAttr: "getattr", OpSetAttr: "setattr",
 	OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpReaddir: "readdir",
 	OpReadlink: "readlink", OpSetLayout: "setlayout", OpStatfs: "statfs",

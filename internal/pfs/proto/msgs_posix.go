@@ -65,6 +65,8 @@ func newPosix(op Op) Msg {
 		return &Punch{}
 	case OpAlloc:
 		return &Alloc{}
+	case OpWalkBeneath:
+		return &WalkBeneath{}
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ func posixSamples() []Msg {
 		&XattrReply{Value: []byte("v\x00")}, &Mknod{1, "p", 0o010644, 0, 1, 2},
 		&Mknod{1, "c", 0o020600, 0x0103, 0, 0}, &SetXattr{3, "user.a", []byte("x"), XattrCreate},
 		&GetXattr{3, "user.a"}, &ListXattr{3}, &RemoveXattr{3, "user.a"},
-		&UnlinkOpen{1, "f"}, &ReleaseOrphan{9}, &RenewOrphans{Inos: []uint64{9, 10}},
+		&UnlinkOpen{1, "f"}, &WalkBeneath{"/www/a.test", "/x/../y"}, &ReleaseOrphan{9}, &RenewOrphans{Inos: []uint64{9, 10}},
 		&Punch{1, 2, 4096, 8192}, &Alloc{1, 0, 0, 1 << 20},
 	}
 }

@@ -236,6 +236,26 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 		if err == nil && isReply(op) {
 			err = errors.New("reply op sent as a request")
 		}
+		if errors.Is(err, syscall.ENAMETOOLONG) {
+			// The frame arrived whole and well-formed but names a path
+			// over MaxString: answer that request with the error and
+			// keep the connection, which other requests share (a
+			// node's clients, a mount's processes). Garbage still
+			// closes it.
+			s.budget.release(held)
+			s.log().Debug("bad request", "remote", remote, "op", op, "err", err.Error())
+			wmu.Lock()
+			nc.SetWriteDeadline(time.Now().Add(lim.PayloadTimeout))
+			werr := WriteFrame(bw, id, ErrorReply(fmt.Errorf("bad request: %w", err)))
+			if werr == nil && inflight == 0 {
+				werr = bw.Flush()
+			}
+			wmu.Unlock()
+			if werr != nil {
+				return
+			}
+			continue
+		}
 		if err != nil {
 			s.budget.release(held)
 			if isTimeout(err) {
