@@ -57,20 +57,11 @@ straight back.`,
 			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
 				return fmt.Errorf("--iods and --nodes: want 1..50")
 			}
-			if dataplane != "l4" && dataplane != "l7" && dataplane != "xdp" {
-				return fmt.Errorf("--dataplane %q: want l4, l7 or xdp", dataplane)
+			if err := sched.Supports(scheduler, dataplane); err != nil {
+				return usageError{fmt.Errorf("--scheduler %s --dataplane %s: %v", scheduler, dataplane, err)}
 			}
 			if dataplane == "xdp" && !onTestbed {
-				return fmt.Errorf("--dataplane xdp needs --testbed: direct routing needs the director and the nodes on separate hosts of one link")
-			}
-			if dataplane == "xdp" && scheduler == "mwlc" {
-				return fmt.Errorf("--scheduler mwlc is l7 only; the XDP dataplane has rr wrr lc wlc sed nq sh mh")
-			}
-			if _, err := sched.New(scheduler); err != nil {
-				return fmt.Errorf("--scheduler: %v", err)
-			}
-			if scheduler == "mwlc" && dataplane != "l7" {
-				return fmt.Errorf("--scheduler mwlc needs --dataplane l7")
+				return usageError{fmt.Errorf("--dataplane xdp needs --testbed: direct routing needs the director and the nodes on separate hosts of one link")}
 			}
 			if rate != "" && !onTestbed {
 				return fmt.Errorf("--rate shapes test-bed links: add --testbed")
@@ -203,7 +194,7 @@ A role that dies is restarted. Ctrl-C stops everything.
 	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
 	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80); the other dataplane's service takes the next port")
 	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy), l7 (HTTP proxy) or xdp (direct routing in the kernel; with --testbed)")
-	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler (rr wrr lc wlc sed nq sh mh; mwlc with l7)")
+	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler: "+strings.Join(sched.For("l7"), " ")+" (mwlc: l7 only)")
 	c.Flags().BoolVar(&reset, "reset", false, "write DATA/director.conf anew from the flags (keeps the file system's data, secrets and logs)")
 	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
 	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/sched"
 )
 
 // SampleDomain is the virtual domain `corral up` serves.
@@ -179,7 +180,7 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 	}
 	if c.Cfg.L4VIP != "" {
 		l4sched := scheduler
-		if l4sched == "mwlc" {
+		if sched.Supports(l4sched, "l4") != nil {
 			l4sched = "wlc" // mwlc weighs HTTP requests: l7 only
 		}
 		fmt.Fprintf(&b, "\nservice www-l4 {\n    vip %s\n    dataplane l4\n    scheduler %s\n    check %s\n", c.Cfg.L4VIP, l4sched, check)

@@ -120,6 +120,10 @@ func startUp(t *testing.T, bin, dir, net string, args ...string) *upRun {
 func (u *upRun) stop(t *testing.T) {
 	t.Helper()
 	kids := children(u.cmd.Process.Pid)
+	started := map[int]string{}
+	for _, k := range kids {
+		started[k] = startTime(k)
+	}
 	u.cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case <-u.done:
@@ -130,19 +134,43 @@ func (u *upRun) stop(t *testing.T) {
 		t.Fatalf("corral up exit status %d after SIGINT", c)
 	}
 	for _, k := range kids {
-		if syscall.Kill(k, 0) == nil && ppid(k) == u.cmd.Process.Pid {
+		// By pid and start time: an orphan would have a new parent, and
+		// the pid may be someone else's by now.
+		if st := startTime(k); st != "" && st == started[k] && alive(k) {
 			t.Errorf("child %d still running after up ended", k)
 		}
 	}
 }
 
-func ppid(pid int) int {
+// statFields are the fields of /proc/PID/stat after "(comm)" (comm may
+// hold spaces): state, ppid, ...; nil if pid is gone.
+func statFields(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+}
+
+// startTime is pid's start time in clock ticks since boot ("" if gone).
+func startTime(pid int) string {
+	if f := statFields(pid); len(f) > 19 {
+		return f[19]
+	}
+	return ""
+}
+
+// alive: pid runs (a zombie has ended).
+func alive(pid int) bool {
+	f := statFields(pid)
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+func ppid(pid int) int {
+	f := statFields(pid)
+	if len(f) < 2 {
 		return -1
 	}
-	// pid (comm) state ppid ...: comm may hold spaces, so cut after ")".
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	n, _ := strconv.Atoi(f[1])
 	return n
 }

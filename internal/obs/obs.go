@@ -80,8 +80,10 @@ const Off = "off"
 // the same host, port + offset, so daemons on one host (meta 7400 -> 9400,
 // iods 7410, 7411 -> 9410, 9411) and daemons on hosts of their own (corral
 // up's 127.0.0.11-13:7410 -> :9410 each) do not collide. Port 0 stays 0 (a
-// free port), and an unspecified host becomes loopback: the metrics are
-// for local scrapers unless an address is given.
+// free port). The metrics go where the service is: a daemon listening on
+// 10.0.0.5 serves them on 10.0.0.5 too, but one listening on every address
+// (0.0.0.0, ::, no host) serves them on loopback only, so that they reach
+// beyond the machine only where someone chose an address.
 func DefaultAddr(listen string, offset int) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
