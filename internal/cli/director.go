@@ -213,6 +213,25 @@ start beside its configuration as admin.token (mode 0600). ctl reads it from
 		e.SetIndent("", "  ")
 		return e.Encode(v)
 	}
+	// listing runs a listing: the JSON of what fetch got, or its table.
+	listing := func(fetch func(context.Context, director.Client) (v any, table func() error, err error)) func(*cobra.Command, []string) error {
+		return func(*cobra.Command, []string) error {
+			a, err := cl(false)
+			if err != nil {
+				return err
+			}
+			cx, cancel := ctx()
+			defer cancel()
+			v, table, err := fetch(cx, a)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(v)
+			}
+			return table()
+		}
+	}
 	services := &cobra.Command{Use: "services", Short: "The live table: services, real servers, weights, health, connections, bytes and rates",
 		Long: `The live table, like 'ipvsadm -Ln --stats --rate': each service with its VIP,
 scheduler, dataplane and new connections; each real server with its effective
@@ -222,41 +241,16 @@ bytes both ways. Conn/s, InB/s and OutB/s are rates over the director's last
 		Example: `  corral ctl services
   corral ctl services --json | jq '.[].servers[] | {addr, healthy, rate}'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := cl(false)
-			if err != nil {
-				return err
-			}
-			cx, cancel := ctx()
-			defer cancel()
-			st, err := a.Services(cx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(st)
-			}
-			return printServices(st)
-		}}
+		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
+			v, err := a.Services(cx)
+			return v, func() error { return printServices(v) }, err
+		})}
 	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why)", Args: cobra.NoArgs,
 		Example: "  corral ctl status",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := cl(false)
-			if err != nil {
-				return err
-			}
-			cx, cancel := ctx()
-			defer cancel()
-			st, err := a.Status(cx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(st)
-			}
-			printReload(os.Stdout, st.Reload)
-			return nil
-		}}
+		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
+			v, err := a.Status(cx)
+			return v, func() error { printReload(os.Stdout, v.Reload); return nil }, err
+		})}
 	conns := &cobra.Command{Use: "conns", Short: "The connection table (like ipvsadm -Lnc)",
 		Long: `The connection table, like 'ipvsadm -Lnc': protocol, time until the entry
 expires (mm:ss), state, client (source), virtual (VIP) and destination (real
@@ -264,22 +258,10 @@ server) addresses.`,
 		Example: `  corral ctl conns
   corral ctl conns --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := cl(false)
-			if err != nil {
-				return err
-			}
-			cx, cancel := ctx()
-			defer cancel()
-			cs, err := a.Conns(cx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cs)
-			}
-			return printConns(cs)
-		}}
+		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
+			v, err := a.Conns(cx)
+			return v, func() error { return printConns(v) }, err
+		})}
 	set := func(use, short, action string, nargs int, example string) *cobra.Command {
 		return &cobra.Command{Use: use, Short: short, Example: example, Args: cobra.ExactArgs(nargs),
 			RunE: func(cmd *cobra.Command, args []string) error {
