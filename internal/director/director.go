@@ -47,8 +47,9 @@ type Director struct {
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
 
-	rates   rates    // admin API: counters per second (rates.go)
-	metrics *metrics // /metrics: reads the counters above at scrape time
+	rates   rates          // admin API: counters per second (rates.go)
+	drains  sync.WaitGroup // closed l7 proxies finishing their requests (l7.go)
+	metrics *metrics       // /metrics: reads the counters above at scrape time
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc
@@ -287,10 +288,11 @@ func (d *Director) applyLocked(cfg *config.Director) error {
 	return nil
 }
 
-// Close stops every service.
+// Close stops every service and waits for the requests in flight of its
+// l7 services (and of those closed before) to finish, each for at most
+// drainTimeout.
 func (d *Director) Close() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, s := range *d.services.Load() {
 		s.stop()
 	}
@@ -302,6 +304,8 @@ func (d *Director) Close() {
 		d.fs.Close()
 	}
 	d.fsMu.Unlock()
+	d.mu.Unlock()
+	d.drains.Wait()
 }
 
 // prepareXDP attaches the XDP program before the first xdp service starts.

@@ -64,7 +64,10 @@ const drainTimeout = 30 * time.Second
 func (p *httpProxy) close() {
 	p.ln.Close()
 	p.wg.Wait() // Serve has returned: nothing more is accepted
+	d := p.s.d
+	d.drains.Add(1) // Director.Close waits for the drain
 	go func() {
+		defer d.drains.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		defer cancel()
 		if p.srv.Shutdown(ctx) != nil {

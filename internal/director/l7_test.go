@@ -390,11 +390,12 @@ func TestL7ReshapeFreesVIPAtOnce(t *testing.T) {
 		w.Write([]byte("56789"))
 	}))
 	t.Cleanup(slow.Close)
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
 	a := tcpName(t)
 	vip := freeAddr(t, "tcp")
 	d := start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n check none\n server %s\n}\n", vip, slow.Listener.Addr()))
+	var once sync.Once // before d.Close, which waits for the drain
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	l4 := mustParse(t, fmt.Sprintf("service w {\n vip %s\n check none\n server %s\n}\n", vip, a))
 	type result struct {
 		body string
 		err  error
@@ -413,7 +414,7 @@ func TestL7ReshapeFreesVIPAtOnce(t *testing.T) {
 	<-inFlight
 	applied := make(chan error, 1)
 	go func() {
-		applied <- d.Apply(mustParse(t, fmt.Sprintf("service w {\n vip %s\n check none\n server %s\n}\n", vip, a)))
+		applied <- d.Apply(l4)
 	}()
 	select {
 	case err := <-applied:
@@ -430,4 +431,52 @@ func TestL7ReshapeFreesVIPAtOnce(t *testing.T) {
 	if r := <-got; r.err != nil || r.body != "0123456789" {
 		t.Fatalf("the response in flight during the reshape: %q %v", r.body, r.err)
 	}
+}
+
+// TestL7CloseLetsResponseFinish: Close still lets an l7 response in
+// flight finish (close drains in the background now; Close waits for it).
+func TestL7CloseLetsResponseFinish(t *testing.T) {
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "10")
+		w.WriteHeader(200)
+		w.Write([]byte("01234"))
+		w.(http.Flusher).Flush()
+		close(inFlight)
+		<-release
+		w.Write([]byte("56789"))
+	}))
+	t.Cleanup(slow.Close)
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n check none\n server %s\n}\n", vip, slow.Listener.Addr()))
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + vip + "/")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b = append(b, " "+err.Error()...)
+		}
+		got <- string(b)
+	}()
+	<-inFlight
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a response in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	once.Do(func() { close(release) })
+	if b := <-got; b != "0123456789" {
+		t.Fatalf("the response in flight during Close: %q", b)
+	}
+	<-closed
 }
