@@ -29,7 +29,6 @@
 package config
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/netip"
@@ -208,6 +207,9 @@ type placed struct {
 	service, key string
 }
 
+// MaxLine is the longest line a configuration file may have.
+const MaxLine = 64 << 10
+
 // parse reads the statements; bad holds "SERVICE KEY" for each statement
 // with a syntax error ("SERVICE *": the service is cut short).
 func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
@@ -217,12 +219,22 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var svc *Service
 	skip := false // inside a service that is not kept (a duplicate name)
 	var scratch Service
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
 	line := 0
-	for sc.Scan() {
+	for rest := b; len(rest) > 0; {
+		var raw []byte
+		raw, rest, _ = bytes.Cut(rest, []byte("\n"))
+		raw = bytes.TrimSuffix(raw, []byte("\r"))
 		line++
-		text := sc.Text()
+		if len(raw) > MaxLine {
+			// Refused, not cut or skipped quietly: what follows on the
+			// line could be anything.
+			errs = append(errs, &Error{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", MaxLine)})
+			if svc != nil {
+				bad[svc.Name+" *"] = true
+			}
+			continue
+		}
+		text := string(raw)
 		if i := strings.IndexByte(text, '#'); i >= 0 {
 			text = text[:i]
 		}

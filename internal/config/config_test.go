@@ -178,3 +178,23 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Fatalf("Validate of a duplicate VIP: %v", err)
 	}
 }
+
+// A line over MaxLine is an error naming its line, and the services after
+// it are still read: the file is never accepted with part of it dropped.
+func TestLongLineIsAnErrorNotTheEnd(t *testing.T) {
+	conf := "service s1 {\n vip 127.0.0.1:80\n server 127.0.0.2:80\n}\n# " + strings.Repeat("x", MaxLine) +
+		"\nservice s2 {\n vip 127.0.0.1:81\n server 127.0.0.2:80\n bogus\n}\n"
+	_, err := Parse("c", []byte(conf))
+	if err == nil {
+		t.Fatal("a file with a line over MaxLine was accepted")
+	}
+	want := "c:5: line longer than 65536 bytes\nc:9: service s2: bogus: unknown field"
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("got\n%v\nwant it to begin\n%s", err, want)
+	}
+	// Exactly MaxLine is fine, as is CRLF.
+	ok := "# " + strings.Repeat("x", MaxLine-2) + "\r\nservice s1 {\r\n vip 127.0.0.1:80\r\n server 127.0.0.2:80\r\n}\r\n"
+	if d, err := Parse("c", []byte(ok)); err != nil || len(d.Services) != 1 {
+		t.Fatalf("%v %+v", err, d)
+	}
+}

@@ -190,8 +190,8 @@ func (d *Director) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", d.MetricsHandler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	// Profiles, for finding where the director spends its time; behind
-	// Guard like the rest.
+	// Profiles, for finding where the director spends its time; Guard
+	// wants the token for them even on loopback.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	return mux

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -92,7 +93,9 @@ func LoadToken(path string) (string, error) {
 //     tricked by DNS rebinding sends the attacker's name and gets 421.
 //   - Mutating requests from another origin (a page in a browser) get 403.
 //   - Mutating requests need "Authorization: Bearer TOKEN": else 401.
-//   - On a non-loopback listener reads need the token too.
+//   - On a non-loopback listener reads need the token too, and on any
+//     listener /debug/ (the Go profiles: they show the process's memory,
+//     and a CPU profile costs the director while it runs).
 type guard struct {
 	token     string
 	openReads bool // reads without the token (loopback listener)
@@ -118,7 +121,8 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if (!read || !g.openReads) && !g.authorized(r) && r.URL.Path != "/healthz" {
+	open := read && g.openReads && !debugPath(r.URL.Path)
+	if !open && !g.authorized(r) && r.URL.Path != "/healthz" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="corral director"`)
 		http.Error(w, "401: missing or wrong admin token (Authorization: Bearer TOKEN; corral ctl: pass --token-file)", http.StatusUnauthorized)
 		return
@@ -126,9 +130,17 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
+// debugPath reports whether p is under /debug/, as the mux will see it
+// once cleaned.
+func debugPath(p string) bool {
+	p = path.Clean("/" + p)
+	return p == "/debug" || strings.HasPrefix(p, "/debug/")
+}
+
 func (g *guard) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || g.token == "" {
+	// The scheme is case-insensitive (RFC 9110 11.1); the token is not.
+	scheme, got, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || g.token == "" {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(g.token)) == 1

@@ -368,3 +368,39 @@ func TestGuardClosedReads(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardDebugNeedsToken: the Go profiles want the token even on
+// loopback, where other reads are open; the Bearer scheme is matched
+// whatever its case (RFC 9110 11.1). Before the fix /debug/pprof/ was open
+// on loopback and "bearer TOKEN" was refused.
+func TestGuardDebugNeedsToken(t *testing.T) {
+	d := New(quiet)
+	defer d.Close()
+	tok := strings.Repeat("d", 64)
+	srv := httptest.NewServer(Guard(tok, true, d.Handler()))
+	defer srv.Close()
+	for _, c := range []struct {
+		path string
+		hdr  map[string]string
+		want int
+	}{
+		{"/debug/pprof/", nil, 401},
+		{"/debug/pprof/goroutine?debug=1", nil, 401},
+		{"/debug/pprof/", map[string]string{"Authorization": "Bearer " + tok}, 200},
+		{"/api/services", nil, 200},
+		{"/api/services", map[string]string{"Authorization": "bearer " + tok}, 200},
+		{"/debug/pprof/", map[string]string{"Authorization": "bearer " + tok}, 200},
+		{"/debug/pprof/", map[string]string{"Authorization": "BEARER " + tok}, 200},
+		{"/debug/pprof/", map[string]string{"Authorization": "Bearer " + strings.ToUpper(tok)}, 401},
+		{"/debug/pprof/", map[string]string{"Authorization": "Basic " + tok}, 401},
+	} {
+		if got, body := call(t, "GET", srv.URL+c.path, c.hdr); got != c.want {
+			t.Errorf("GET %s %v: %d %.60q, want %d", c.path, c.hdr, got, body, c.want)
+		}
+	}
+	// A mutating call with a lower-case scheme goes through too.
+	d.Apply(mustParse(t, fmt.Sprintf("service s {\n vip %s\n check none\n server 127.0.0.1:9\n}\n", freeAddr(t, "tcp"))))
+	if got, body := call(t, "POST", srv.URL+"/api/services/s/servers/127.0.0.1:9?action=drain", map[string]string{"Authorization": "bearer " + tok}); got != 204 {
+		t.Errorf("drain with \"bearer TOKEN\": %d %q, want 204", got, body)
+	}
+}

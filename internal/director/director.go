@@ -28,7 +28,7 @@ import (
 type Director struct {
 	log *slog.Logger
 
-	mu       sync.Mutex // serialises Apply
+	mu       sync.Mutex // serialises Apply and ctl add/remove (runtime.go)
 	cfg      atomic.Pointer[config.Director]
 	services atomic.Pointer[map[string]*service]
 
@@ -47,9 +47,9 @@ type Director struct {
 
 	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
 
-	rates   rates      // admin API: counters per second (rates.go)
-	runtime sync.Mutex // serialises ctl add/remove (runtime.go)
-	metrics *metrics   // /metrics: reads the counters above at scrape time
+	rates   rates          // admin API: counters per second (rates.go)
+	drains  sync.WaitGroup // closed l7 proxies finishing their requests (l7.go)
+	metrics *metrics       // /metrics: reads the counters above at scrape time
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc
@@ -157,6 +157,11 @@ func (d *Director) Apply(cfg *config.Director) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.applyLocked(cfg)
+}
+
+// applyLocked is Apply with cfg validated and d.mu held.
+func (d *Director) applyLocked(cfg *config.Director) error {
 	old := *d.services.Load()
 
 	// Plan: which services stay (updated in place), which are new, which go.
@@ -182,7 +187,9 @@ func (d *Director) Apply(cfg *config.Director) error {
 		}
 		s := &service{d: d, persist: map[netip.Addr]*persistEntry{}, sched: sch}
 		s.mu.Lock()
-		s.updateLocked(sc) // its pool and health checks; undone by stop
+		// Its pool only: the health checks start at commit, so that a
+		// rejected configuration leaves none probing behind it.
+		s.setPoolLocked(sc)
 		s.mu.Unlock()
 		fresh = append(fresh, s)
 	}
@@ -246,6 +253,9 @@ func (d *Director) Apply(cfg *config.Director) error {
 	// Everything stands: commit.
 	next := map[string]*service{}
 	for _, s := range started {
+		s.mu.Lock()
+		s.startChecksLocked()
+		s.mu.Unlock()
 		next[s.cfg.Load().Name] = s
 	}
 	for name, s := range stay {
@@ -278,10 +288,11 @@ func (d *Director) Apply(cfg *config.Director) error {
 	return nil
 }
 
-// Close stops every service.
+// Close stops every service and waits for the requests in flight of its
+// l7 services (and of those closed before) to finish, each for at most
+// drainTimeout.
 func (d *Director) Close() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, s := range *d.services.Load() {
 		s.stop()
 	}
@@ -293,6 +304,8 @@ func (d *Director) Close() {
 		d.fs.Close()
 	}
 	d.fsMu.Unlock()
+	d.mu.Unlock()
+	d.drains.Wait()
 }
 
 // prepareXDP attaches the XDP program before the first xdp service starts.
@@ -351,6 +364,15 @@ func sameShape(a, b *config.Service) bool {
 // servers are matched by address and keep their counters and health; a
 // server whose check changed gets a new checker.
 func (s *service) updateLocked(sc *config.Service) {
+	s.setPoolLocked(sc)
+	s.startChecksLocked()
+}
+
+// setPoolLocked makes sc's servers the pool (s.mu held), matching them by
+// address. It starts no health check: a server whose check changed, or a
+// new one, is left without a checker for startChecksLocked; a removed
+// server's checker is stopped.
+func (s *service) setPoolLocked(sc *config.Service) {
 	s.cfg.Store(sc) // before the checks start: they log the service's name
 	byAddr := map[string]*real{}
 	for _, r := range s.reals {
@@ -367,13 +389,11 @@ func (s *service) updateLocked(sc *config.Service) {
 			r.healthy.Store(true)
 		}
 		r.cfgWeight.Store(int64(rs.Weight))
-		if r.checker == nil || !reflect.DeepEqual(r.check, sc.Check) {
-			if r.checker != nil {
-				r.checker.Stop()
-			}
-			r.check = sc.Check
-			s.startCheck(r)
+		if r.checker != nil && !reflect.DeepEqual(r.check, sc.Check) {
+			r.checker.Stop()
+			r.checker = nil
 		}
+		r.check = sc.Check
 		reals = append(reals, r)
 	}
 	for _, r := range byAddr { // removed from the pool: their connections go on
@@ -385,14 +405,30 @@ func (s *service) updateLocked(sc *config.Service) {
 	s.reals = reals
 }
 
+// startChecksLocked starts a checker for each server of the pool that has
+// none (s.mu held).
+func (s *service) startChecksLocked() {
+	for _, r := range s.reals {
+		if r.checker == nil {
+			s.startCheck(r)
+		}
+	}
+}
+
+// startCheck starts r's checker from r's present state: a new server
+// counts as up until its check fails (fall), one already known to be down
+// stays down until it passes (rise), so that a reload which only edits the
+// check brings no dead server back. Without a check a server is up.
 func (s *service) startCheck(r *real) {
 	svc := s.cfg.Load()
 	name := ""
 	if svc != nil {
 		name = svc.Name
 	}
-	r.healthy.Store(true)
-	r.checker = &health.Checker{Check: health.Check(r.check), Addr: r.addr, OnChange: func(up bool, err error) {
+	if r.check.Type == "none" {
+		r.healthy.Store(true)
+	}
+	r.checker = &health.Checker{Check: health.Check(r.check), Addr: r.addr, Down: !r.healthy.Load(), OnChange: func(up bool, err error) {
 		r.healthy.Store(up)
 		s.d.pokeXDP()
 		if up {
@@ -453,6 +489,12 @@ var errNoServer = errors.New("no real server available")
 // connection when it schedules it: flows picked at the same instant then see
 // each other. The caller undoes that if the flow fails to start. pick also
 // takes a persistence reference; call done when the flow ends.
+//
+// The service counts a client's flow (an l4 connection, a UDP flow, an l7
+// request) once, on its first pick (exclude empty), in newConns when it
+// gets a server, whether by persistence or by the scheduler, and in drops
+// when none is available: a pick again after a failure (exclude not
+// empty: a refused connect, an l7 retry or resume) is the same flow.
 func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*real, error) {
 	cfg := s.cfg.Load()
 	s.mu.Lock()
@@ -464,6 +506,9 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 			e.conns++
 			e.r.active.Add(1)
 			e.r.pending.Add(size)
+			if len(exclude) == 0 {
+				s.newConns.Add(1)
+			}
 			return e.r, nil
 		}
 	}
@@ -477,7 +522,9 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 	}
 	i := s.sched.Pick(view, sched.Flow{Src: src, Size: size})
 	if i < 0 {
-		s.drops.Add(1)
+		if len(exclude) == 0 {
+			s.drops.Add(1)
+		}
 		return nil, errNoServer
 	}
 	r := s.reals[i]
@@ -489,7 +536,9 @@ func (s *service) pick(src netip.Addr, size int64, exclude map[*real]bool) (*rea
 			s.expirePersist(now)
 		}
 	}
-	s.newConns.Add(1)
+	if len(exclude) == 0 {
+		s.newConns.Add(1)
+	}
 	return r, nil
 }
 

@@ -205,3 +205,22 @@ func TestSimultaneousFlowsSpread(t *testing.T) {
 		}
 	}
 }
+
+// TestPersistentClientCountedAsNewConnection: the service counts each new
+// connection once, whether persistence or the scheduler chose its server.
+// Before the fix a returning client's connections were not counted in
+// new_connections (corral_director_flows_total, the service's Conn/s).
+func TestPersistentClientCountedAsNewConnection(t *testing.T) {
+	a := tcpName(t)
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("service s1 {\n vip %s\n persistence 60s\n check none\n server %s\n}\n", vip, a))
+	for i := 0; i < 5; i++ {
+		if _, err := ask(vip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := d.Status()[0]
+	if st.NewConns != 5 || st.Servers[0].Connections != 5 {
+		t.Fatalf("5 connections of one client: the service counts %d new, its only server %d", st.NewConns, st.Servers[0].Connections)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -52,12 +53,28 @@ func startL7(s *service) (dataplane, error) {
 	return p, nil
 }
 
+// drainTimeout bounds how long a closed l7 service's requests in flight
+// may go on; then their connections are cut.
+const drainTimeout = 30 * time.Second
+
+// close frees the VIP at once (a reload may bind it again straight away)
+// and lets the requests in flight finish in the background, for at most
+// drainTimeout: Apply, which calls it under d.mu, never waits for a slow
+// response.
 func (p *httpProxy) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p.srv.Shutdown(ctx)
-	p.wg.Wait()
-	p.tr.CloseIdleConnections()
+	p.ln.Close()
+	p.wg.Wait() // Serve has returned: nothing more is accepted
+	d := p.s.d
+	d.drains.Add(1) // Director.Close waits for the drain
+	go func() {
+		defer d.drains.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		if p.srv.Shutdown(ctx) != nil {
+			p.srv.Close()
+		}
+		p.tr.CloseIdleConnections()
+	}()
 }
 
 // Hop-by-hop headers are not forwarded (RFC 9110 7.6.1).
@@ -95,14 +112,18 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		cn := p.s.track(src, r, "TCP", "ESTABLISHED")
-		out := outgoing(req, r, src.Addr())
+		out, wrote := traced(outgoing(req, r, src.Addr()))
 		body := &countingBody{ReadCloser: out.Body}
 		if out.Body != nil && out.Body != http.NoBody {
 			out.Body = body
 		}
 		resp, err := p.tr.RoundTrip(out)
-		counted := body.n.Load()
-		r.bytesIn.Add(headerBytes(out) + counted)
+		var counted int64
+		if err == nil || wrote.Load() {
+			// Only what reached the node: a refused connect sent nothing.
+			counted = body.n.Load()
+			r.bytesIn.Add(headerBytes(out) + counted)
+		}
 		if err != nil {
 			r.active.Add(-1)
 			r.pending.Add(-size)
@@ -113,13 +134,15 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				tried[r] = true
 				continue // nothing reached the client yet: try another node
 			}
-			http.Error(w, "502 bad gateway: "+err.Error(), http.StatusBadGateway)
+			// The detail (a node's address) is for the log, not the client.
+			p.s.d.log.Warn("l7 request failed", "service", cfg.Name, "server", r.addr, "err", err)
+			http.Error(w, "502 bad gateway", http.StatusBadGateway)
 			return
 		}
 		r.requests.Add(1)
 		r.conns.Add(1)
 		last := p.relay(w, req, resp, r, size, src.Addr(), tried, cn)
-		r.bytesIn.Add(body.n.Load() - counted) // body the node read after answering
+		r.bytesIn.Add(body.n.Load() - counted) // body the node read after answering (or all of it)
 		last.active.Add(-1)
 		p.s.untrack(cn, "CLOSED") // counts as inactive a while yet (lc, wlc)
 		p.s.done(src.Addr())
@@ -151,6 +174,19 @@ func outgoing(req *http.Request, r *real, src netip.Addr) *http.Request {
 		out.Header.Set("X-Forwarded-For", ip)
 	}
 	return out
+}
+
+// traced returns out with a trace that sets wrote once the whole request
+// has been written to the node's connection: bytes_in counts what reached
+// a node, and a failed round trip may have sent nothing.
+func traced(out *http.Request) (*http.Request, *atomic.Bool) {
+	wrote := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			wrote.Store(true)
+		}
+	}}
+	return out.WithContext(httptrace.WithClientTrace(out.Context(), trace)), wrote
 }
 
 // headerBytes is the size of a request's line and header as sent.
@@ -263,11 +299,13 @@ func (p *httpProxy) resume(req *http.Request, src netip.Addr, tried map[*real]bo
 		if err != nil {
 			return nil, nil
 		}
-		out := outgoing(req, r, src)
+		out, wrote := traced(outgoing(req, r, src))
 		out.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
 		out.Header.Set("If-Range", etag)
 		resp, err := p.tr.RoundTrip(out)
-		r.bytesIn.Add(headerBytes(out))
+		if err == nil || wrote.Load() {
+			r.bytesIn.Add(headerBytes(out))
+		}
 		p.s.done(src)
 		if err == nil && resp.StatusCode == http.StatusPartialContent && resp.Header.Get("ETag") == etag &&
 			strings.HasPrefix(resp.Header.Get("Content-Range"), "bytes "+strconv.FormatInt(from, 10)+"-") {

@@ -309,3 +309,174 @@ func TestSizeCacheBoundedInBytes(t *testing.T) {
 		t.Fatal("the most recent entry was dropped")
 	}
 }
+
+// TestL7RefusedNodeCountsNothing: a node that refused the connection got
+// no bytes, and the request retried on another node is one new connection
+// of the service. Before the fix the refused node was counted the request's
+// header as bytes_in, and the retry counted as another new connection.
+func TestL7RefusedNodeCountsNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	good := newWebNode(t, []byte("hello"), false)
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n scheduler rr\n check none\n server %s\n server %s\n}\n", vip, dead, good.addr()))
+	for i := 0; i < 4; i++ {
+		if resp, got := httpGet(t, "http://"+vip+"/", nil); resp.StatusCode != 200 || string(got) != "hello" {
+			t.Fatalf("%d %q", resp.StatusCode, got)
+		}
+	}
+	st := d.Status()[0]
+	for _, r := range st.Servers {
+		switch r.Addr {
+		case dead:
+			if r.Failed == 0 || r.BytesIn != 0 {
+				t.Errorf("refused node %s: failed %d, bytes_in %d (want some failures, 0 bytes)", dead, r.Failed, r.BytesIn)
+			}
+		default:
+			if r.BytesIn == 0 || r.Requests != 4 {
+				t.Errorf("node %s: bytes_in %d, requests %d", r.Addr, r.BytesIn, r.Requests)
+			}
+		}
+	}
+	if st.NewConns != 4 {
+		t.Errorf("4 requests (some retried): the service counts %d new connections", st.NewConns)
+	}
+}
+
+// TestL7BadGatewayHidesNodes: a 502 tells the client nothing of the nodes
+// behind the VIP. Before the fix its body was the transport's error, with
+// the node's address in it.
+func TestL7BadGatewayHidesNodes(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	vip := freeAddr(t, "tcp")
+	start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n check none\n server %s\n}\n", vip, dead))
+	// A POST is not retried: it gets the node's failure as a 502.
+	resp, err := http.Post("http://"+vip+"/", "text/plain", strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	_, port, _ := net.SplitHostPort(dead)
+	if resp.StatusCode != http.StatusBadGateway || strings.Contains(string(b), port) || strings.Contains(string(b), "dial") {
+		t.Fatalf("%d %q: want a 502 that names no node", resp.StatusCode, b)
+	}
+}
+
+// TestL7ReshapeFreesVIPAtOnce: reshaping an l7 service (l7 to l4 on the
+// same VIP) while a slow response is in flight takes the VIP over at once,
+// and the response in flight still completes. Before the fix Apply waited
+// (holding the director's lock) for the old proxy's Shutdown, up to 30 s,
+// with nothing listening on the VIP meanwhile.
+func TestL7ReshapeFreesVIPAtOnce(t *testing.T) {
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "10")
+		w.WriteHeader(200)
+		w.Write([]byte("01234"))
+		w.(http.Flusher).Flush()
+		close(inFlight)
+		<-release
+		w.Write([]byte("56789"))
+	}))
+	t.Cleanup(slow.Close)
+	a := tcpName(t)
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n check none\n server %s\n}\n", vip, slow.Listener.Addr()))
+	var once sync.Once // before d.Close, which waits for the drain
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	l4 := mustParse(t, fmt.Sprintf("service w {\n vip %s\n check none\n server %s\n}\n", vip, a))
+	type result struct {
+		body string
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.Get("http://" + vip + "/")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- result{string(b), err}
+	}()
+	<-inFlight
+	applied := make(chan error, 1)
+	go func() {
+		applied <- d.Apply(l4)
+	}()
+	select {
+	case err := <-applied:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second): // the old drain took 30 s
+		t.Fatal("Apply waits for the old l7 proxy's response in flight")
+	}
+	if who, err := ask(vip); err != nil || who != a {
+		t.Fatalf("the VIP after the reshape: %q %v, want the l4 service's %s", who, err, a)
+	}
+	once.Do(func() { close(release) })
+	if r := <-got; r.err != nil || r.body != "0123456789" {
+		t.Fatalf("the response in flight during the reshape: %q %v", r.body, r.err)
+	}
+}
+
+// TestL7CloseLetsResponseFinish: Close still lets an l7 response in
+// flight finish (close drains in the background now; Close waits for it).
+func TestL7CloseLetsResponseFinish(t *testing.T) {
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "10")
+		w.WriteHeader(200)
+		w.Write([]byte("01234"))
+		w.(http.Flusher).Flush()
+		close(inFlight)
+		<-release
+		w.Write([]byte("56789"))
+	}))
+	t.Cleanup(slow.Close)
+	vip := freeAddr(t, "tcp")
+	d := start(t, fmt.Sprintf("service w {\n vip %s\n dataplane l7\n check none\n server %s\n}\n", vip, slow.Listener.Addr()))
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + vip + "/")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			b = append(b, " "+err.Error()...)
+		}
+		got <- string(b)
+	}()
+	<-inFlight
+	closed := make(chan struct{})
+	go func() { d.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned with a response in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	once.Do(func() { close(release) })
+	if b := <-got; b != "0123456789" {
+		t.Fatalf("the response in flight during Close: %q", b)
+	}
+	<-closed
+}

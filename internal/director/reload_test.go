@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,4 +182,97 @@ func TestReloadStatusAndCheck(t *testing.T) {
 	if err := Check(path); err == nil || !strings.Contains(err.Error(), ":1: admin:") {
 		t.Fatalf("Check of an admin address by name: %v", err)
 	}
+}
+
+// TestRejectedReloadStartsNoChecks: a configuration rejected because one
+// of its new services cannot bind its VIP leaves no health check of its
+// new services probing. Before the fix a new service's checks started
+// while the plan was built and a rejected reload stopped only the
+// services whose dataplanes had started: s3's check went on for good.
+func TestRejectedReloadStartsNoChecks(t *testing.T) {
+	var probes atomic.Int64
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { probes.Add(1) }))
+	defer hs.Close()
+	a := tcpName(t)
+	v1 := freeAddr(t, "tcp")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	d := start(t, fmt.Sprintf("service s1 {\n vip %s\n check none\n server %s\n}\n", v1, a))
+	bad := fmt.Sprintf("service s1 {\n vip %s\n check none\n server %s\n}\n"+
+		"service s3 {\n vip %s\n check http path=/ interval=50ms timeout=50ms\n server %s\n}\n",
+		v1, a, taken.Addr(), hs.Listener.Addr())
+	if err := d.Apply(mustParse(t, bad)); err == nil {
+		t.Fatal("a service on a VIP someone else holds was accepted")
+	}
+	// At 50 ms, a check left running would have probed about ten times.
+	time.Sleep(500 * time.Millisecond)
+	if n := probes.Load(); n > 0 {
+		t.Fatalf("the rejected service's health check probed %d times", n)
+	}
+}
+
+// TestRuntimeChangeKeepsReload: ctl add/remove racing reloads of the file.
+// Before the fix the run-time change copied the configuration before a
+// reload and applied the copy after it: the reload was undone while
+// ReloadStatus said it was loaded.
+func TestRuntimeChangeKeepsReload(t *testing.T) {
+	a, b := tcpName(t), tcpName(t)
+	v1 := freeAddr(t, "tcp")
+	path := filepath.Join(t.TempDir(), "director.conf")
+	d := New(quiet)
+	t.Cleanup(d.Close)
+	lost := 0
+	for i := 0; i < 200; i++ {
+		sch := []string{"rr", "wlc"}[i%2]
+		conf := fmt.Sprintf("service s1 {\n vip %s\n scheduler %s\n check none\n server %s\n}\n", v1, sch, a)
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d.AddServer("s1", b, 1) // "no service" before the first load
+			d.RemoveServer("s1", b)
+		}()
+		if err := d.reloadFrom(path, fileStamp(path)); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if got := d.cfg.Load().Services[0].Scheduler; got != sch {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of 200 reloads undone by a concurrent ctl add/remove", lost)
+	}
+}
+
+// TestCheckEditKeepsDeadServerDown: a reload that changes only a down
+// server's check (its interval) keeps it down until the new check passes
+// rise times. Before the fix every new checker started the server up: the
+// reload sent traffic to a dead server for fall intervals.
+func TestCheckEditKeepsDeadServerDown(t *testing.T) {
+	var status atomic.Int64
+	status.Store(500)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(int(status.Load())) }))
+	defer hs.Close()
+	v1 := freeAddr(t, "tcp")
+	conf := func(iv string) string {
+		return fmt.Sprintf("service s1 {\n vip %s\n check http path=/ interval=%s timeout=250ms rise=1 fall=1\n server %s\n}\n", v1, iv, hs.Listener.Addr())
+	}
+	d := start(t, conf("300ms"))
+	healthy := func() bool { return d.Status()[0].Servers[0].Healthy }
+	waitFor(t, "the failing server marked down", 10*time.Second, func() bool { return !healthy() })
+	if err := d.Apply(mustParse(t, conf("400ms"))); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Status()[0].Servers[0]; s.Healthy || s.Weight != 0 {
+		t.Fatalf("a failing server is up (weight %d) right after a reload that changed only its check interval", s.Weight)
+	}
+	// The new check still brings it back once it passes.
+	status.Store(200)
+	waitFor(t, "the server back up under the new check", 10*time.Second, healthy)
 }

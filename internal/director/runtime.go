@@ -67,10 +67,13 @@ func (d *Director) RemoveServer(service, addr string) error {
 }
 
 // changeServers applies change to a copy of the running configuration of
-// one service and makes the copy the running configuration.
+// one service and makes the copy the running configuration. It reads,
+// changes and applies under d.mu, as a reload applies: a reload between
+// the read and the apply would otherwise be undone by a copy of the
+// configuration before it.
 func (d *Director) changeServers(service string, change func(*config.Service) error) error {
-	d.runtime.Lock()
-	defer d.runtime.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	cur := d.cfg.Load()
 	next := *cur
 	next.Services = slices.Clone(cur.Services)
@@ -82,5 +85,8 @@ func (d *Director) changeServers(service string, change func(*config.Service) er
 	if err := change(sc); err != nil {
 		return err
 	}
-	return d.Apply(&next)
+	if err := config.Validate(&next); err != nil {
+		return err
+	}
+	return d.applyLocked(&next)
 }

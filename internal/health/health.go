@@ -119,6 +119,9 @@ type Checker struct {
 	// the package's Probe).
 	Clock Clock
 	Probe func(ctx context.Context, c Check, addr string) error
+	// Down starts the server as down, to come up after Rise successes (a
+	// server already known to be down whose check is replaced).
+	Down bool
 
 	mu      sync.Mutex
 	up      bool
@@ -128,9 +131,10 @@ type Checker struct {
 	done    chan struct{}
 }
 
-// Start begins checking; the server counts as up until Fall failures.
+// Start begins checking; the server counts as up until Fall failures
+// (with Down: as down until Rise successes).
 func (c *Checker) Start() {
-	c.up = true
+	c.up = !c.Down
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
 	go c.loop()
 }

@@ -130,3 +130,39 @@ func TestCheckerPacedByClock(t *testing.T) {
 	}
 	go func() { results <- nil }() // the probe in flight when Stop comes
 }
+
+// TestCheckerStartsDown: with Down the server starts down and comes up
+// after Rise successes (the director carries a down server's state into
+// a new checker when its check is edited).
+func TestCheckerStartsDown(t *testing.T) {
+	clock := &fakeClock{t: &fakeTicker{c: make(chan time.Time)}}
+	results := make(chan error)
+	changes := make(chan bool, 4)
+	c := &Checker{Check: Check{Type: "tcp", Interval: time.Hour, Rise: 2, Fall: 1}, Addr: "x", Clock: clock, Down: true,
+		Probe: func(ctx context.Context, _ Check, _ string) error {
+			select {
+			case err := <-results:
+				return err
+			case <-ctx.Done(): // Stop, also when the test fails
+				return ctx.Err()
+			}
+		},
+		OnChange: func(up bool, _ error) { changes <- up }}
+	c.Start()
+	defer c.Stop()
+	if up, _ := c.State(); up {
+		t.Fatal("up before any probe with Down")
+	}
+	step := func(err error) {
+		results <- err
+		clock.t.c <- time.Time{}
+	}
+	step(nil)
+	if up, _ := c.State(); up || len(changes) != 0 {
+		t.Fatal("up after 1 success with rise=2")
+	}
+	step(nil)
+	if up, _ := c.State(); !up || <-changes != true {
+		t.Fatal("still down after 2 successes")
+	}
+}
