@@ -12,7 +12,7 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
-func put(t *testing.T, cl *client.Client, p string, data []byte) {
+func put(t testing.TB, cl *client.Client, p string, data []byte) {
 	t.Helper()
 	ctx := context.Background()
 	if err := cl.MkdirAll(ctx, p[:strings.LastIndex(p, "/")], 0o755); err != nil {
