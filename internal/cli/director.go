@@ -93,7 +93,7 @@ bearer token the director writes on first start to --token-file (mode 0600).`,
 }
 
 func nodeCmd() *cobra.Command {
-	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr string
+	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr, raBudget string
 	var writeTimeout, idleTimeout time.Duration
 	var accessLog, healthzOnService bool
 	var sf secFlags
@@ -125,14 +125,18 @@ answers clients straight back; all undone on exit.`,
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			budget, err := parseSize(raBudget)
+			if err != nil || budget <= 0 {
+				return usageError{fmt.Errorf("--read-ahead-budget %q: want a size such as 32M", raBudget)}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
-				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService}
+				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService,
+				ReadAheadBudget: budget}
 			if writeTimeout <= 0 || idleTimeout <= 0 {
 				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
 			}
-			var err error
 			if cfg.Security, err = sf.security(false); err != nil {
 				return err
 			}
@@ -155,6 +159,7 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
 	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
 	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
+	c.Flags().StringVar(&raBudget, "read-ahead-budget", "32M", "read-ahead of all requests together; past it a request reads without (bounds memory under many slow clients)")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")

@@ -78,6 +78,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Stop()
 		return nil, fmt.Errorf("upload sample site: %w", err)
 	}
+	c.ConfPath = filepath.Join(c.Data, "director.conf")
+	if _, err := os.Stat(c.ConfPath); err == nil && cfg.KeepConfig {
+		c.ConfKept = true
+	}
 	for i, l := range cfg.NodeListen {
 		p, err := c.StartNode(ctx, i, l)
 		if err != nil {
@@ -86,12 +90,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		}
 		c.Nodes = append(c.Nodes, p)
 	}
-	c.ConfPath = filepath.Join(c.Data, "director.conf")
-	if _, err := os.Stat(c.ConfPath); err == nil && cfg.KeepConfig {
-		c.ConfKept = true
-	} else if err := c.WriteDirectorConf(cfg.Scheduler, nil); err != nil {
-		c.Stop()
-		return nil, err
+	if !c.ConfKept {
+		if err := c.WriteDirectorConf(cfg.Scheduler, nil); err != nil {
+			c.Stop()
+			return nil, err
+		}
 	}
 	c.Director, err = c.startDirector(ctx)
 	if err != nil {
@@ -111,7 +114,7 @@ func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, e
 	name := fmt.Sprintf("node%d", i+1)
 	args := []string{"--listen", listen, "--meta", c.MetaAddr(), "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
 	freePort := strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0")
-	if freePort || !strings.Contains(c.checkLine(), "port=") {
+	if freePort || c.checksServicePort() {
 		// The director checks /healthz on the service port (no port=
 		// in its check line), or the node is on a free port (tests;
 		// also when restarted on the port it got) whose admin port is
@@ -150,6 +153,28 @@ func (c *Cluster) checkLine() string {
 		}
 	}
 	return "http port=9080 path=/healthz status=200 interval=1s timeout=500ms rise=1 fall=2" // node.DefaultAdminPort
+}
+
+// checksServicePort says whether the director checks the nodes' /healthz on
+// their service port: an http check line without port=, in the kept
+// director.conf (the user's, perhaps from before checks moved to the admin
+// port) or in the one to be written.
+func (c *Cluster) checksServicePort() bool {
+	lines := []string{"check " + c.checkLine()}
+	if c.ConfKept {
+		b, err := os.ReadFile(c.ConfPath)
+		if err != nil {
+			return true // unknown: answer both
+		}
+		lines = strings.Split(string(b), "\n")
+	}
+	for _, l := range lines {
+		f := strings.Fields(strings.SplitN(l, "#", 2)[0])
+		if len(f) >= 2 && f[0] == "check" && strings.HasPrefix(f[1], "http") && !strings.Contains(l, "port=") {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteDirectorConf writes the director's configuration for the running

@@ -575,3 +575,65 @@ func FuzzRange(f *testing.F) {
 		}
 	})
 }
+
+// TestBodyThatNeverComes: a GET announcing a body it never sends gets its
+// answer at once and its connection closed. Before, net/http waited with
+// no deadline for the body (to keep the connection) before the header,
+// holding the request, its file and a read-ahead window for good.
+func TestBodyThatNeverComes(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	defer cl.Close()
+	put(t, cl, "/www/a.test/f", []byte("small"))
+	s := New(Config{Meta: fsys.Meta.Addr})
+	defer s.Close()
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /f HTTP/1.1\r\nHost: a.test\r\nContent-Length: 100\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer while the announced body does not come: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "small" || !resp.Close {
+		t.Fatalf("%d %q close=%v, want 200 \"small\" and the connection closed", resp.StatusCode, b, resp.Close)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.active.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests still active", s.active.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestHeadIgnoresRange: Range is defined for GET only (RFC 9110 14.2).
+func TestHeadIgnoresRange(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	defer cl.Close()
+	put(t, cl, "/www/a.test/f", []byte("0123456789"))
+	s := New(Config{Meta: fsys.Meta.Addr})
+	defer s.Close()
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	for _, rng := range []string{"bytes=0-1", "bytes=-0", "bytes=0-1,4-5"} {
+		req, _ := http.NewRequest("HEAD", srv.URL+"/f", nil)
+		req.Host = "a.test"
+		req.Header.Set("Range", rng)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Range") != "" || resp.ContentLength != 10 {
+			t.Errorf("HEAD with Range %s: %d, Content-Range %q, length %d; want 200 as without it", rng, resp.StatusCode, resp.Header.Get("Content-Range"), resp.ContentLength)
+		}
+	}
+}

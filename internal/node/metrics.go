@@ -40,7 +40,7 @@ func newNodeMetrics(s *Server) *nodeMetrics {
 	// reads as the node waits for them (network included).
 	fsOps := obs.NewOpMetrics(m.reg, "corral_node_fs_requests", "file-system requests the node made, by operation (walk, read, ...) and result",
 		"corral_node_fs_request_duration_seconds", "time the node waited for a file-system request (metadata, stripe I/O), by operation")
-	fsOps.Init(proto.OpName(proto.OpWalk), proto.OpName(proto.OpRead))
+	fsOps.Init(proto.OpName(proto.OpWalkBeneath), proto.OpName(proto.OpRead))
 	s.fs.Pool().Observe = obs.Observer(fsOps, proto.OpName, proto.ResultLabel)
 	for _, c := range []int{200, 206, 304, 400, 404, 503} { // seen from the start
 		m.code(c)

@@ -40,10 +40,12 @@ import (
 const ReadAhead = 512 << 10
 
 // DefaultReadAheadBudget bounds the read-ahead windows of all requests at
-// once (32 windows): requests beyond it read without read-ahead, so many
-// slow or stalled clients hold no more than their copy buffers and the
-// node's memory stays flat however many there are.
-const DefaultReadAheadBudget = 32 * ReadAhead
+// once (64 windows, 32 MiB: 64 concurrent large downloads keep theirs,
+// fewer cut their latency's tail badly; more cost memory under many stalled
+// clients, which hold their windows until the write timeout): requests beyond it read without read-ahead, so many slow or
+// stalled clients hold no more than their copy buffers and the node's
+// memory stays bounded however many there are.
+const DefaultReadAheadBudget = 64 * ReadAhead
 
 // Defaults and limits.
 const (
@@ -200,7 +202,10 @@ func (s *Server) Health() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := s.fs.Stat(ctx, s.cfg.Docroot)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		err = fmt.Errorf("docroot %s missing in the file system", s.cfg.Docroot)
+	case err != nil:
 		err = fmt.Errorf("file system unreachable: %w", err)
 	}
 	s.hAt, s.hErr = s.cfg.Now(), err
@@ -291,6 +296,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				r.Method+" "+trunc(r.RequestURI)+" "+r.Proto, sw.status, sw.bytes, trunc(r.Host), trunc(r.UserAgent()), time.Since(start).Seconds())
 		}
 	}()
+	if r.ContentLength != 0 {
+		// A body on a GET/HEAD means nothing here, and net/http would
+		// wait, without any deadline, for it to arrive (to keep the
+		// connection) before sending the header: answer, then close.
+		sw.Header().Set("Connection", "close")
+	}
 	if s.cfg.HealthzOnService && r.URL.Path == "/healthz" {
 		s.admin.ServeHTTP(sw, r)
 		return
@@ -386,6 +397,12 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 func fixRange(r *http.Request, size int64) {
 	h := r.Header.Get("Range")
 	if h == "" {
+		return
+	}
+	if r.Method != http.MethodGet {
+		// RFC 9110 14.2: Range is defined for GET only; HEAD answers
+		// as the GET without it would.
+		r.Header.Del("Range")
 		return
 	}
 	unit, spec, _ := strings.Cut(h, "=")

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"errors"
 	"path"
 	"strings"
 	"syscall"
@@ -26,7 +27,37 @@ func (t tx) walkBeneath(root, p string) (*inode, error) {
 	escape := func() error {
 		return proto.Errorf(syscall.EXDEV, root+p+": resolves outside "+root)
 	}
-	// The root, followed if it is a link: Walk follows all but the last.
+	top, err := t.walk(root)
+	if err == nil && top.isLink() {
+		// Root itself a link (an alias domain, /www/alias.test -> a.test):
+		// it is resolved beneath its own directory (the docroot), never out
+		// of it: /www/up.test -> .. or -> / must not serve the whole tree.
+		base := path.Dir(path.Clean(root))
+		target := top.Target
+		if strings.HasPrefix(target, "/") {
+			rel, ok := strings.CutPrefix(path.Clean(target), strings.TrimSuffix(base, "/")+"/")
+			if !ok {
+				return nil, proto.Errorf(syscall.EXDEV, root+": links outside "+base)
+			}
+			target = rel
+		}
+		top, err = t.walkBeneathFrom(base, target)
+		if errors.Is(err, syscall.EXDEV) {
+			return nil, proto.Errorf(syscall.EXDEV, root+": links outside "+base)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t.beneath(top, root, p, escape)
+}
+
+// walkBeneathFrom resolves p beneath the directory root, whose own links
+// (above the point of confinement) are followed as Walk does.
+func (t tx) walkBeneathFrom(root, p string) (*inode, error) {
+	escape := func() error {
+		return proto.Errorf(syscall.EXDEV, root+"/"+p+": resolves outside "+root)
+	}
 	top, err := t.walk(root)
 	for links := 0; err == nil && top.isLink(); links++ {
 		if links >= maxSymlinks {
@@ -42,6 +73,12 @@ func (t tx) walkBeneath(root, p string) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
+	return t.beneath(top, root, p, escape)
+}
+
+// beneath resolves p inside the directory top (named root in errors),
+// links followed, the last one too, but never out of top.
+func (t tx) beneath(top *inode, root, p string, escape func() error) (*inode, error) {
 	if !top.isDir() {
 		return nil, proto.Errorf(syscall.ENOTDIR, root+": not a directory")
 	}

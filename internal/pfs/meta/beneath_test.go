@@ -29,6 +29,12 @@ func TestWalkBeneath(t *testing.T) {
 	link(sub, "back", "../sub")
 	link(a, "loop", "loop")
 	link(www, "alias", "a")
+	link(www, "absalias", "/www/a")
+	link(www, "aliasalias", "alias")
+	link(www, "upalias", "..")
+	link(www, "rootalias", "/")
+	link(www, "deep", "a/../..")
+	link(www, "via", "upalias/www/a")
 	walk := func(root, p string) (uint64, error) {
 		r, err := s.Handle(t.Context(), &proto.WalkBeneath{Root: root, Path: p})
 		if err != nil {
@@ -47,6 +53,13 @@ func TestWalkBeneath(t *testing.T) {
 		{"/www/a", "/sub/..", a, 0},
 		{"/www/alias", "/sub", sub, 0},
 		{"/www/a", "/", a, 0},
+		{"/www/absalias", "/sub", sub, 0},
+		{"/www/aliasalias", "/sub", sub, 0},
+		// A domain that is a link resolves beneath the docroot only.
+		{"/www/upalias", "/www/a", 0, syscall.EXDEV},
+		{"/www/rootalias", "/www/a", 0, syscall.EXDEV},
+		{"/www/deep", "/", 0, syscall.EXDEV},
+		{"/www/via", "/", 0, syscall.EXDEV},
 		{"/www/a", "/abs", 0, syscall.EXDEV},
 		{"/www/a", "/up", 0, syscall.EXDEV},
 		{"/www/a", "/..", 0, syscall.EXDEV},

@@ -401,7 +401,7 @@ func (p *Pool) Close() {
 // Idempotent reports whether a request may be sent twice with the same effect.
 func Idempotent(op Op) bool {
 	switch op {
-	case OpLookup, OpWalk, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
+	case OpLookup, OpWalk, OpWalkBeneath, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
 		OpServers, OpRegister, OpSetLayout,
 		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat,
 		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc:
