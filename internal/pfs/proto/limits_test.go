@@ -378,3 +378,22 @@ func TestStrangersCostLittle(t *testing.T) {
 		t.Fatalf("%d unauthenticated connections grew the heap by %d MiB", conns, grown>>20)
 	}
 }
+
+// TestServeAfterClose: a server closed before Serve runs (a daemon stopped
+// as it starts) returns nil, as one closed while serving does, and lets go
+// of the listener. It returned net.ErrClosed, which a daemon reported as a
+// failure on a clean stop.
+func TestServeAfterClose(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Handler: &counting{}, Security: testSec}
+	s.Close()
+	if err := s.Serve(l); err != nil {
+		t.Fatalf("Serve after Close: %v, want nil", err)
+	}
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("listener still open after Serve: %v", err)
+	}
+}

@@ -55,8 +55,11 @@ func (s *Server) Serve(l net.Listener) error {
 	lim := s.Limits.withDefaults()
 	s.mu.Lock()
 	if s.done {
+		// Closed before it served (a daemon stopped as it started):
+		// the same as closed while serving.
 		s.mu.Unlock()
-		return net.ErrClosed
+		l.Close()
+		return nil
 	}
 	if s.budget == nil {
 		s.budget = newBudget(lim.Budget)
