@@ -61,6 +61,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"fs", "put", "a"}, []string{"corral fs put: accepts 2 arg(s), received 1", "usage: corral fs put LOCAL REMOTE"}},
 		{[]string{"fs", "layout", "set", "/d", "--stripe-count", "x", "--meta", "127.0.0.1:1", "--secret-file", "/nonexistent"}, []string{"corral fs layout set"}},
 		{[]string{"ctl", "servces"}, []string{"did you mean services?"}},
+		{[]string{"ctl", "weight", "www", "127.0.0.1:1", "abc"}, []string{`corral ctl weight: weight "abc": want 0..65535`}},
+		{[]string{"ctl", "add", "www", "127.0.0.1:1", "--weight", "-1"}, []string{"corral ctl add: --weight -1: want 0..65535"}},
 		{[]string{"version", "extra"}, []string{"corral version"}},
 		{[]string{"help", "fs", "lyout"}, []string{`corral help: no help topic "lyout" under "corral fs"; did you mean layout?`}},
 	} {

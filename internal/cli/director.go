@@ -274,7 +274,7 @@ server) addresses.`,
 				if action == "weight" {
 					var err error
 					if w, err = strconv.Atoi(args[2]); err != nil || w < 0 || w > 65535 {
-						return fmt.Errorf("weight %q: want 0..65535", args[2])
+						return usageError{fmt.Errorf("weight %q: want 0..65535", args[2])}
 					}
 				}
 				a, err := cl(true)
@@ -298,7 +298,7 @@ reload replaces ipvsadm's changes.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if addWeight < 0 || addWeight > 65535 {
-				return fmt.Errorf("--weight %d: want 0..65535", addWeight)
+				return usageError{fmt.Errorf("--weight %d: want 0..65535", addWeight)}
 			}
 			a, err := cl(true)
 			if err != nil {
