@@ -47,10 +47,12 @@ func (m *Metrics) Client(c *client.Client) {
 	c.Pool().Observe = obs.Observer(m.fs, proto.OpName, proto.ResultLabel)
 }
 
-func (m *Metrics) done(op string, start time.Time, st fuse.Status) {
+// done records an operation that started at start and ended with *st
+// (deferred, so *st is read as the operation returns).
+func (m *Metrics) done(op string, start time.Time, st *fuse.Status) {
 	result := "ok"
-	if st != fuse.OK {
-		result = strings.ToLower(unix.ErrnoName(syscall.Errno(st)))
+	if *st != fuse.OK {
+		result = strings.ToLower(unix.ErrnoName(syscall.Errno(*st)))
 		if result == "" {
 			result = "error"
 		}
@@ -100,231 +102,169 @@ type observedFS struct {
 	m *Metrics
 }
 
-func (f *observedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Lookup(c, h, name, out)
-	f.m.done("lookup", t, st)
-	return st
+func (f *observedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) (st fuse.Status) {
+	defer f.m.done("lookup", time.Now(), &st)
+	return f.RawFileSystem.Lookup(c, h, name, out)
 }
 
-func (f *observedFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.GetAttr(c, in, out)
-	f.m.done("getattr", t, st)
-	return st
+func (f *observedFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
+	defer f.m.done("getattr", time.Now(), &st)
+	return f.RawFileSystem.GetAttr(c, in, out)
 }
 
-func (f *observedFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.SetAttr(c, in, out)
-	f.m.done("setattr", t, st)
-	return st
+func (f *observedFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
+	defer f.m.done("setattr", time.Now(), &st)
+	return f.RawFileSystem.SetAttr(c, in, out)
 }
 
-func (f *observedFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Mknod(c, in, name, out)
-	f.m.done("mknod", t, st)
-	return st
+func (f *observedFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) (st fuse.Status) {
+	defer f.m.done("mknod", time.Now(), &st)
+	return f.RawFileSystem.Mknod(c, in, name, out)
 }
 
-func (f *observedFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Mkdir(c, in, name, out)
-	f.m.done("mkdir", t, st)
-	return st
+func (f *observedFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) (st fuse.Status) {
+	defer f.m.done("mkdir", time.Now(), &st)
+	return f.RawFileSystem.Mkdir(c, in, name, out)
 }
 
-func (f *observedFS) Unlink(c <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Unlink(c, h, name)
-	f.m.done("unlink", t, st)
-	return st
+func (f *observedFS) Unlink(c <-chan struct{}, h *fuse.InHeader, name string) (st fuse.Status) {
+	defer f.m.done("unlink", time.Now(), &st)
+	return f.RawFileSystem.Unlink(c, h, name)
 }
 
-func (f *observedFS) Rmdir(c <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Rmdir(c, h, name)
-	f.m.done("rmdir", t, st)
-	return st
+func (f *observedFS) Rmdir(c <-chan struct{}, h *fuse.InHeader, name string) (st fuse.Status) {
+	defer f.m.done("rmdir", time.Now(), &st)
+	return f.RawFileSystem.Rmdir(c, h, name)
 }
 
-func (f *observedFS) Rename(c <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Rename(c, in, oldName, newName)
-	f.m.done("rename", t, st)
-	return st
+func (f *observedFS) Rename(c <-chan struct{}, in *fuse.RenameIn, oldName, newName string) (st fuse.Status) {
+	defer f.m.done("rename", time.Now(), &st)
+	return f.RawFileSystem.Rename(c, in, oldName, newName)
 }
 
-func (f *observedFS) Link(c <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Link(c, in, name, out)
-	f.m.done("link", t, st)
-	return st
+func (f *observedFS) Link(c <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) (st fuse.Status) {
+	defer f.m.done("link", time.Now(), &st)
+	return f.RawFileSystem.Link(c, in, name, out)
 }
 
-func (f *observedFS) Symlink(c <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Symlink(c, h, target, name, out)
-	f.m.done("symlink", t, st)
-	return st
+func (f *observedFS) Symlink(c <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) (st fuse.Status) {
+	defer f.m.done("symlink", time.Now(), &st)
+	return f.RawFileSystem.Symlink(c, h, target, name, out)
 }
 
-func (f *observedFS) Readlink(c <-chan struct{}, h *fuse.InHeader) ([]byte, fuse.Status) {
-	t := time.Now()
-	b, st := f.RawFileSystem.Readlink(c, h)
-	f.m.done("readlink", t, st)
-	return b, st
+func (f *observedFS) Readlink(c <-chan struct{}, h *fuse.InHeader) (b []byte, st fuse.Status) {
+	defer f.m.done("readlink", time.Now(), &st)
+	return f.RawFileSystem.Readlink(c, h)
 }
 
-func (f *observedFS) Access(c <-chan struct{}, in *fuse.AccessIn) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Access(c, in)
-	f.m.done("access", t, st)
-	return st
+func (f *observedFS) Access(c <-chan struct{}, in *fuse.AccessIn) (st fuse.Status) {
+	defer f.m.done("access", time.Now(), &st)
+	return f.RawFileSystem.Access(c, in)
 }
 
-func (f *observedFS) GetXAttr(c <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
-	t := time.Now()
-	n, st := f.RawFileSystem.GetXAttr(c, h, attr, dest)
-	f.m.done("getxattr", t, st)
-	return n, st
+func (f *observedFS) GetXAttr(c <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (n uint32, st fuse.Status) {
+	defer f.m.done("getxattr", time.Now(), &st)
+	return f.RawFileSystem.GetXAttr(c, h, attr, dest)
 }
 
-func (f *observedFS) ListXAttr(c <-chan struct{}, h *fuse.InHeader, dest []byte) (uint32, fuse.Status) {
-	t := time.Now()
-	n, st := f.RawFileSystem.ListXAttr(c, h, dest)
-	f.m.done("listxattr", t, st)
-	return n, st
+func (f *observedFS) ListXAttr(c <-chan struct{}, h *fuse.InHeader, dest []byte) (n uint32, st fuse.Status) {
+	defer f.m.done("listxattr", time.Now(), &st)
+	return f.RawFileSystem.ListXAttr(c, h, dest)
 }
 
-func (f *observedFS) SetXAttr(c <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.SetXAttr(c, in, attr, data)
-	f.m.done("setxattr", t, st)
-	return st
+func (f *observedFS) SetXAttr(c <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) (st fuse.Status) {
+	defer f.m.done("setxattr", time.Now(), &st)
+	return f.RawFileSystem.SetXAttr(c, in, attr, data)
 }
 
-func (f *observedFS) RemoveXAttr(c <-chan struct{}, h *fuse.InHeader, attr string) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.RemoveXAttr(c, h, attr)
-	f.m.done("removexattr", t, st)
-	return st
+func (f *observedFS) RemoveXAttr(c <-chan struct{}, h *fuse.InHeader, attr string) (st fuse.Status) {
+	defer f.m.done("removexattr", time.Now(), &st)
+	return f.RawFileSystem.RemoveXAttr(c, h, attr)
 }
 
-func (f *observedFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Create(c, in, name, out)
-	f.m.done("create", t, st)
-	return st
+func (f *observedFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) (st fuse.Status) {
+	defer f.m.done("create", time.Now(), &st)
+	return f.RawFileSystem.Create(c, in, name, out)
 }
 
-func (f *observedFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Open(c, in, out)
-	f.m.done("open", t, st)
-	return st
+func (f *observedFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
+	defer f.m.done("open", time.Now(), &st)
+	return f.RawFileSystem.Open(c, in, out)
 }
 
-func (f *observedFS) Read(c <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
-	t := time.Now()
-	r, st := f.RawFileSystem.Read(c, in, buf)
-	f.m.done("read", t, st)
-	return r, st
+func (f *observedFS) Read(c <-chan struct{}, in *fuse.ReadIn, buf []byte) (r fuse.ReadResult, st fuse.Status) {
+	defer f.m.done("read", time.Now(), &st)
+	return f.RawFileSystem.Read(c, in, buf)
 }
 
-func (f *observedFS) Write(c <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
-	t := time.Now()
-	n, st := f.RawFileSystem.Write(c, in, data)
-	f.m.done("write", t, st)
-	return n, st
+func (f *observedFS) Write(c <-chan struct{}, in *fuse.WriteIn, data []byte) (n uint32, st fuse.Status) {
+	defer f.m.done("write", time.Now(), &st)
+	return f.RawFileSystem.Write(c, in, data)
 }
 
-func (f *observedFS) Writev(c <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
-	t := time.Now()
-	n, st := f.RawFileSystem.Writev(c, in, data)
-	f.m.done("write", t, st)
-	return n, st
+func (f *observedFS) Writev(c <-chan struct{}, in *fuse.WriteIn, data [][]byte) (n uint32, st fuse.Status) {
+	defer f.m.done("write", time.Now(), &st)
+	return f.RawFileSystem.Writev(c, in, data)
 }
 
-func (f *observedFS) Flush(c <-chan struct{}, in *fuse.FlushIn) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Flush(c, in)
-	f.m.done("flush", t, st)
-	return st
+func (f *observedFS) Flush(c <-chan struct{}, in *fuse.FlushIn) (st fuse.Status) {
+	defer f.m.done("flush", time.Now(), &st)
+	return f.RawFileSystem.Flush(c, in)
 }
 
-func (f *observedFS) Fsync(c <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Fsync(c, in)
-	f.m.done("fsync", t, st)
-	return st
+func (f *observedFS) Fsync(c <-chan struct{}, in *fuse.FsyncIn) (st fuse.Status) {
+	defer f.m.done("fsync", time.Now(), &st)
+	return f.RawFileSystem.Fsync(c, in)
 }
 
 func (f *observedFS) Release(c <-chan struct{}, in *fuse.ReleaseIn) {
-	t := time.Now()
+	st := fuse.OK // nothing to report: the kernel does not wait
+	defer f.m.done("release", time.Now(), &st)
 	f.RawFileSystem.Release(c, in)
-	f.m.done("release", t, fuse.OK)
 }
 
-func (f *observedFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Fallocate(c, in)
-	f.m.done("fallocate", t, st)
-	return st
+func (f *observedFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) (st fuse.Status) {
+	defer f.m.done("fallocate", time.Now(), &st)
+	return f.RawFileSystem.Fallocate(c, in)
 }
 
-func (f *observedFS) Lseek(c <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.Lseek(c, in, out)
-	f.m.done("lseek", t, st)
-	return st
+func (f *observedFS) Lseek(c <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) (st fuse.Status) {
+	defer f.m.done("lseek", time.Now(), &st)
+	return f.RawFileSystem.Lseek(c, in, out)
 }
 
-func (f *observedFS) CopyFileRange(c <-chan struct{}, in *fuse.CopyFileRangeIn) (uint32, fuse.Status) {
-	t := time.Now()
-	n, st := f.RawFileSystem.CopyFileRange(c, in)
-	f.m.done("copy_file_range", t, st)
-	return n, st
+func (f *observedFS) CopyFileRange(c <-chan struct{}, in *fuse.CopyFileRangeIn) (n uint32, st fuse.Status) {
+	defer f.m.done("copy_file_range", time.Now(), &st)
+	return f.RawFileSystem.CopyFileRange(c, in)
 }
 
-func (f *observedFS) OpenDir(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.OpenDir(c, in, out)
-	f.m.done("opendir", t, st)
-	return st
+func (f *observedFS) OpenDir(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
+	defer f.m.done("opendir", time.Now(), &st)
+	return f.RawFileSystem.OpenDir(c, in, out)
 }
 
-func (f *observedFS) ReadDir(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.ReadDir(c, in, out)
-	f.m.done("readdir", t, st)
-	return st
+func (f *observedFS) ReadDir(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) (st fuse.Status) {
+	defer f.m.done("readdir", time.Now(), &st)
+	return f.RawFileSystem.ReadDir(c, in, out)
 }
 
-func (f *observedFS) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.ReadDirPlus(c, in, out)
-	f.m.done("readdirplus", t, st)
-	return st
+func (f *observedFS) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) (st fuse.Status) {
+	defer f.m.done("readdirplus", time.Now(), &st)
+	return f.RawFileSystem.ReadDirPlus(c, in, out)
 }
 
 func (f *observedFS) ReleaseDir(in *fuse.ReleaseIn) {
-	t := time.Now()
+	st := fuse.OK // nothing to report: the kernel does not wait
+	defer f.m.done("releasedir", time.Now(), &st)
 	f.RawFileSystem.ReleaseDir(in)
-	f.m.done("releasedir", t, fuse.OK)
 }
 
-func (f *observedFS) FsyncDir(c <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.FsyncDir(c, in)
-	f.m.done("fsyncdir", t, st)
-	return st
+func (f *observedFS) FsyncDir(c <-chan struct{}, in *fuse.FsyncIn) (st fuse.Status) {
+	defer f.m.done("fsyncdir", time.Now(), &st)
+	return f.RawFileSystem.FsyncDir(c, in)
 }
 
-func (f *observedFS) StatFs(c <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) fuse.Status {
-	t := time.Now()
-	st := f.RawFileSystem.StatFs(c, h, out)
-	f.m.done("statfs", t, st)
-	return st
+func (f *observedFS) StatFs(c <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut) (st fuse.Status) {
+	defer f.m.done("statfs", time.Now(), &st)
+	return f.RawFileSystem.StatFs(c, h, out)
 }
