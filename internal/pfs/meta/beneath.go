@@ -24,9 +24,6 @@ func (s *Service) walkBeneath(m *proto.WalkBeneath) (proto.Msg, error) {
 }
 
 func (t tx) walkBeneath(root, p string) (*inode, error) {
-	escape := func() error {
-		return proto.Errorf(syscall.EXDEV, root+p+": resolves outside "+root)
-	}
 	top, err := t.walk(root)
 	if err == nil && top.isLink() {
 		// Root itself a link (an alias domain, /www/alias.test -> a.test):
@@ -49,15 +46,12 @@ func (t tx) walkBeneath(root, p string) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.beneath(top, root, p, escape)
+	return t.beneath(top, root, p)
 }
 
 // walkBeneathFrom resolves p beneath the directory root, whose own links
 // (above the point of confinement) are followed as Walk does.
 func (t tx) walkBeneathFrom(root, p string) (*inode, error) {
-	escape := func() error {
-		return proto.Errorf(syscall.EXDEV, root+"/"+p+": resolves outside "+root)
-	}
 	top, err := t.walk(root)
 	for links := 0; err == nil && top.isLink(); links++ {
 		if links >= maxSymlinks {
@@ -73,12 +67,15 @@ func (t tx) walkBeneathFrom(root, p string) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.beneath(top, root, p, escape)
+	return t.beneath(top, root, p)
 }
 
 // beneath resolves p inside the directory top (named root in errors),
 // links followed, the last one too, but never out of top.
-func (t tx) beneath(top *inode, root, p string, escape func() error) (*inode, error) {
+func (t tx) beneath(top *inode, root, p string) (*inode, error) {
+	escape := func() error {
+		return proto.Errorf(syscall.EXDEV, path.Join(root, p)+": resolves outside "+root)
+	}
 	if !top.isDir() {
 		return nil, proto.Errorf(syscall.ENOTDIR, root+": not a directory")
 	}
