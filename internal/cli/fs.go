@@ -426,15 +426,20 @@ func (p layoutPolicy) String() string {
 		}
 		return "inherited from " + at
 	}
-	size := "default"
-	if p.size != 0 {
-		size = human(int64(p.size))
-	}
-	count := "all"
-	if p.count != 0 && p.count != proto.AllServers {
-		count = fmt.Sprint(p.count)
-	}
+	size, count := layoutWords(p.size, p.count)
 	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom))
+}
+
+// layoutWords says a stripe size and count as layout commands take them.
+func layoutWords(stripeSize, stripeCount uint32) (size, count string) {
+	size, count = "default", "all"
+	if stripeSize != 0 {
+		size = human(int64(stripeSize))
+	}
+	if stripeCount != 0 && stripeCount != proto.AllServers {
+		count = fmt.Sprint(stripeCount)
+	}
+	return size, count
 }
 
 // layoutPolicySource resolves directory dir's policy the way the metadata server
@@ -466,14 +471,7 @@ func layoutPolicySource(ctx context.Context, cl *client.Client, dir string, a pr
 }
 
 func layoutText(a proto.Attr) string {
-	size := "default"
-	if a.StripeSize != 0 {
-		size = human(int64(a.StripeSize))
-	}
-	count := "all"
-	if a.StripeCount != 0 && a.StripeCount != proto.AllServers {
-		count = fmt.Sprint(a.StripeCount)
-	}
+	size, count := layoutWords(a.StripeSize, a.StripeCount)
 	s := fmt.Sprintf("stripe-size %s stripe-count %s", size, count)
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		s += fmt.Sprintf(" servers %v", a.Servers)
