@@ -58,7 +58,7 @@ func mountObs(ctx context.Context, addr, dir string, cl *client.Client, log *slo
 	reg := obs.NewRegistry()
 	m = fusefs.NewMetrics(reg)
 	m.Client(cl)
-	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, check), log); err != nil {
+	if _, err := obs.Serve(ctx, addr, false, reg, check, log); err != nil {
 		return nil, nil, err
 	}
 	return m, func() { up.Store(true) }, nil

@@ -105,13 +105,23 @@ func DefaultAddr(listen string, offset int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(p)), nil
 }
 
-// Unserved logs that a daemon serves without its derived HTTP address: the
-// service matters more than its metrics, and the address was not asked for.
-func Unserved(log *slog.Logger, err error) {
-	if log == nil {
-		log = slog.Default()
+// Serve serves r's /metrics and check's /healthz on addr until ctx ends
+// (ListenHTTP). An address that cannot be bound is an error, unless it was
+// derived rather than asked for (derived): then the daemon serves on
+// without it, logged, and Serve reports false: the service matters more
+// than its metrics.
+func Serve(ctx context.Context, addr string, derived bool, r *prometheus.Registry, check Check, log *slog.Logger) (bool, error) {
+	if _, err := ListenHTTP(ctx, addr, Mux(r, check), log); err != nil {
+		if !derived {
+			return false, err
+		}
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("serving without /metrics and /healthz; give --http ADDR", "err", err)
+		return false, nil
 	}
-	log.Error("serving without /metrics and /healthz; give --http ADDR", "err", err)
+	return true, nil
 }
 
 // ListenHTTP serves h on addr until ctx ends and returns the bound address

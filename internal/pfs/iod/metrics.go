@@ -89,12 +89,8 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	free := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_free_bytes",
 		Help: "space available to the I/O server in the file system holding the data directory"}, func() float64 { _, f := s.usage(); return float64(f) })
 	reg.MustRegister(bytes, capacity, free)
-	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), log); err != nil {
-		if !optional {
-			return nil, err
-		}
-		obs.Unserved(log, err)
-		return s, nil
+	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, log); !served {
+		return s, err
 	}
 	return observed{st: s, m: m, in: bytes.WithLabelValues("in"), out: bytes.WithLabelValues("out")}, nil
 }

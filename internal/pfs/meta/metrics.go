@@ -81,12 +81,8 @@ func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (pr
 		m.Init(proto.OpName(op))
 	}
 	reg.MustRegister(serversCollector{s})
-	if _, err := obs.ListenHTTP(ctx, addr, obs.Mux(reg, s.Healthy), s.log); err != nil {
-		if !optional {
-			return nil, err
-		}
-		obs.Unserved(s.log, err)
-		return s, nil
+	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, s.log); !served {
+		return s, err
 	}
 	return observed{s, m}, nil
 }
