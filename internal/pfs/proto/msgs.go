@@ -135,6 +135,9 @@ func New(op Op) Msg {
 	case OpIdentify:
 		return &Identify{}
 	}
+	if m := newReplica(op); m != nil {
+		return m
+	}
 	return newPosix(op)
 }
 
