@@ -419,7 +419,7 @@ var opNames = map[Op]string{
 	OpTruncate: "truncate", OpSync: "sync", OpRemove: "remove", OpObjStat: "objstat",
 	OpMknod: "mknod", OpSetXattr: "setxattr", OpGetXattr: "getxattr", OpListXattr: "listxattr",
 	OpRemoveXattr: "removexattr", OpUnlinkOpen: "unlink-open", OpReleaseOrphan: "release-orphan",
-	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc",
+	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc", OpIdem: "idem",
 }
 
 func opName(op Op) string {
