@@ -12,15 +12,21 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // Client talks to one file system. It is safe for concurrent use.
 type Client struct {
-	meta string
-	pool *proto.Pool
+	meta    string // the members as given
+	pool    *proto.Pool
+	lead    *Leader
+	ids     *reqIDs
+	timeout time.Duration
+	noIdem  atomic.Bool // a member predates request IDs: send plain requests
 	// Uid and Gid own what this client creates.
 	Uid, Gid uint32
 
@@ -31,20 +37,24 @@ type Client struct {
 	lost    map[uint32]bool    // servers meta last called lost or replacing
 }
 
-// New returns a client of the metadata server at meta. No connection is made
-// until the first call. Without WithSecurity the client proves the
-// credential in $CORRAL_SECRET_FILE.
+// New returns a client of the metadata service whose members' addresses
+// meta lists, comma-separated ("127.0.0.1:7400,127.0.0.1:7401"); one
+// address is a single metadata server. Calls go to the leader and follow it
+// when it changes. No connection is made until the first call. Without
+// WithSecurity the client proves the credential in $CORRAL_SECRET_FILE.
 func New(meta string, opts ...Option) *Client {
-	c := &Client{meta: meta, pool: &proto.Pool{PerServer: 2}, servers: map[uint32]string{}, open: map[uint64]*wstate{}, lost: map[uint32]bool{}}
-	c.pool.Name = func(addr string) string {
-		if addr == meta {
-			return "meta at " + addr
-		}
-		return "I/O server at " + addr
-	}
+	c := &Client{meta: strings.Join(SplitMembers(meta), ","), pool: &proto.Pool{PerServer: 2}, ids: newReqIDs(),
+		servers: map[uint32]string{}, open: map[uint64]*wstate{}, lost: map[uint32]bool{}}
 	set := false
 	for _, o := range opts {
 		set = o(c) || set
+	}
+	c.lead = NewLeader(c.pool, meta, c.timeout)
+	c.pool.Name = func(addr string) string {
+		if c.lead.IsMember(addr) {
+			return "meta at " + addr
+		}
+		return "I/O server at " + addr
 	}
 	if !set {
 		// No variable: the handshake's "no cluster secret" error on the
@@ -66,8 +76,20 @@ func WithSecurity(sec proto.Security) Option {
 	}
 }
 
-// Meta is the metadata server's address.
+// WithTimeout bounds each metadata operation, retries and leader changes
+// included (default DefaultTimeout); the caller's context may end it sooner.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) bool {
+		c.timeout = d
+		return false
+	}
+}
+
+// Meta is the metadata members' addresses, comma-separated.
 func (c *Client) Meta() string { return c.meta }
+
+// Leader is how the client reaches the metadata leader.
+func (c *Client) Leader() *Leader { return c.lead }
 
 // Close drops every connection.
 func (c *Client) Close() { c.pool.Close() }
@@ -79,7 +101,22 @@ func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	if err := tooLong(req); err != nil {
 		return nil, err
 	}
-	return c.pool.Call(ctx, c.meta, req)
+	if !proto.Mutating(req.Op()) || c.noIdem.Load() {
+		return c.lead.Call(ctx, req)
+	}
+	// One request ID for every retry of this operation: a retry after a
+	// lost reply gets the first attempt's answer, not a second effect.
+	idem, done := c.ids.wrap(req)
+	defer done()
+	r, err := c.lead.Call(ctx, idem)
+	if re := (*proto.RemoteError)(nil); errors.As(err, &re) && re.Errno == syscall.EOPNOTSUPP &&
+		strings.Contains(re.Msg, fmt.Sprintf("op %d", proto.OpIdem)) {
+		// A metadata server from before request IDs: it did nothing with
+		// the request; plain requests from now on, as that server expects.
+		c.noIdem.Store(true)
+		return c.lead.Call(ctx, req)
+	}
+	return r, err
 }
 
 // POSIX limits, checked before a request leaves: PATH_MAX counts the

@@ -350,9 +350,10 @@ func TestMissingServers(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
-	dead := client.New(addr)
+	dead := client.New(addr, client.WithTimeout(300*time.Millisecond))
 	defer dead.Close()
-	if _, err := dead.Stat(ctx, "/"); err == nil || !strings.Contains(err.Error(), addr) || !errors.Is(err, proto.ErrUnavailable) {
+	if _, err := dead.Stat(ctx, "/"); err == nil || !strings.Contains(err.Error(), addr) || !errors.Is(err, proto.ErrUnavailable) ||
+		!errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("stat via dead meta: %v", err)
 	}
 }

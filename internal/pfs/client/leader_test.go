@@ -1,0 +1,263 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// fakeCluster is a set of metadata members served by proto servers on
+// loopback: the one named by leader serves, the others answer NotLeader
+// naming it (or all answer no quorum). Every request is recorded.
+type fakeCluster struct {
+	sec      proto.Security
+	addrs    []string
+	leader   atomic.Value // string
+	noQuorum atomic.Bool
+
+	mu   sync.Mutex
+	seen map[string][]proto.Msg // by member: the requests it served as leader
+	// dropFirst: the leader applies the first Idem request, then the
+	// connection is cut before its reply leaves (a lost reply).
+	dropFirst atomic.Bool
+	dropped   atomic.Bool
+	proxies   []*proxy
+}
+
+type member struct {
+	c    *fakeCluster
+	addr string
+}
+
+func (m member) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	c := m.c
+	if c.noQuorum.Load() {
+		return nil, &proto.RemoteError{Errno: proto.ErrnoNoQuorum, Msg: "no quorum: 1 of 3 members reachable"}
+	}
+	if lead := c.leader.Load().(string); lead != m.addr {
+		return nil, proto.NotLeader(lead)
+	}
+	c.mu.Lock()
+	c.seen[m.addr] = append(c.seen[m.addr], req)
+	c.mu.Unlock()
+	if _, ok := req.(*proto.Idem); ok && c.dropFirst.Load() && !c.dropped.Swap(true) {
+		for _, p := range c.proxies {
+			p.cut()
+		}
+	}
+	return &proto.AttrReply{Attr: proto.Attr{Ino: 1, Mode: syscall.S_IFDIR | 0o755, Nlink: 2}, Created: true}, nil
+}
+
+// startFake starts n members, each behind a proxy whose client side can be
+// cut; addrs are the proxies'.
+func startFake(t *testing.T, n int) *fakeCluster {
+	t.Helper()
+	cred, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeCluster{sec: proto.Security{Cred: cred}, seen: map[string][]proto.Msg{}}
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startProxy(t, l.Addr().String())
+		c.proxies = append(c.proxies, p)
+		c.addrs = append(c.addrs, p.addr)
+		s := &proto.Server{Handler: member{c, p.addr}, Security: c.sec}
+		go s.Serve(l)
+		t.Cleanup(s.Close)
+	}
+	c.leader.Store(c.addrs[n-1])
+	return c
+}
+
+func (c *fakeCluster) served(addr string) []proto.Msg {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]proto.Msg(nil), c.seen[addr]...)
+}
+
+func (c *fakeCluster) client(t *testing.T, opts ...client.Option) *client.Client {
+	cl := client.New(strings.Join(c.addrs, ","), append([]client.Option{client.WithSecurity(c.sec)}, opts...)...)
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// proxy forwards TCP connections to a server; cut drops every client
+// connection at once, as a crash or network failure would.
+type proxy struct {
+	addr string
+	mu   sync.Mutex
+	cs   []net.Conn
+}
+
+func startProxy(t *testing.T, to string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{addr: l.Addr().String()}
+	t.Cleanup(func() { l.Close(); p.cut() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", to)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.cs = append(p.cs, in, out)
+			p.mu.Unlock()
+			go func() { io.Copy(out, in); out.Close() }()
+			go func() { io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.cs {
+		c.Close()
+	}
+	p.cs = nil
+}
+
+func TestFindsLeader(t *testing.T) {
+	c := startFake(t, 3)
+	cl := c.client(t)
+	ctx := ctxT(t)
+	if _, err := cl.Lstat(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := cl.Leader().Current(); got != c.addrs[2] {
+		t.Errorf("believed leader %s, want %s", got, c.addrs[2])
+	}
+	if n := len(c.served(c.addrs[2])); n != 1 {
+		t.Errorf("leader served %d requests, want 1", n)
+	}
+}
+
+func TestFollowsLeader(t *testing.T) {
+	c := startFake(t, 3)
+	cl := c.client(t)
+	ctx := ctxT(t)
+	for i := 0; i < 40; i++ {
+		switch i {
+		case 10:
+			c.leader.Store(c.addrs[0])
+		case 20:
+			// An election: nobody knows the leader for a moment.
+			c.leader.Store("")
+			go func() { time.Sleep(50 * time.Millisecond); c.leader.Store(c.addrs[1]) }()
+		}
+		if _, err := cl.Mkdir(ctx, 1, "d", 0o755); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if got := cl.Leader().Current(); got != c.addrs[1] {
+		t.Errorf("believed leader %s, want %s", got, c.addrs[1])
+	}
+	if len(c.served(c.addrs[0])) != 10 || len(c.served(c.addrs[2])) != 10 || len(c.served(c.addrs[1])) != 20 {
+		t.Errorf("served %d/%d/%d, want 10/20/10", len(c.served(c.addrs[0])), len(c.served(c.addrs[1])), len(c.served(c.addrs[2])))
+	}
+	// Mutating requests carry request IDs: one client, increasing Seq.
+	var client, seq uint64
+	for _, m := range c.served(c.addrs[1]) {
+		id, ok := m.(*proto.Idem)
+		if !ok {
+			t.Fatalf("mkdir sent as %T, not in an Idem", m)
+		}
+		if client == 0 {
+			client = id.Client
+		}
+		if id.Client != client || id.Seq <= seq || id.Done > id.Seq {
+			t.Errorf("idem client %x seq %d done %d after client %x seq %d", id.Client, id.Seq, id.Done, client, seq)
+		}
+		seq = id.Seq
+	}
+}
+
+func TestLostReplyRetriesSameID(t *testing.T) {
+	c := startFake(t, 3)
+	c.dropFirst.Store(true)
+	cl := c.client(t)
+	ctx := ctxT(t)
+	if _, _, err := cl.Create(ctx, 1, "f", 0o644, client.CreateOpts{Excl: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := c.served(c.addrs[2])
+	if len(got) != 2 {
+		t.Fatalf("leader saw %d requests, want the create and its retry", len(got))
+	}
+	a, b := got[0].(*proto.Idem), got[1].(*proto.Idem)
+	if a.Client != b.Client || a.Seq != b.Seq {
+		t.Errorf("retry has a new request ID: (%x,%d) then (%x,%d)", a.Client, a.Seq, b.Client, b.Seq)
+	}
+	if _, ok := b.Req.(*proto.Create); !ok {
+		t.Errorf("retry carries %T", b.Req)
+	}
+}
+
+func TestNoQuorumGivesUp(t *testing.T) {
+	c := startFake(t, 3)
+	c.noQuorum.Store(true)
+	cl := c.client(t, client.WithTimeout(500*time.Millisecond))
+	ctx := ctxT(t)
+	start := time.Now()
+	_, err := cl.Mkdir(ctx, 1, "d", 0o755)
+	if err == nil {
+		t.Fatal("mkdir without quorum succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("gave up after %v, timeout 500ms", d)
+	}
+	if !errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, proto.ErrnoNoQuorum) || errors.Is(err, proto.ErrnoNotLeader) {
+		t.Errorf("error %v: want ETIMEDOUT and none of the members' own errnos", err)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "metadata: no quorum: members "+strings.Join(c.addrs, ",")) {
+		t.Errorf("error %q does not name the members", msg)
+	}
+	for _, a := range c.addrs {
+		if !strings.Contains(msg, a+": no quorum: 1 of 3") {
+			t.Errorf("error %q lacks %s's last answer", msg, a)
+		}
+	}
+	// Reads give up the same way, and a caller's shorter context wins.
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := cl.Lstat(cctx, "/"); !errors.Is(err, syscall.ETIMEDOUT) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("stat: %v", err)
+	}
+}
+
+// A member that is down (nothing listens) is skipped.
+func TestMemberDown(t *testing.T) {
+	c := startFake(t, 2)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+	cl := client.New(dead+","+strings.Join(c.addrs, ","), client.WithSecurity(c.sec))
+	t.Cleanup(cl.Close)
+	if _, err := cl.Lstat(ctxT(t), "/"); err != nil {
+		t.Fatal(err)
+	}
+}
