@@ -351,7 +351,7 @@ func pfsIOCmd() *cobra.Command {
 			bar.done()
 			return json.NewEncoder(os.Stdout).Encode(r)
 		}}
-	c.Flags().StringVar(&meta, "meta", "", "metadata server")
+	c.Flags().StringVar(&meta, "meta", "", "comma-separated list of metadata members")
 	c.Flags().StringVar(&path, "path", "/pfs-io", "file")
 	c.Flags().Int64Var(&size, "size", 64<<20, "bytes")
 	c.Flags().Int64Var(&record, "record", 1<<20, "bytes per call")

@@ -8,13 +8,21 @@ import (
 )
 
 // defaultMeta is the metadata server's address when none is given: where
-// `corral meta` listens, where every --meta points (unless CORRAL_META says
-// otherwise) and where `corral up` runs meta, so that after `corral up` the
-// other commands find the file system with no flag or variable.
+// `corral meta` listens and where `corral up` runs its first member.
 const defaultMeta = "127.0.0.1:7400"
 
+// defaultMetaMembers is where every --meta points (unless CORRAL_META says
+// otherwise): the members `corral up` runs by default, defaultMeta first, so
+// that after `corral up` the other commands find the file system with no
+// flag or variable. A lone `corral meta` on defaultMeta is found too (the
+// first member answers; the others are asked only when it does not).
+const defaultMetaMembers = defaultMeta + ",127.0.0.1:7401,127.0.0.1:7402"
+
 // metaFlagDefault is the default of every --meta flag.
-func metaFlagDefault() string { return envOr("CORRAL_META", defaultMeta) }
+func metaFlagDefault() string { return envOr("CORRAL_META", defaultMetaMembers) }
+
+// metaFlagHelp is the help of every --meta flag.
+const metaFlagHelp = "comma-separated list of metadata members (env CORRAL_META)"
 
 // upSecretFile is where `corral up` (with its default --data) keeps the
 // cluster secret.

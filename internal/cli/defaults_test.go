@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -21,8 +22,8 @@ func TestOneMetaDefault(t *testing.T) {
 		check := func(f *pflag.Flag) {
 			if f.Name == "meta" && f.DefValue != "" { // "": start a file system of its own
 				n++
-				if f.DefValue != listen {
-					t.Errorf("%s --meta defaults to %s; corral meta listens on %s", c.CommandPath(), f.DefValue, listen)
+				if f.DefValue != defaultMetaMembers || !strings.HasPrefix(f.DefValue, listen+",") {
+					t.Errorf("%s --meta defaults to %s; corral meta listens on %s, corral up runs %s", c.CommandPath(), f.DefValue, listen, defaultMetaMembers)
 				}
 			}
 		}

@@ -98,7 +98,7 @@ func nodeCmd() *cobra.Command {
 	var accessLog, healthzOnService bool
 	var sf secFlags
 	c := &cobra.Command{
-		Use:   "node --listen HOST:PORT --meta HOST:PORT",
+		Use:   "node --listen HOST:PORT --meta HOST:PORT[,HOST:PORT...]",
 		Short: "Run a cluster node: serves virtual domains from the file system over HTTP",
 		Long: `Run a cluster node's web server. A request for http://HOST/PATH is answered
 from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
@@ -156,7 +156,7 @@ answers clients straight back; all undone on exit.`,
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
-	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
 	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
 	c.Flags().StringVar(&raBudget, "read-ahead-budget", "32M", "read-ahead of all requests together; past it a request reads without (bounds memory under many slow clients)")

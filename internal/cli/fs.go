@@ -27,12 +27,13 @@ const transferBuf = 8 << 20
 func fsCmd() *cobra.Command {
 	var metaAddr string
 	c := &cobra.Command{
-		Use:   "fs [--meta HOST:PORT] COMMAND",
+		Use:   "fs [--meta HOST:PORT[,HOST:PORT...]] COMMAND",
 		Short: "Use the parallel file system from the command line",
 		Long: `Commands on the parallel file system, like the coreutils of the same names.
 Paths inside the file system are absolute (a missing leading / is added).
-The metadata server comes from --meta or the CORRAL_META environment
-variable (default 127.0.0.1:7400, where corral up runs it). Sizes accept units: 4096, 64K, 1M, 1G.`,
+The metadata members come from --meta or the CORRAL_META environment
+variable, a comma-separated list (default 127.0.0.1:7400,7401,7402, where
+corral up runs them); requests go to whichever member leads. Sizes accept units: 4096, 64K, 1M, 1G.`,
 		Example: `  # after 'corral up', in the same directory (meta and secret found by default):
   corral fs mkdir -p /www/example.org
   corral fs put index.html /www/example.org/
@@ -40,7 +41,7 @@ variable (default 127.0.0.1:7400, where corral up runs it). Sizes accept units: 
   corral fs stat /www/example.org/index.html
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
-	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
+	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	var sf secFlags
 	sf.add(c.PersistentFlags(), true)
 	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")

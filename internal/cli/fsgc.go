@@ -74,7 +74,7 @@ objects this way when it starts.`,
 						old = append(old, o)
 					}
 				}
-				gone, err := iod.Unreferenced(ctx, pool, cl.Meta(), s.ID, old)
+				gone, err := iod.Unreferenced(ctx, cl, s.ID, old)
 				if err != nil {
 					return err
 				}

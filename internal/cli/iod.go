@@ -15,7 +15,7 @@ func iodCmd() *cobra.Command {
 	var heartbeat, grace time.Duration
 	var httpFlag string
 	c := &cobra.Command{
-		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT",
+		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT[,HOST:PORT...]",
 		Short: "Run an I/O server: stores file stripes on local disk",
 		Long: `Run an I/O server. It registers with the metadata server, keeping its
 identity (cluster ID and server ID) in DIR/identity and DIR/objects/STORE,
@@ -23,6 +23,8 @@ stores each file's stripe units as one object under DIR/objects, serves byte
 ranges, and syncs to disk when a client fsyncs or closes. It re-registers
 every few seconds, so it may start before or after the metadata server:
 started first, it logs "waiting for meta at ADDR" and retries with backoff.
+With several metadata members (--meta a,b,c) it registers with the leader
+and follows it when leadership moves.
 
 Started on an empty DIR at the address of a known server, or with its
 objects directory wiped, it waits: the metadata server marks that server
@@ -60,7 +62,7 @@ register, and to check its clients.`,
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7410", "address to serve on")
 	c.Flags().StringVar(&data, "data", "corral-data/iod", "directory for stripe objects")
-	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	c.Flags().StringVar(&advertise, "advertise", "", "address clients should use (default: the listening address)")
 	sf.add(c.Flags(), true)
 	lf.add(c.Flags(), "256M")

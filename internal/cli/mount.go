@@ -23,20 +23,21 @@ func mountCmd() *cobra.Command {
 	var httpFlag string
 	var sf secFlags
 	c := &cobra.Command{
-		Use:   "mount [--meta HOST:PORT] [--read-only] MOUNTPOINT",
+		Use:   "mount [--meta HOST:PORT[,HOST:PORT...]] [--read-only] MOUNTPOINT",
 		Short: "Mount the file system with FUSE (runs until unmounted or Ctrl-C)",
 		Long: `Mount the parallel file system at MOUNTPOINT so that ordinary tools work on
 it. The command stays in the foreground serving the mount; Ctrl-C or SIGTERM
 unmounts. A mount whose process was killed leaves a dead mount point: clean it
 with 'corral mount --unmount MOUNTPOINT'. Started before the metadata server,
-it waits for it ("waiting for meta at ADDR"), retrying with backoff.
+it waits for it ("waiting for meta at ADDR"), retrying with backoff. --meta
+lists the metadata members; requests follow whichever leads.
 
 Consistency is close-to-open: what one client wrote and closed, another sees
 when it next opens the file. As root the mount is made directly (no
 fusermount) and open to every user, with permissions checked by the kernel;
 otherwise fusermount3 (Debian package fuse3) is needed.`,
 		Example: `  mkdir -p /mnt/corral
-  corral mount --meta 127.0.0.1:7400 /mnt/corral
+  corral mount --meta 127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402 /mnt/corral
   corral mount --unmount /mnt/corral`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -101,7 +102,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), "metadata server address (env CORRAL_META)")
+	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")

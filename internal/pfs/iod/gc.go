@@ -125,9 +125,15 @@ func (s *Store) identify(*proto.Identify) proto.Msg {
 	return &proto.ServersReply{Servers: []proto.ServerInfo{{ID: id.id, State: st, Base: id.base}}, Cluster: id.cluster}
 }
 
+// MetaCaller sends a request to the metadata leader (a *client.Client or
+// *client.Leader).
+type MetaCaller interface {
+	Call(ctx context.Context, req proto.Msg) (proto.Msg, error)
+}
+
 // Unreferenced returns, of objs, those no file references according to the
-// metadata server at meta, asked in batches.
-func Unreferenced(ctx context.Context, pool *proto.Pool, meta string, server uint32, objs []proto.ObjectInfo) ([]proto.ObjectInfo, error) {
+// metadata service, asked in batches.
+func Unreferenced(ctx context.Context, meta MetaCaller, server uint32, objs []proto.ObjectInfo) ([]proto.ObjectInfo, error) {
 	var out []proto.ObjectInfo
 	for len(objs) > 0 {
 		n := min(len(objs), 1024)
@@ -135,7 +141,7 @@ func Unreferenced(ctx context.Context, pool *proto.Pool, meta string, server uin
 		for _, o := range objs[:n] {
 			req.Objs = append(req.Objs, o.ObjRef)
 		}
-		r, err := pool.Call(ctx, meta, req)
+		r, err := meta.Call(ctx, req)
 		if err != nil {
 			return nil, err
 		}
@@ -156,7 +162,7 @@ func Unreferenced(ctx context.Context, pool *proto.Pool, meta string, server uin
 // sweep removes objects older than grace that no file references: left by
 // a client that crashed between create and unlink, or by reclaims that never
 // reached this server.
-func (s *Store) sweep(ctx context.Context, pool *proto.Pool, meta string, server uint32, grace time.Duration) {
+func (s *Store) sweep(ctx context.Context, meta MetaCaller, server uint32, grace time.Duration) {
 	all, err := s.objects()
 	if err != nil {
 		s.log.Warn("sweep of unreferenced objects: cannot list", "err", err)
@@ -174,7 +180,7 @@ func (s *Store) sweep(ctx context.Context, pool *proto.Pool, meta string, server
 	}
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	gone, err := Unreferenced(cctx, pool, meta, server, old)
+	gone, err := Unreferenced(cctx, meta, server, old)
 	if err != nil {
 		s.log.Warn("sweep of unreferenced objects: reference check failed", "err", err)
 		return

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -182,18 +183,19 @@ func (s *Store) identity() (identity, bool) {
 }
 
 // register announces the server to meta and adopts the identity it answers.
-func (s *Store) register(ctx context.Context, pool *proto.Pool, meta, addr string) (uint32, error) {
+// meta sends it to whichever metadata member leads.
+func (s *Store) register(ctx context.Context, meta *client.Leader, addr string) (uint32, error) {
 	c, f := s.usage()
 	id, fresh := s.identity()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := pool.Call(cctx, meta, &proto.Register{ID: id.id, Addr: addr, Capacity: c, Free: f, Cluster: id.cluster, Fresh: fresh})
+	r, err := meta.Call(cctx, &proto.Register{ID: id.id, Addr: addr, Capacity: c, Free: f, Cluster: id.cluster, Fresh: fresh})
 	if err != nil {
 		return 0, err
 	}
 	sr, ok := r.(*proto.ServersReply)
 	if !ok || len(sr.Servers) != 1 || sr.Servers[0].ID == 0 || sr.Cluster == "" {
-		return 0, fmt.Errorf("metadata server %s: unexpected reply to register", meta)
+		return 0, fmt.Errorf("metadata server %s: unexpected reply to register", meta.Current())
 	}
 	if err := s.adopt(sr.Cluster, sr.Servers[0]); err != nil {
 		return 0, fmt.Errorf("record identity in %s: %w", s.dir, err)
@@ -223,21 +225,21 @@ func fatalRegister(err error) bool {
 // registerLoop registers until it succeeds, waiting with backoff while meta
 // is unreachable or refuses for now (a lost server awaiting `corral fs
 // servers replace`). It gives up only on ctx or a configuration error.
-func (s *Store) registerLoop(ctx context.Context, pool *proto.Pool, meta, addr string) (uint32, error) {
+func (s *Store) registerLoop(ctx context.Context, meta *client.Leader, addr string) (uint32, error) {
 	wait := 100 * time.Millisecond
 	lastMsg := ""
 	for {
-		id, err := s.register(ctx, pool, meta, addr)
+		id, err := s.register(ctx, meta, addr)
 		if err == nil {
 			if lastMsg != "" {
-				s.log.Info("registered with the metadata server", "meta", meta, "id", id)
+				s.log.Info("registered with the metadata server", "meta", meta.Current(), "id", id)
 			}
 			return id, nil
 		}
 		if fatalRegister(err) {
 			return 0, err
 		}
-		msg := "waiting for meta at " + meta
+		msg := "waiting for meta at " + strings.Join(meta.Members(), ",")
 		var re *proto.RemoteError
 		if errors.As(err, &re) {
 			msg = "metadata server refuses registration for now; retrying"

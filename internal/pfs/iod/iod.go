@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -34,7 +35,7 @@ const Heartbeat = 5 * time.Second
 // Config configures an I/O server.
 type Config struct {
 	Data string
-	Meta string // metadata server address
+	Meta string // metadata members' addresses, comma-separated
 	// Advertise is the address clients use (default: the bound address).
 	Advertise string
 	Log       *slog.Logger
@@ -427,7 +428,10 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	srv := &proto.Server{Handler: h, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
-	id, err := st.registerLoop(ctx, &pool, cfg.Meta, addr)
+	// Registration and heartbeats go to whichever metadata member leads,
+	// following it when it changes; a follower answers NotLeader.
+	meta := client.NewLeader(&pool, cfg.Meta, 0)
+	id, err := st.registerLoop(ctx, meta, addr)
 	if err != nil {
 		srv.Close()
 		<-served
@@ -448,7 +452,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 				return
 			case <-t.C:
 			}
-			_, err := st.register(ctx, &pool, cfg.Meta, addr)
+			_, err := st.register(ctx, meta, addr)
 			if err != nil && !failing {
 				log.Warn("heartbeat to metadata server failed", "meta", cfg.Meta, "err", err)
 			} else if err == nil && failing {
@@ -458,7 +462,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 		}
 	}()
 	if cfg.SweepGrace >= 0 {
-		go st.sweep(ctx, &pool, cfg.Meta, id, cmp.Or(cfg.SweepGrace, DefaultGrace))
+		go st.sweep(ctx, meta, id, cmp.Or(cfg.SweepGrace, DefaultGrace))
 	}
 	if ready != nil {
 		ready(addr, id)

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -161,7 +163,7 @@ func TestLegacyDataDirAdopted(t *testing.T) {
 	if _, fresh := st.identity(); fresh {
 		t.Fatal("legacy directory taken as empty")
 	}
-	if got, err := st.register(ctx, &pool, metaAddr, addr); err != nil || got != id {
+	if got, err := st.register(ctx, client.NewLeader(&pool, metaAddr, 0), addr); err != nil || got != id {
 		t.Fatalf("register: id %d err %v, want %d", got, err, id)
 	}
 	if got := read(t, st, 5, 1); string(got) != "legacy" {
@@ -182,7 +184,7 @@ func TestLegacyDataDirAdopted(t *testing.T) {
 	if _, fresh := st.identity(); !fresh {
 		t.Fatal("wiped objects directory not noticed")
 	}
-	if _, err := st.register(ctx, &pool, metaAddr, addr); !errors.Is(err, syscall.EAGAIN) {
+	if _, err := st.register(ctx, client.NewLeader(&pool, metaAddr, 0), addr); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("register with wiped objects: %v, want EAGAIN", err)
 	}
 	r, err = pool.Call(ctx, metaAddr, &proto.Servers{})
@@ -196,7 +198,7 @@ func TestLegacyDataDirAdopted(t *testing.T) {
 	if _, err := pool.Call(ctx, metaAddr, &proto.ReplaceServer{ID: id}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.register(ctx, &pool, metaAddr, addr); err != nil {
+	if _, err := st.register(ctx, client.NewLeader(&pool, metaAddr, 0), addr); err != nil {
 		t.Fatalf("register after replace: %v", err)
 	}
 	if ident, _ := st.identity(); ident.base < 2 || ident.legacy {
@@ -214,11 +216,11 @@ func TestOtherClusterRefused(t *testing.T) {
 	defer pool.Close()
 	ctx := context.Background()
 	st := openStore(t, t.TempDir())
-	if _, err := st.register(ctx, &pool, a, "127.0.0.1:9"); err != nil {
+	if _, err := st.register(ctx, client.NewLeader(&pool, a, 0), "127.0.0.1:9"); err != nil {
 		t.Fatal(err)
 	}
 	ident, _ := st.identity()
-	_, err := st.register(ctx, &pool, b, "127.0.0.1:9")
+	_, err := st.register(ctx, client.NewLeader(&pool, b, 0), "127.0.0.1:9")
 	if !errors.Is(err, syscall.EXDEV) || !fatalRegister(err) || !bytes.Contains([]byte(err.Error()), []byte(ident.cluster)) {
 		t.Fatalf("register with another cluster's meta: %v", err)
 	}
@@ -254,4 +256,40 @@ func FuzzParseIdentity(f *testing.F) {
 			}
 		}
 	})
+}
+
+// notLeader is a metadata member that does not lead: it names the leader.
+type notLeader struct{ leader string }
+
+func (n notLeader) Handle(context.Context, proto.Msg) (proto.Msg, error) {
+	return nil, proto.NotLeader(n.leader)
+}
+
+// Registration goes to the leader: a member that does not lead names it,
+// and heartbeats keep going to it.
+func TestRegisterFollowsLeader(t *testing.T) {
+	metaAddr := startMeta(t, t.TempDir())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := &proto.Server{Handler: notLeader{metaAddr}, Security: testSec}
+	go follower.Serve(l)
+	t.Cleanup(follower.Close)
+	pool := proto.Pool{Security: testSec}
+	defer pool.Close()
+	lead := client.NewLeader(&pool, l.Addr().String()+","+metaAddr, 0)
+	st := openStore(t, t.TempDir())
+	defer st.Close()
+	ctx := context.Background()
+	id, err := st.register(ctx, lead, "127.0.0.1:9")
+	if err != nil || id == 0 {
+		t.Fatalf("register through a follower: id %d, %v", id, err)
+	}
+	if lead.Current() != metaAddr {
+		t.Fatalf("following %s, want the leader %s", lead.Current(), metaAddr)
+	}
+	if again, err := st.register(ctx, lead, "127.0.0.1:9"); err != nil || again != id {
+		t.Fatalf("heartbeat: id %d, %v; want %d", again, err, id)
+	}
 }
