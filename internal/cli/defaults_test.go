@@ -43,6 +43,10 @@ func TestOneMetaDefault(t *testing.T) {
 	if err != nil || net+".1:7400" != listen {
 		t.Errorf("corral up runs meta on %s.1:7400 (%v), corral meta listens on %s", net, err, listen)
 	}
+	members, _ := upCmd().Flags().GetInt("meta-members")
+	if got := upMetaMembers(net, members); got != defaultMetaMembers {
+		t.Errorf("corral up runs %d metadata members on %s; --meta defaults to %s", members, got, defaultMetaMembers)
+	}
 }
 
 // TestSecretFileDefault: after `corral up` (default --data), commands run

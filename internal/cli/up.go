@@ -17,14 +17,16 @@ import (
 
 func upCmd() *cobra.Command {
 	var data, vip, dataplane, scheduler, rate, netFlag string
-	var iods, nodes int
+	var iods, nodes, metaMembers int
 	var onTestbed, reset bool
 	c := &cobra.Command{
-		Use:   "up [--data DIR] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--reset] [--testbed [--rate 100mbit]]",
+		Use:   "up [--data DIR] [--meta-members 1|3|5] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--reset] [--testbed [--rate 100mbit]]",
 		Short: "Run a whole Corral cluster on this machine",
 		Long: `Run every role on this machine as child processes on loopback addresses
-(no root needed): a metadata server on 127.0.0.1:7400 (where every --meta
-points by default), I/O servers on 127.0.0.11:7410, ..., cluster nodes on
+(no root needed): three replicated metadata members on 127.0.0.1:7400, 7401
+and 7402 (where every --meta points by default; --meta-members 1 runs a
+single metadata server on 7400, 5 runs five up to 7404; data in
+DATA/meta/1, 2, ...), I/O servers on 127.0.0.11:7410, ..., cluster nodes on
 127.0.0.21:8080, ..., and a director with its admin API on 127.0.0.1:7500
 and two services over the nodes: "www" on the VIP (default
 127.0.0.100:8080) with --dataplane, and one on the VIP's next port (8081)
@@ -57,6 +59,9 @@ straight back.`,
 			if iods < 1 || iods > 50 || nodes < 1 || nodes > 50 {
 				return fmt.Errorf("--iods and --nodes: want 1..50")
 			}
+			if metaMembers != 1 && metaMembers != 3 && metaMembers != 5 {
+				return usageError{fmt.Errorf("--meta-members %d: want 1, 3 or 5 (a majority must survive a failure)", metaMembers)}
+			}
 			if err := sched.Supports(scheduler, dataplane); err != nil {
 				return usageError{fmt.Errorf("--scheduler %s --dataplane %s: %v", scheduler, dataplane, err)}
 			}
@@ -83,7 +88,7 @@ straight back.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: net + ".1:7400", VIP: vip, Admin: net + ".1:7500",
+			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: upMetaMembers(net, metaMembers), VIP: vip, Admin: net + ".1:7500",
 				Dataplane: dataplane, Scheduler: scheduler, KeepConfig: !reset}
 			for i := 0; i < iods; i++ {
 				cfg.IODListens = append(cfg.IODListens, fmt.Sprintf("%s.%d:7410", net, 11+i))
@@ -128,7 +133,7 @@ straight back.`,
 			}
 			// What the commands below need beyond their defaults.
 			var fsFlags, ctlFlags, env string
-			if cl.MetaAddr() != defaultMeta {
+			if cl.MetaAddr() != defaultMetaMembers {
 				fsFlags = " --meta " + cl.MetaAddr()
 			}
 			if cfg.Admin != "127.0.0.1:7500" {
@@ -192,6 +197,7 @@ A role that dies is restarted. Ctrl-C stops everything.
 	c.Flags().StringVar(&data, "data", "corral-data", "directory for every role's data and logs")
 	c.Flags().IntVar(&iods, "iods", 3, "number of I/O servers")
 	c.Flags().IntVar(&nodes, "nodes", 3, "number of cluster nodes")
+	c.Flags().IntVar(&metaMembers, "meta-members", 3, "number of metadata members: 1 (a single server), 3 or 5 (replicated; ports 7400, 7401, ...)")
 	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80); the other dataplane's service takes the next port")
 	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy), l7 (HTTP proxy) or xdp (direct routing in the kernel; with --testbed)")
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler: "+strings.Join(sched.For("l7"), " ")+" (mwlc: l7 only)")
@@ -211,6 +217,16 @@ func upNet(s string) (string, error) {
 	}
 	a := p.Addr().As4()
 	return fmt.Sprintf("%d.%d.%d", a[0], a[1], a[2]), nil
+}
+
+// upMetaMembers is where `corral up` runs n metadata members on the /24 net:
+// NET.1:7400, NET.1:7401, ...
+func upMetaMembers(net string, n int) string {
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, fmt.Sprintf("%s.1:%d", net, 7400+i))
+	}
+	return strings.Join(out, ",")
 }
 
 // nextPort is addr with its port plus one.

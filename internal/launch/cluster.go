@@ -24,7 +24,9 @@ var site embed.FS
 
 // ClusterConfig describes a whole cluster on one machine.
 type ClusterConfig struct {
-	Bin, Data  string
+	Bin, Data string
+	// MetaListen is the metadata member's address, or several members'
+	// comma-separated (replicated; each gets the whole list as --peers).
 	MetaListen string
 	IODListens []string
 	NodeListen []string
@@ -333,7 +335,13 @@ func (c *ClusterConfig) OnTestbed(hosts Hosts, nodes, iods int) error {
 		}
 		return a + port
 	}
-	c.MetaListen, c.VIP = at("meta", ":7400"), at("director", ":80")
+	// Every metadata member on host meta, on ports 7400, 7401, ...
+	members := max(len(splitList(c.MetaListen)), 1)
+	var metas []string
+	for i := 0; i < members; i++ {
+		metas = append(metas, at("meta", fmt.Sprintf(":%d", 7400+i)))
+	}
+	c.MetaListen, c.VIP = strings.Join(metas, ","), at("director", ":80")
 	c.IODListens, c.NodeListen = nil, nil
 	for i := 1; i <= iods; i++ {
 		c.IODListens = append(c.IODListens, at(fmt.Sprintf("iod%d", i), ":7410"))

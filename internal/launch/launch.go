@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,11 +139,15 @@ func Tail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// FS is a file system: one metadata server and its I/O servers.
+// FS is a file system: its metadata members (one by default) and its I/O
+// servers.
 type FS struct {
 	Bin, Data string
-	Meta      *Proc
-	IODs      []*Proc
+	// Meta is the first metadata member (the only one unless the metadata
+	// listen address is a list); Metas is every member, Meta first.
+	Meta  *Proc
+	Metas []*Proc
+	IODs  []*Proc
 	// SecretFile is the cluster secret (meta's DATA/cluster.secret), given
 	// to the iods; ReadOnlyFile the read-only credential derived from it,
 	// given to the web nodes and the director.
@@ -150,24 +155,27 @@ type FS struct {
 	Cred                     *proto.Credential
 	// Wrap, if set, gives the command prefix that runs a role on its host
 	// (the test bed's nsenter); roles are named meta, iod1.., node1..,
-	// director.
+	// director. Every metadata member runs on host meta.
 	Wrap func(role string) []string
 
 	// Args, if set, gives extra arguments for a role's command line (role
 	// as in Wrap: meta, iod1, node2, director), appended to what launch
-	// builds; restarts get them too.
+	// builds; restarts get them too. Every metadata member gets meta's.
 	Args func(role string) []string
 
-	// metaAddr is the address meta first announced: restarts of meta keep
-	// it, so the other roles read it without racing the supervisor that
-	// replaces f.Meta.
-	metaAddr string
+	// metaPeers is the --peers list of replicated members ("1=ADDR", ...).
+	metaPeers []string
+	// metaAddrs are the members' addresses as they first announced them:
+	// restarts keep them, so the other roles read them without racing the
+	// supervisor that replaces f.Metas.
+	metaAddrs []string
 }
 
-// MetaAddr is the metadata server's address.
+// MetaAddr is the metadata members' addresses, comma-separated: what every
+// --meta takes.
 func (f *FS) MetaAddr() string {
-	if f.metaAddr != "" {
-		return f.metaAddr
+	if len(f.metaAddrs) > 0 {
+		return strings.Join(f.metaAddrs, ",")
 	}
 	return f.Meta.Addr
 }
@@ -175,11 +183,15 @@ func (f *FS) MetaAddr() string {
 // start runs role with the corral binary, wrapped onto its host if need be.
 func (f *FS) start(ctx context.Context, role string, args ...string) (*Proc, error) {
 	bin, log := f.Bin, filepath.Join(f.Data, "logs", role+".log")
+	host := role
+	if strings.HasPrefix(role, "meta") {
+		host = "meta" // members meta1.. share meta's host and extra arguments
+	}
 	if f.Args != nil {
-		args = append(append([]string{}, args...), f.Args(role)...)
+		args = append(append([]string{}, args...), f.Args(host)...)
 	}
 	if f.Wrap != nil {
-		if w := f.Wrap(role); len(w) > 0 {
+		if w := f.Wrap(host); len(w) > 0 {
 			args = append(append(append([]string{}, w[1:]...), f.Bin), args...)
 			bin = w[0]
 		}
@@ -187,8 +199,10 @@ func (f *FS) start(ctx context.Context, role string, args ...string) (*Proc, err
 	return Start(ctx, role, bin, log, args...)
 }
 
-// StartFS runs a metadata server on metaListen and one I/O server per entry
-// of iodListens, with data and logs under data. Port 0 picks free ports.
+// StartFS runs the metadata service on metaListen and one I/O server per
+// entry of iodListens, with data and logs under data. Port 0 picks free
+// ports. metaListen may list several members, comma-separated: they run
+// replicated (corral meta --id N --peers ...).
 func StartFS(ctx context.Context, bin, data, metaListen string, iodListens []string) (*FS, error) {
 	return StartFSWrapped(ctx, bin, data, metaListen, iodListens, nil)
 }
@@ -198,16 +212,29 @@ func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListen
 	return startFS(ctx, &FS{Bin: bin, Data: data, Wrap: wrap}, metaListen, iodListens)
 }
 
-// startFS starts f's metadata server and I/O servers.
+// startFS starts f's metadata members and I/O servers.
 func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string) (*FS, error) {
 	var err error
 	if err = f.prepareSecret(); err != nil {
 		return nil, err
 	}
-	if f.Meta, err = f.StartMeta(ctx, metaListen); err != nil {
-		return nil, err
+	members := splitList(metaListen)
+	switch {
+	case len(members) == 0:
+		return nil, errors.New("no metadata listen address")
+	case len(members) == 1:
+		if f.Meta, err = f.StartMeta(ctx, members[0]); err != nil {
+			return nil, err
+		}
+		f.Metas = []*Proc{f.Meta}
+	default:
+		if err := f.startMembers(ctx, members); err != nil {
+			return nil, err
+		}
 	}
-	f.metaAddr = f.Meta.Addr
+	for _, p := range f.Metas {
+		f.metaAddrs = append(f.metaAddrs, p.Addr)
+	}
 	for i, l := range iodListens {
 		p, err := f.StartIOD(ctx, i, l)
 		if err != nil {
@@ -219,9 +246,101 @@ func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string)
 	return f, nil
 }
 
-// StartMeta (re)starts the metadata server.
+// StartMeta (re)starts the metadata server (a lone member).
 func (f *FS) StartMeta(ctx context.Context, listen string) (*Proc, error) {
 	return f.start(ctx, "meta", "meta", "--listen", listen, "--data", filepath.Join(f.Data, "meta"))
+}
+
+// startMembers starts replicated metadata members on addrs at once (each
+// may wait for the others to elect a leader), free ports picked first:
+// every member's --peers must name them all.
+func (f *FS) startMembers(ctx context.Context, addrs []string) error {
+	addrs, err := fixPorts(addrs)
+	if err != nil {
+		return err
+	}
+	f.metaPeers = nil
+	for i, a := range addrs {
+		f.metaPeers = append(f.metaPeers, fmt.Sprintf("%d=%s", i+1, a))
+	}
+	f.Metas = make([]*Proc, len(addrs))
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.Metas[i], errs[i] = f.StartMetaMember(ctx, i, a)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, p := range f.Metas {
+			if p != nil {
+				p.Stop()
+			}
+		}
+		f.Metas = nil
+		return err
+	}
+	f.Meta = f.Metas[0]
+	return nil
+}
+
+// StartMetaMember (re)starts replicated metadata member i (ID i+1, data
+// DATA/meta/ID) at listen. Every member uses the one cluster secret: it is
+// copied into the member's directory, where meta reads it.
+func (f *FS) StartMetaMember(ctx context.Context, i int, listen string) (*Proc, error) {
+	id := fmt.Sprint(i + 1)
+	dir := filepath.Join(f.Data, "meta", id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(dir, proto.SecretFileName), f.Cred.Marshal()); err != nil {
+		return nil, err
+	}
+	return f.start(ctx, "meta"+id, "meta", "--id", id, "--peers", strings.Join(f.metaPeers, ","),
+		"--listen", listen, "--data", dir)
+}
+
+// splitList splits a comma-separated list of addresses, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// fixPorts replaces port 0 in addrs by free ports of the same hosts.
+func fixPorts(addrs []string) ([]string, error) {
+	out := make([]string, len(addrs))
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for i, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("metadata member address %q: %v", a, err)
+		}
+		if port != "0" {
+			out[i] = a
+			continue
+		}
+		// Held open until all are picked, so no two members get one port.
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("free port for a metadata member on %s: %v", host, err)
+		}
+		held = append(held, l)
+		out[i] = l.Addr().String()
+	}
+	return out, nil
 }
 
 // StartIOD (re)starts I/O server i.
@@ -293,15 +412,25 @@ func writeFile(path string, b []byte) error {
 	return os.Rename(tmp, path)
 }
 
-// Stop ends the I/O servers, then the metadata server.
+// Stop ends the I/O servers, then the metadata members.
 func (f *FS) Stop() {
-	var wg sync.WaitGroup
-	for _, p := range f.IODs {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.Stop() }()
+	stopAll := func(ps []*Proc) {
+		var wg sync.WaitGroup
+		for _, p := range ps {
+			if p != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); p.Stop() }()
+			}
+		}
+		wg.Wait()
 	}
-	wg.Wait()
-	if f.Meta != nil {
-		f.Meta.Stop()
+	stopAll(f.IODs)
+	// Meta too: a caller may have replaced it by a restarted process.
+	metas := []*Proc{f.Meta}
+	for _, p := range f.Metas {
+		if p != f.Meta {
+			metas = append(metas, p)
+		}
 	}
+	stopAll(metas)
 }

@@ -106,8 +106,23 @@ func (c *Cluster) Supervise(ctx context.Context, backoff Backoff, report func(Ev
 		return func() *Proc { c.mu.Lock(); defer c.mu.Unlock(); return *p },
 			func(np *Proc) { c.mu.Lock(); defer c.mu.Unlock(); *p = np }
 	}
-	get, set := field(&c.Meta)
-	slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartMeta(ctx, addr) }})
+	if len(c.Metas) <= 1 {
+		get, set := field(&c.Meta)
+		slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartMeta(ctx, addr) }})
+	} else {
+		for i := range c.Metas {
+			get, _ := field(&c.Metas[i])
+			set := func(np *Proc) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.Metas[i] = np
+				if i == 0 {
+					c.Meta = np
+				}
+			}
+			slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartMetaMember(ctx, i, addr) }})
+		}
+	}
 	for i := range c.IODs {
 		get, set := field(&c.IODs[i])
 		slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartIOD(ctx, i, addr) }})
@@ -177,12 +192,16 @@ func supervise(ctx context.Context, s slot, b Backoff, report func(Event)) {
 	}
 }
 
-// Procs is every role's current process: meta, the iods, the nodes, the
-// director.
+// Procs is every role's current process: the metadata members, the iods,
+// the nodes, the director.
 func (c *Cluster) Procs() []*Proc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	all := append(append([]*Proc{c.Meta}, c.IODs...), c.Nodes...)
+	metas := []*Proc{c.Meta}
+	if len(c.Metas) > 1 {
+		metas = c.Metas
+	}
+	all := append(append(append([]*Proc{}, metas...), c.IODs...), c.Nodes...)
 	if c.Director != nil {
 		all = append(all, c.Director)
 	}

@@ -3,6 +3,7 @@ package launch_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,7 +20,9 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 func TestBackoff(t *testing.T) {
@@ -300,7 +303,18 @@ func TestUpSurvivesKills(t *testing.T) {
 	// The default scheduler, wlc, counts recently closed connections
 	// (issue 12 §1), so a sequential loop spreads over every node and the
 	// killed one has its share of the requests.
-	u := startUp(t, bin, dir, net)
+	// Three metadata members once `corral meta` replicates; until then the
+	// single server (the replicated runs need its --id and --peers).
+	members := 1
+	if metaReplicates(t, bin) {
+		members = 3
+	}
+	upArgs := []string{"--meta-members", strconv.Itoa(members)}
+	u := startUp(t, bin, dir, net, upArgs...)
+	metaList := net + ".1:7400"
+	for i := 1; i < members; i++ {
+		metaList += fmt.Sprintf(",%s.1:%d", net, 7400+i)
+	}
 	vip4, vip7 := "http://"+net+".100:8080/", "http://"+net+".100:8081/"
 	node2 := net + ".22:8080"
 	if err := get(vip4); err != nil {
@@ -399,23 +413,35 @@ func TestUpSurvivesKills(t *testing.T) {
 	})
 
 	// meta: back on its address; the nodes and the command line find it
-	// again.
-	pid = u.child("meta", "")
+	// again. With replicated members, one killed under load (creates
+	// through the library, reads through the VIP) costs no operation.
+	secret := filepath.Join(dir, "corral-data", "meta", "cluster.secret")
+	member := net + ".1:7400"
+	var load func() error
+	if members > 1 {
+		load = metaLoad(t, metaList, secret)
+		time.Sleep(500 * time.Millisecond) // the kill lands mid-load
+	}
+	pid = u.child("meta", member)
 	syscall.Kill(pid, syscall.SIGKILL)
 	waitFor(t, "meta back", 10*time.Second, func() error {
-		if p := u.child("meta", ""); p == 0 || p == pid {
+		if p := u.child("meta", member); p == 0 || p == pid {
 			return fmt.Errorf("not restarted")
 		}
 		if err := get(vip7 + "about.html"); err != nil {
 			return err
 		}
-		out, err := exec.Command(bin, "fs", "--meta", net+".1:7400", "--secret-file",
-			filepath.Join(dir, "corral-data", "meta", "cluster.secret"), "ls", "/www").CombinedOutput()
+		out, err := exec.Command(bin, "fs", "--meta", metaList, "--secret-file", secret, "ls", "/www").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("corral fs ls: %v: %s", err, out)
 		}
 		return nil
 	})
+	if load != nil {
+		if err := load(); err != nil {
+			t.Errorf("load while a metadata member was killed: %v", err)
+		}
+	}
 
 	// The director: the VIP serves again within a few seconds.
 	pid = u.child("director", "")
@@ -440,7 +466,7 @@ func TestUpSurvivesKills(t *testing.T) {
 	if err := os.WriteFile(conf, mine, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u = startUp(t, bin, dir, net)
+	u = startUp(t, bin, dir, net, upArgs...)
 	if b, _ := os.ReadFile(conf); !bytes.Equal(b, mine) {
 		t.Errorf("second start rewrote director.conf:\n%s", b)
 	}
@@ -451,7 +477,7 @@ func TestUpSurvivesKills(t *testing.T) {
 		t.Error(err)
 	}
 	u.stop(t)
-	u = startUp(t, bin, dir, net, "--reset")
+	u = startUp(t, bin, dir, net, append(upArgs, "--reset")...)
 	if b, _ := os.ReadFile(conf); !bytes.Equal(b, orig) {
 		t.Errorf("--reset: director.conf is\n%s\nwant\n%s", b, orig)
 	}
@@ -459,4 +485,52 @@ func TestUpSurvivesKills(t *testing.T) {
 		t.Error(err)
 	}
 	u.stop(t)
+}
+
+// metaReplicates reports whether the corral binary's meta runs replicated
+// members (--id, --peers).
+func metaReplicates(t *testing.T, bin string) bool {
+	out, _ := exec.Command(bin, "meta", "--help").CombinedOutput()
+	return strings.Contains(string(out), "--peers")
+}
+
+// metaLoad creates, stats and removes files through the library for a few
+// seconds in the background; the function it returns waits and reports the
+// first failed operation, if any.
+func metaLoad(t *testing.T, members, secretFile string) func() error {
+	cred, err := proto.LoadCredential(secretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(members, client.WithSecurity(proto.Security{Cred: cred}))
+	done := make(chan error, 1)
+	go func() {
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cl.MkdirAll(ctx, "/load", 0o755); err != nil {
+			done <- err
+			return
+		}
+		end := time.Now().Add(4 * time.Second)
+		for i := 0; time.Now().Before(end); i++ {
+			p := fmt.Sprintf("/load/f%d", i)
+			f, err := cl.CreatePath(ctx, p, 0o644, client.CreateOpts{Excl: true})
+			if err == nil {
+				err = f.Close()
+			}
+			if err == nil {
+				_, err = cl.Stat(ctx, p)
+			}
+			if err == nil && i%2 == 0 {
+				err = cl.Remove(ctx, p)
+			}
+			if err != nil {
+				done <- fmt.Errorf("operation %d on %s: %w", i, p, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	return func() error { return <-done }
 }

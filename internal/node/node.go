@@ -69,7 +69,7 @@ const (
 
 // Config configures a node.
 type Config struct {
-	Meta    string
+	Meta    string // metadata members' addresses, comma-separated (requests follow the leader)
 	Docroot string // default /www
 	// DefaultDomain serves requests whose Host has no directory (e.g. a
 	// bare IP address). Empty: such requests get 404.
