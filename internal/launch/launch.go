@@ -219,6 +219,9 @@ func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string)
 		return nil, err
 	}
 	members := splitList(metaListen)
+	if err := f.checkMetaLayout(len(members)); err != nil {
+		return nil, err
+	}
 	switch {
 	case len(members) == 0:
 		return nil, errors.New("no metadata listen address")
@@ -244,6 +247,28 @@ func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string)
 		f.IODs = append(f.IODs, p)
 	}
 	return f, nil
+}
+
+// checkMetaLayout refuses to start n members over the data of another
+// layout: a lone server keeps its store in DATA/meta, replicated members in
+// DATA/meta/1, 2, ...; starting the other kind would silently make a new,
+// empty file system (whose cluster ID the iods then refuse).
+func (f *FS) checkMetaLayout(n int) error {
+	dir := filepath.Join(f.Data, "meta")
+	single := fileExists(filepath.Join(dir, "meta.db"))
+	replicated := fileExists(filepath.Join(dir, "1"))
+	switch {
+	case n > 1 && single:
+		return fmt.Errorf("%s holds a single metadata server's store: start 1 member (corral up --meta-members 1), or move it to %d members with corral fs meta backup and restore", dir, n)
+	case n == 1 && replicated:
+		return fmt.Errorf("%s holds replicated metadata members' stores (%s/1, ...): start as many members as before (corral up --meta-members 3)", dir, dir)
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // StartMeta (re)starts the metadata server (a lone member).
