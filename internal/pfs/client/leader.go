@@ -236,8 +236,16 @@ type NoLeaderError struct {
 }
 
 func (e *NoLeaderError) Error() string {
+	// "no quorum" when some member answered (it could not lead or reach a
+	// majority), "no member reachable" when none did.
+	what := "no member reachable"
+	for _, err := range e.Last {
+		if !errors.Is(err, proto.ErrUnavailable) {
+			what = "no quorum"
+		}
+	}
 	var b strings.Builder
-	b.WriteString("metadata: no quorum: members ")
+	b.WriteString("metadata: " + what + ": members ")
 	b.WriteString(strings.Join(e.Members, ","))
 	for i, m := range e.Members {
 		if i == 0 {
@@ -247,7 +255,9 @@ func (e *NoLeaderError) Error() string {
 		}
 		b.WriteString(m + ": ")
 		if err := e.Last[m]; err != nil {
-			b.WriteString(err.Error())
+			// The member is named already: not again in its error.
+			msg := strings.TrimPrefix(err.Error(), proto.ErrUnavailable.Error()+": ")
+			b.WriteString(strings.TrimPrefix(msg, m+": "))
 		} else {
 			b.WriteString("not tried")
 		}
