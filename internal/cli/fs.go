@@ -313,6 +313,8 @@ func reachMeta(ctx context.Context, cl *client.Client) error {
 		// The pool's "server unavailable: ADDR: " says again what this says.
 		why := strings.TrimPrefix(err.Error(), proto.ErrUnavailable.Error()+": ")
 		why = strings.TrimPrefix(why, cl.Meta()+": ")
+		// The client's give-up error lists the members, named here already.
+		why = strings.Replace(strings.TrimPrefix(why, "metadata: "), "members "+cl.Meta()+": ", "", 1)
 		return fmt.Errorf("cannot reach metadata server at %s: %s (check --meta or CORRAL_META)", cl.Meta(), why)
 	}
 	return err

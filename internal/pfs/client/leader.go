@@ -186,6 +186,7 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		case errors.Is(err, proto.ErrAuth):
 			return nil, err // a wrong secret does not heal by waiting
 		case ctx.Err() != nil:
+			last[addr] = err
 			return nil, l.giveUp(last, ctx.Err())
 		case errors.Is(err, proto.ErrUnavailable) || silent:
 			if silent {
