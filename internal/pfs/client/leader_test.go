@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -32,6 +33,10 @@ type fakeCluster struct {
 	dropFirst atomic.Bool
 	dropped   atomic.Bool
 	proxies   []*proxy
+	// silent: this member answers nothing (stopped, or cut off) until
+	// release closes.
+	silent  atomic.Value // string
+	release chan struct{}
 }
 
 type member struct {
@@ -41,6 +46,13 @@ type member struct {
 
 func (m member) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	c := m.c
+	if c.silent.Load() == m.addr {
+		select {
+		case <-c.release:
+		case <-ctx.Done():
+		}
+		return nil, ctx.Err()
+	}
 	if c.noQuorum.Load() {
 		return nil, &proto.RemoteError{Errno: proto.ErrnoNoQuorum, Msg: "no quorum: 1 of 3 members reachable"}
 	}
@@ -66,7 +78,8 @@ func startFake(t *testing.T, n int) *fakeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &fakeCluster{sec: proto.Security{Cred: cred}, seen: map[string][]proto.Msg{}}
+	c := &fakeCluster{sec: proto.Security{Cred: cred}, seen: map[string][]proto.Msg{}, release: make(chan struct{})}
+	c.silent.Store("")
 	for i := 0; i < n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -75,11 +88,12 @@ func startFake(t *testing.T, n int) *fakeCluster {
 		p := startProxy(t, l.Addr().String())
 		c.proxies = append(c.proxies, p)
 		c.addrs = append(c.addrs, p.addr)
-		s := &proto.Server{Handler: member{c, p.addr}, Security: c.sec}
+		s := &proto.Server{Handler: member{c, p.addr}, Security: c.sec, Log: slog.New(slog.DiscardHandler)}
 		go s.Serve(l)
 		t.Cleanup(s.Close)
 	}
 	c.leader.Store(c.addrs[n-1])
+	t.Cleanup(func() { close(c.release) }) // before the servers close
 	return c
 }
 
@@ -259,5 +273,24 @@ func TestMemberDown(t *testing.T) {
 	t.Cleanup(cl.Close)
 	if _, err := cl.Lstat(ctxT(t), "/"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A leader that stops answering (SIGSTOP, a partition) is given up on after
+// one attempt's time; the others name the new leader.
+func TestSilentLeader(t *testing.T) {
+	c := startFake(t, 3)
+	cl := c.client(t)
+	ctx := ctxT(t)
+	if _, err := cl.Mkdir(ctx, 1, "a", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.silent.Store(c.addrs[2])
+	c.leader.Store(c.addrs[0])
+	if _, err := cl.Mkdir(ctx, 1, "b", 0o755); err != nil {
+		t.Fatalf("mkdir with the old leader silent: %v", err)
+	}
+	if got := cl.Leader().Current(); got != c.addrs[0] {
+		t.Errorf("following %s, want %s", got, c.addrs[0])
 	}
 }
