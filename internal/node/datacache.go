@@ -35,7 +35,8 @@ type version struct {
 type cacheEntry struct {
 	v          version
 	data       []byte
-	prev, next *cacheEntry // LRU list; the sentinel's next is the most recent
+	prev, next *cacheEntry // on its segment's list; the sentinel's next is the most recent
+	protected  bool        // in the protected segment (asked for again since admitted)
 }
 
 func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
@@ -43,16 +44,23 @@ func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
 // dataCache holds whole small files in memory, at most max bytes (data
 // plus entryOverhead each), keyed by inode. Admission is TinyLFU: a file
 // enters a full cache only if it was asked for more often, recently, than
-// each file it would push out of the LRU's cold end, so a scan of files
-// fetched once does not flush the hot set of a Zipf workload.
+// each file it would push out, so a scan of files fetched once does not
+// flush the hot set of a Zipf workload. Eviction is a segmented LRU (as in
+// W-TinyLFU's main space): a file enters the probation segment and moves
+// to the protected one (protectedShare of the bytes) when asked for again;
+// victims come from probation's cold end first. So the files a scan let
+// into free room are the first to go, not the hot files least recently
+// asked for.
 type dataCache struct {
 	max, fileMax int64
 
-	mu    sync.Mutex // guards all below except the counters
-	byIno map[uint64]*cacheEntry
-	lru   cacheEntry // sentinel
-	freq  *tinyLFU
-	fills map[version]*fill // misses being read, one read per version
+	mu        sync.Mutex // guards all below except the counters
+	byIno     map[uint64]*cacheEntry
+	probation cacheEntry // sentinels of the two segments' lists
+	protected cacheEntry
+	protUsed  int64 // bytes in the protected segment
+	freq      *tinyLFU
+	fills     map[version]*fill // misses being read, one read per version
 
 	used                                atomic.Int64 // bytes charged; changed under mu
 	hits, misses, admissions, evictions atomic.Uint64
@@ -78,7 +86,9 @@ func newDataCache(max, fileMax int64) *dataCache {
 	// holds (the paper's width: the cache's entries).
 	c := &dataCache{max: max, fileMax: fileMax, byIno: map[uint64]*cacheEntry{},
 		freq: newTinyLFU(int(min(max/4096, 1<<22))), fills: map[version]*fill{}}
-	c.lru.next, c.lru.prev = &c.lru, &c.lru
+	for _, l := range []*cacheEntry{&c.probation, &c.protected} {
+		l.next, l.prev = l, l
+	}
 	return c
 }
 
@@ -100,8 +110,7 @@ func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
 	c.freq.touch(v.ino)
 	e := c.byIno[v.ino]
 	if e != nil && e.v == v {
-		c.unlink(e)
-		c.pushFront(e)
+		c.promote(e)
 		c.hits.Add(1)
 		return e.data, true
 	}
@@ -165,14 +174,12 @@ func (c *dataCache) admit(v version, data []byte) {
 		c.remove(old) // stale either way
 	}
 	if over := c.used.Load() + need - c.max; over > 0 {
-		// The victims: from the cold end until enough is freed. All of
-		// them must be less popular, else nothing changes. An LRU's cold
-		// end under a Zipf workload holds the least popular files.
+		// The victims, in eviction order until enough is freed, must
+		// all be less popular, else nothing changes.
 		cand := c.freq.estimate(v.ino)
 		freed := int64(0)
-		victim := c.lru.prev
-		for ; freed < over; victim = victim.prev {
-			if victim == &c.lru {
+		for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
+			if victim == nil {
 				return // cannot happen: used covers the entries' costs
 			}
 			if c.freq.estimate(victim.v.ino) >= cand {
@@ -181,31 +188,76 @@ func (c *dataCache) admit(v version, data []byte) {
 			freed += victim.cost()
 		}
 		for c.used.Load()+need > c.max {
-			c.remove(c.lru.prev)
+			c.remove(c.victim(nil))
 			c.evictions.Add(1)
 		}
 	}
 	c.byIno[v.ino] = e
-	c.pushFront(e)
+	pushFront(&c.probation, e)
 	c.used.Add(need)
 	c.admissions.Add(1)
 }
 
+// protectedShare is the protected segment's part of the bytes, in
+// percent (W-TinyLFU's 80%).
+const protectedShare = 80
+
+// promote moves an entry asked for again to the protected segment's hot
+// end; what overflows that segment goes back to probation's hot end.
+func (c *dataCache) promote(e *cacheEntry) {
+	unlink(e)
+	if !e.protected {
+		e.protected = true
+		c.protUsed += e.cost()
+	}
+	pushFront(&c.protected, e)
+	for c.protUsed > c.max*protectedShare/100 {
+		d := c.protected.prev
+		unlink(d)
+		d.protected = false
+		c.protUsed -= d.cost()
+		pushFront(&c.probation, d)
+	}
+}
+
+// victim is the entry evicted after after (nil: the first): probation's
+// cold end to its hot end, then the protected segment's the same way. nil
+// when none is left.
+func (c *dataCache) victim(after *cacheEntry) *cacheEntry {
+	var e *cacheEntry
+	switch {
+	case after == nil:
+		e = c.probation.prev
+	default:
+		e = after.prev
+	}
+	if e == &c.probation {
+		e = c.protected.prev
+	}
+	if e == &c.protected {
+		return nil
+	}
+	return e
+}
+
 func (c *dataCache) remove(e *cacheEntry) {
-	c.unlink(e)
+	unlink(e)
+	if e.protected {
+		c.protUsed -= e.cost()
+	}
 	delete(c.byIno, e.v.ino)
 	c.used.Add(-e.cost())
 }
 
-func (c *dataCache) unlink(e *cacheEntry) {
+func unlink(e *cacheEntry) {
 	e.prev.next, e.next.prev = e.next, e.prev
 	e.prev, e.next = nil, nil
 }
 
-func (c *dataCache) pushFront(e *cacheEntry) {
-	e.prev, e.next = &c.lru, c.lru.next
-	c.lru.next.prev = e
-	c.lru.next = e
+func pushFront(l, e *cacheEntry) {
+	e.prev, e.next = l, l.next
+	l.next.prev = e
+	l.next = e
 }
 
 // len is the number of entries (tests).

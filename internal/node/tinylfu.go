@@ -26,7 +26,7 @@ func newTinyLFU(n int) *tinyLFU {
 	}
 	t := &tinyLFU{sampleSize: 10 * w}
 	t.sketch.init(w)
-	t.door.init(8 * w)
+	t.door.init(128 * w) // ~13 bits per key of a sample: few false positives
 	return t
 }
 
