@@ -127,6 +127,7 @@ answers clients straight back; all undone on exit.`,
 		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.1:7400 --default-domain www.example.test
   curl http://127.0.0.21:9080/healthz     # the admin listener: ok, or 503 and why
   corral node --listen 127.0.0.21:8080 --admin 127.0.0.1:9121 --write-timeout 30s
+  corral node --listen 127.0.0.21:8080 --data-cache 256M --cache-file-max 128K
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
