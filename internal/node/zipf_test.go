@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -42,7 +43,8 @@ end
 //
 //	NODE_ZIPF=1 go test -count=1 -run TestZipfThroughput -v ./internal/node
 //
-// NODE_ZIPF_S (default 1.0), NODE_ZIPF_DURATION (10s), NODE_ZIPF_CONNS (64).
+// NODE_ZIPF_S (default 1.0), NODE_ZIPF_DURATION (10s), NODE_ZIPF_CONNS (64);
+// NODE_ZIPF_PROFILE=FILE writes the node's CPU profile with the cache on.
 func TestZipfThroughput(t *testing.T) {
 	if os.Getenv("NODE_ZIPF") == "" {
 		t.Skip("a measurement: NODE_ZIPF=1 runs it")
@@ -114,7 +116,18 @@ func TestZipfThroughput(t *testing.T) {
 		case err := <-done:
 			t.Fatal(err)
 		}
-		out, err := exec.Command("wrk", "-t", "2", "-c", strconv.Itoa(conns), "-d", dur.String(), "-s", script, "http://"+addr+"/").CombinedOutput()
+		if pf := os.Getenv("NODE_ZIPF_PROFILE"); pf != "" && dc == DefaultDataCache {
+			// The node's CPU profile with the cache on (it shares this
+			// process with the test; meta and the iods are other processes).
+			f, err := os.Create(pf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer f.Close()
+		}
+		out, err := exec.Command("wrk", "-H", "Host: a.test", "-t", "2", "-c", strconv.Itoa(conns), "-d", dur.String(), "-s", script, "http://"+addr+"/").CombinedOutput()
+		pprof.StopCPUProfile() // nothing if none was started
 		cancel()
 		<-done
 		s.Close()
