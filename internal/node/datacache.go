@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -143,16 +144,23 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 	c.fills[v] = f
 	c.mu.Unlock()
 
+	f.err = errFillAborted // what waiters see if read panics
+	defer func() {
+		// Deferred: even a read that panics must not leave later
+		// requests for v waiting on a fill that never ends.
+		c.mu.Lock()
+		delete(c.fills, v)
+		if f.err == nil {
+			c.admit(v, f.data)
+		}
+		c.mu.Unlock()
+		close(f.done)
+	}()
 	f.data, f.err = read()
-	c.mu.Lock()
-	delete(c.fills, v)
-	if f.err == nil {
-		c.admit(v, f.data)
-	}
-	c.mu.Unlock()
-	close(f.done)
 	return f.data, f.err
 }
+
+var errFillAborted = errors.New("data cache: the read of this file was aborted")
 
 // admit offers v's bytes to the cache. They go in if they fit in the free
 // space, or if v's inode is estimated more popular than every entry they
