@@ -2,12 +2,15 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
@@ -244,5 +247,49 @@ func TestCacheNeverStale(t *testing.T) {
 	expect("version 2: longer!!")
 	if s.cache.len() != 1 {
 		t.Errorf("%d entries for one file", s.cache.len())
+	}
+}
+
+// Many clients at once over files of mixed sizes, a cache that holds a
+// fraction of them: every answer is the file's content, and the cache
+// never holds more than its bound (run with -race: hits share bytes).
+func TestCacheConcurrentRequests(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	const files, max = 40, 32 << 10
+	content := make([]string, files)
+	for i := range files {
+		b := make([]byte, (i*997)%(8<<10))
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		content[i] = string(b)
+		put(t, cl, fmt.Sprintf("/www/a.test/%d", i), b)
+	}
+	s := New(Config{Meta: fsys.Meta.Addr, DataCache: max})
+	t.Cleanup(s.Close)
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			z := rand.NewZipf(rand.New(rand.NewPCG(uint64(g), 3)), 1.2, 1, files-1)
+			for range 60 {
+				i := int(z.Uint64())
+				if a := fetch(t, srv.URL, "GET", fmt.Sprintf("/%d", i), nil); a.status != 200 || a.body != content[i] {
+					t.Errorf("file %d: %d, %d bytes, want %d", i, a.status, len(a.body), len(content[i]))
+					return
+				}
+				if u := s.cache.used.Load(); u > max {
+					t.Errorf("cache holds %d bytes, bound %d", u, max)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s.cache.hits.Load() == 0 || s.cache.evictions.Load() == 0 {
+		t.Errorf("hits %d, evictions %d: the cache was not exercised", s.cache.hits.Load(), s.cache.evictions.Load())
 	}
 }
