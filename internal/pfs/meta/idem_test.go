@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -148,4 +149,59 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 		call[*proto.AttrReply](t, b, &proto.Mkdir{Parent: RootIno, Name: "after", Mode: 0o700})
 	})
+}
+
+// follower is an engine whose member does not lead: member 2 at
+// 127.0.0.2:7000 does.
+type follower struct {
+	*replog.Single
+	barrier error
+}
+
+func (f *follower) Status() replog.Status {
+	st := f.Single.Status()
+	st.Leader = 2
+	st.Members = append(st.Members, replog.Member{ID: 2, Addr: "127.0.0.2:7000"})
+	return st
+}
+
+func (f *follower) ReadBarrier(ctx context.Context) error { return f.barrier }
+
+// TestFollowerSendsToLeader: a member that does not lead answers reads from
+// its store and sends mutations and I/O server requests to the leader.
+func TestFollowerSendsToLeader(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Data: dir, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+	s.Close()
+	f := &follower{}
+	s, err = Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
+		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
+		return f, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	call[*proto.AttrReply](t, s, &proto.Walk{Path: "/d"})
+	for _, req := range []proto.Msg{
+		&proto.Create{Parent: RootIno, Name: "f"}, &proto.Mkdir{Parent: RootIno, Name: "e"},
+		&proto.Idem{Client: 1, Seq: 1, Req: &proto.Unlink{Parent: RootIno, Name: "d"}},
+		&proto.Register{Addr: "127.0.0.1:1"}, &proto.Servers{}, &proto.SetXattr{Ino: RootIno, Name: "user.a"},
+	} {
+		_, err := s.Handle(context.Background(), req)
+		if addr, ok := proto.LeaderHint(err); !ok || addr != "127.0.0.2:7000" {
+			t.Errorf("%T on a follower: %v, want not-leader naming 127.0.0.2:7000", req, err)
+		}
+	}
+	f.barrier = replog.ErrNoQuorum
+	errno(t, s, &proto.Walk{Path: "/d"}, proto.ErrnoNoQuorum)
+	f.barrier = &replog.NotLeaderError{Leader: 3, Addr: "127.0.0.3:7000"}
+	_, err = s.Handle(context.Background(), &proto.GetAttr{Ino: RootIno})
+	if addr, _ := proto.LeaderHint(err); addr != "127.0.0.3:7000" {
+		t.Errorf("read barrier refused as not leader: %v", err)
+	}
 }
