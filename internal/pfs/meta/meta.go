@@ -253,8 +253,8 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			return nil, err
 		}
 	case leaderOp(req.Op()):
-		if st := s.eng.Status(); !st.IsLeader() {
-			return nil, proto.NotLeader(st.LeaderAddr())
+		if err := s.notLeader(); err != nil {
+			return nil, err
 		}
 	}
 	if r, err, ok := s.handlePosix(ctx, req); ok {
@@ -534,8 +534,8 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
-	if st := s.eng.Status(); !st.IsLeader() {
-		return nil, proto.NotLeader(st.LeaderAddr())
+	if err := s.notLeader(); err != nil {
+		return nil, err
 	}
 	s.awaitServers(ctx)
 	return s.proposeReq(ctx, m, s.placement)

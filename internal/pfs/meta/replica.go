@@ -73,8 +73,8 @@ func (s *Service) proposeReq(ctx context.Context, req proto.Msg, decide func(*co
 // applied and the caches it invalidates are dropped, and returns its reply;
 // an errno refusal comes back as the error.
 func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
-	if st := s.eng.Status(); !st.IsLeader() {
-		return nil, proto.NotLeader(st.LeaderAddr())
+	if err := s.notLeader(); err != nil {
+		return nil, err
 	}
 	if c.Now == 0 {
 		c.Now = time.Now().UnixNano()
@@ -96,6 +96,17 @@ func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
 	}
 	s.awaitInvalidated(ctx, index)
 	return r, nil
+}
+
+// notLeader is nil on the leader, else the answer naming the leader. It
+// reads the role leadership last saw, not the engine's Status (which may
+// wait for a batch being applied): a member that just lost the lead still
+// proposes for a moment, and the engine refuses it.
+func (s *Service) notLeader() error {
+	if s.leaderSince.Load() != 0 {
+		return nil
+	}
+	return proto.NotLeader(s.eng.Status().LeaderAddr())
 }
 
 // leadership follows this member's role: leader-only work starts when it
