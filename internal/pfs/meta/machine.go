@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -151,7 +152,8 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	for i := range changes {
 		c := &changes[i]
 		if len(c.inos) > 0 && m.hooks.notify != nil {
-			m.hooks.notify(first+uint64(i), c.inos)
+			slices.Sort(c.inos) // a rename puts its directory twice
+			m.hooks.notify(first+uint64(i), slices.Compact(c.inos))
 		}
 		if c.server != nil && m.hooks.server != nil {
 			m.hooks.server(*c.server)
