@@ -81,6 +81,10 @@ type Service struct {
 	defSize uint32
 
 	done chan struct{}
+	// life ends at Close: background proposals (reclaim, reaping) stop
+	// waiting for an engine without quorum.
+	life context.Context
+	stop context.CancelFunc
 	wg   sync.WaitGroup
 
 	rot    atomic.Uint32 // rotates the first server of new layouts
@@ -121,6 +125,7 @@ func Open(cfg Config) (*Service, error) {
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
 		reserve: cfg.Reserve, heard: map[uint32]int64{},
 	}
+	s.life, s.stop = context.WithCancel(context.Background())
 	switch {
 	case s.reserve == 0:
 		s.reserve = DefaultReserve
@@ -168,6 +173,7 @@ func (s *Service) Machine() replog.StateMachine { return s.m }
 // Close stops the background work, the engine and closes the store.
 func (s *Service) Close() error {
 	close(s.done)
+	s.stop()
 	s.wg.Wait()
 	s.pool.Close()
 	err := s.eng.Close()
@@ -985,7 +991,7 @@ func (s *Service) reclaimOnce() {
 	for _, si := range s.servers() {
 		addrs[si.ID] = si.Addr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
 	for _, j := range jobs {
 		// The list keeps layout positions (the stripe index names the

@@ -200,7 +200,7 @@ func (s *Service) startPosix() {
 			if since == 0 {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(s.life, time.Minute)
 			// A new leader waits one lease, so mounts can renew first.
 			if time.Since(time.Unix(0, since)) > OrphanLease {
 				s.reapOrphans(ctx, time.Now().Add(-OrphanLease).UnixNano())

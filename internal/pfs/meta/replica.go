@@ -151,7 +151,7 @@ func (s *Service) checkLeader() error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
 	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id})
 	return err
