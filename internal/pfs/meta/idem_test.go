@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"reflect"
+	"slices"
 	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,10 +158,14 @@ func TestSnapshotRestore(t *testing.T) {
 type follower struct {
 	*replog.Single
 	barrier error
+	lead    atomic.Bool // leads after all (an election won)
 }
 
 func (f *follower) Status() replog.Status {
 	st := f.Single.Status()
+	if f.lead.Load() {
+		return st
+	}
 	st.Leader = 2
 	st.Members = append(st.Members, replog.Member{ID: 2, Addr: "127.0.0.2:7000"})
 	return st
@@ -203,5 +209,55 @@ func TestFollowerSendsToLeader(t *testing.T) {
 	_, err = s.Handle(context.Background(), &proto.GetAttr{Ino: RootIno})
 	if addr, _ := proto.LeaderHint(err); addr != "127.0.0.3:7000" {
 		t.Errorf("read barrier refused as not leader: %v", err)
+	}
+}
+
+// TestNewLeaderTakesOver: a member of a new store that does not lead has
+// no root yet; once it leads it makes the store (cluster ID, root), waits
+// for servers to report to it, and places files on those.
+func TestNewLeaderTakesOver(t *testing.T) {
+	f := &follower{}
+	s, err := Open(Config{Data: t.TempDir(), Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
+		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
+		return f, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	errno(t, s, &proto.GetAttr{Ino: RootIno}, syscall.ENOENT)
+	if s.Cluster() != "" {
+		t.Fatal("a follower made a cluster ID")
+	}
+	f.lead.Store(true)
+	for i := 0; s.Cluster() == "" || s.leaderSince.Load() == 0; i++ {
+		if i > 200 {
+			t.Fatal("the new leader did not initialise the store within 20 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	call[*proto.AttrReply](t, s, &proto.GetAttr{Ino: RootIno})
+	si := call[*proto.ServersReply](t, s, &proto.Register{Addr: "127.0.0.1:1"}).Servers[0]
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644}).Attr
+	if len(a.Servers) != 1 || a.Servers[0] != si.ID {
+		t.Fatalf("placed on %v, want [%d]", a.Servers, si.ID)
+	}
+}
+
+// TestNotifyNamesChangedInodes: every applied command reports the inodes
+// it changed, once each, with its log index.
+func TestNotifyNamesChangedInodes(t *testing.T) {
+	s := open(t, func(cfg Config) (*Service, error) { return Open(cfg) })
+	d := call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755}).Attr
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "a", Mode: 0o644}).Attr
+	b := call[*proto.AttrReply](t, s, &proto.Create{Parent: d.Ino, Name: "b", Mode: 0o644}).Attr
+	var got []uint64
+	var index uint64
+	s.m.hooks.notify = func(i uint64, inos []uint64) { index, got = i, inos }
+	call[*proto.OK](t, s, &proto.Rename{OldParent: RootIno, OldName: "a", NewParent: d.Ino, NewName: "b"})
+	want := []uint64{RootIno, d.Ino, a.Ino, b.Ino}
+	slices.Sort(want)
+	if !reflect.DeepEqual(got, want) || index != s.Machine().Applied() {
+		t.Fatalf("rename notified %v at %d, want %v at %d", got, index, want, s.Machine().Applied())
 	}
 }
