@@ -6,8 +6,8 @@ import (
 	"encoding/binary"
 	"reflect"
 	"slices"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
