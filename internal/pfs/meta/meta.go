@@ -553,7 +553,10 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 func (s *Service) placement(c *command) {
 	all := s.servers()
 	live := usable(all)
-	c.Registered, c.Summary = uint32(len(all)), stateSummary(all)
+	c.Registered = uint32(len(all))
+	if len(live) < len(all) {
+		c.Summary = stateSummary(all) // all up: pick says so itself
+	}
 	if len(live) == 0 {
 		return
 	}
@@ -626,8 +629,12 @@ func (c *command) pick(count int) ([]uint32, error) {
 		count = len(live)
 	}
 	if count > len(live) {
+		summary := c.Summary
+		if summary == "" {
+			summary = fmt.Sprintf("%d %s", len(live), proto.StateName(proto.ServerUp))
+		}
 		return nil, proto.Errorf(syscall.ENOSPC, fmt.Sprintf("stripe count %d, but only %d I/O servers are usable: %s (use a stripe count of at most %d, or all)",
-			count, len(live), c.Summary, len(live)))
+			count, len(live), summary, len(live)))
 	}
 	return slices.Clone(live[:count]), nil
 }
