@@ -865,6 +865,9 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
+	if err := s.notLeader(); err != nil {
+		return nil, err // the servers counted below are the leader's
+	}
 	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
 		// A policy no file could get is refused now, not at the first put.
 		s.awaitServers(ctx)
