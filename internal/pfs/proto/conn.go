@@ -404,7 +404,8 @@ func Idempotent(op Op) bool {
 	case OpLookup, OpWalk, OpWalkBeneath, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
 		OpServers, OpRegister, OpSetLayout,
 		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat,
-		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc:
+		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc,
+		OpIdem: // a retry is answered with the first reply (meta keeps it)
 		return true
 	}
 	return false

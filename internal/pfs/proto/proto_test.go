@@ -38,7 +38,7 @@ func samples() []Msg {
 
 func TestRoundTrip(t *testing.T) {
 	seen := map[Op]bool{}
-	for _, m := range append(samples(), posixSamples()...) {
+	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
 		seen[m.Op()] = true
 		var buf bytes.Buffer
 		if err := WriteFrame(&buf, 42, m); err != nil {
@@ -237,7 +237,7 @@ func TestServerGarbage(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, m := range append(samples(), posixSamples()...) {
+	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
 		var buf bytes.Buffer
 		WriteFrame(&buf, 1, m)
 		f.Add(buf.Bytes())
