@@ -109,7 +109,7 @@ func startWorkers(ctx context.Context, cfg MetaConfig, wc MetaWorkerConfig, env 
 		cmd.Env = append(os.Environ(), env...)
 		// Workers die with us: an interrupted run leaves none behind.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		logf, err := os.Create(filepath.Join(logDir, fmt.Sprintf("worker-%s-%d.log", strings.ReplaceAll(wc.Target, "+", "-"), id)))
+		logf, err := os.Create(filepath.Join(logDir, fmt.Sprintf("worker-%s-%s-%d.log", strings.ReplaceAll(wc.Target, "+", "-"), filepath.Base(wc.Dir), id)))
 		if err != nil {
 			g.stop()
 			return nil, err
@@ -627,7 +627,7 @@ func metaGoals(rows []MetaRow) []MetaGoal {
 	return goals
 }
 
-// AddWebGoal adds the Zipf web goal once the web rows are in.
+// webGoal is the Zipf web goal, once the web rows are in.
 func (r *MetaResult) webGoal() (MetaGoal, bool) {
 	var corral, nginx float64
 	for _, w := range r.Web {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,6 +39,9 @@ func startEtcd(dir string, n int) (*etcdCluster, error) {
 		}
 		us[i] = urls{url.URL{Scheme: "http", Host: p}, url.URL{Scheme: "http", Host: c}}
 		initial = append(initial, fmt.Sprintf("e%d=%s", i+1, us[i].peer.String()))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	ec := &etcdCluster{}
 	var mu sync.Mutex
