@@ -32,6 +32,7 @@ type MetaConfig struct {
 	Etcd          bool  // the embedded etcd baseline
 	Chaos         bool  // kill the meta leader every ChaosEvery and time the resume
 	ChaosEvery    time.Duration
+	ChaosKills    int           // kills per chaos run
 	Web           MetaWebConfig // the Zipf web figure (Web.Files > 0 runs it)
 	Log           io.Writer
 }
@@ -78,7 +79,9 @@ type MetaResult struct {
 	Goals    []MetaGoal  `json:"goals"`
 	Chaos    []ChaosKill `json:"chaos,omitempty"`
 	Web      []WebRow    `json:"web,omitempty"`
-	Notes    []string    `json:"notes"`
+	// WebMembers is the metadata member count the web figure ran with.
+	WebMembers int      `json:"web_members,omitempty"`
+	Notes      []string `json:"notes"`
 }
 
 var metaLayouts = []string{"shared", "private"}
@@ -257,23 +260,15 @@ func peersSupported(bin string) (bool, string) {
 	return false, "corral meta has no --peers"
 }
 
-// membersSupported says whether `corral fs meta members --json` answers
-// for the cluster at meta.
-func membersSupported(ctx context.Context, bin, meta string, env []string) (bool, string) {
-	cmd := exec.CommandContext(ctx, bin, "fs", "--meta", meta, "meta", "members", "--json")
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.Output()
-	if err != nil || !json.Valid(out) {
-		return false, "corral fs meta members --json is not available"
-	}
-	return true, ""
-}
-
 // metaCluster is the file system a corral row runs on: its metadata members
 // (comma-separated, as clients take them) and the processes.
 type metaCluster struct {
 	Meta    string
-	members []*launch.Proc
+	members []*launch.Proc // member i has --id i+1
+	bin     string
+	data    string
+	peers   string   // the --peers value
+	addrs   []string // member i's --listen
 	fs      *launch.FS
 	iods    []*launch.Proc
 	Env     []string // what clients need: the cluster secret
@@ -324,7 +319,8 @@ func startMetaCluster(ctx context.Context, bin, data string, n int) (*metaCluste
 		return nil, err
 	}
 	secret := filepath.Join(data, proto.SecretFileName)
-	c := &metaCluster{Meta: strings.Join(addrs, ","), Env: []string{proto.SecretEnv + "=" + secret}}
+	c := &metaCluster{Meta: strings.Join(addrs, ","), Env: []string{proto.SecretEnv + "=" + secret},
+		bin: bin, data: data, peers: strings.Join(peers, ","), addrs: addrs}
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
@@ -349,9 +345,7 @@ func startMetaCluster(ctx context.Context, bin, data string, n int) (*metaCluste
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			procs[i], errs[i] = launch.Start(ctx, fmt.Sprintf("meta%d", i+1), bin, filepath.Join(data, "logs", fmt.Sprintf("meta%d.log", i+1)),
-				"meta", "--id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","), "--listen", addrs[i],
-				"--data", filepath.Join(data, fmt.Sprintf("meta%d", i+1)))
+			procs[i], errs[i] = c.startMember(ctx, i)
 		}()
 	}
 	wg.Wait()
@@ -375,6 +369,13 @@ func startMetaCluster(ctx context.Context, bin, data string, n int) (*metaCluste
 		c.iods = append(c.iods, p)
 	}
 	return c, nil
+}
+
+// startMember (re)starts member i on its address and data directory.
+func (c *metaCluster) startMember(ctx context.Context, i int) (*launch.Proc, error) {
+	name := fmt.Sprintf("meta%d", i+1)
+	return launch.Start(ctx, name, c.bin, filepath.Join(c.data, "logs", name+".log"),
+		"meta", "--id", strconv.Itoa(i+1), "--peers", c.peers, "--listen", c.addrs[i], "--data", filepath.Join(c.data, name))
 }
 
 // mountFS mounts the cluster at mnt as its own process, as users run it.
@@ -502,7 +503,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 				if err != nil {
 					return err
 				}
-				res.Web, res.Notes = rows, append(res.Notes, notes...)
+				res.Web, res.WebMembers, res.Notes = rows, n, append(res.Notes, notes...)
 			}
 			return nil
 		}()
@@ -548,23 +549,6 @@ func membersLabel(n int) string {
 		return "-"
 	}
 	return strconv.Itoa(n)
-}
-
-// metaChaos kills the metadata leader every cfg.ChaosEvery (three times)
-// while one client creates files, and records per kill how long until a
-// create succeeded again.
-func metaChaos(ctx context.Context, cfg MetaConfig, c *metaCluster, res *MetaResult, logf func(string, ...any)) error {
-	ok, why := membersSupported(ctx, cfg.Bin, c.Meta, c.Env)
-	if !ok {
-		res.Notes = append(res.Notes, "chaos skipped: "+why)
-		logf("chaos: skipped: %s\n", why)
-		return nil
-	}
-	// Which member leads, and its process, come from `corral fs meta
-	// members --json`; its format is not settled yet.
-	res.Notes = append(res.Notes, "chaos skipped: reading the leader from `corral fs meta members --json` is not implemented yet")
-	logf("chaos: skipped: leader discovery not implemented\n")
-	return nil
 }
 
 // ratios fills each row's ratio to local+fsync in its layout.
@@ -641,7 +625,7 @@ func (r *MetaResult) webGoal() (MetaGoal, bool) {
 	if corral == 0 || nginx == 0 {
 		return MetaGoal{}, false
 	}
-	return MetaGoal{What: "Zipf web req/s / nginx req/s", Want: 0.8, Got: corral / nginx, Unit: "ratio", Measured: true, Met: corral/nginx >= 0.8}, true
+	return MetaGoal{What: "Zipf web req/s / nginx req/s", Want: 0.8, Got: corral / nginx, Unit: "ratio", Members: r.WebMembers, Measured: true, Met: corral/nginx >= 0.8}, true
 }
 
 // Markdown renders the result as tables.

@@ -279,3 +279,20 @@ func TestRunMetaQuick(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaderID(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want uint64
+	}{
+		{`{"ID":1,"Leader":2,"Term":3,"Members":[{"ID":1,"Addr":"a"},{"ID":2,"Addr":"b"}]}`, 2},
+		{`{"members":[{"id":1,"addr":"a","leader":false},{"id":3,"addr":"c","leader":true}]}`, 3},
+		{`[{"id":1,"role":"follower"},{"id":2,"role":"Leader"}]`, 2},
+		{`{"leader":0,"members":[]}`, 0},
+		{`not json`, 0},
+	} {
+		if got := leaderID([]byte(c.json)); got != c.want {
+			t.Errorf("leaderID(%s) = %d, want %d", c.json, got, c.want)
+		}
+	}
+}

@@ -106,10 +106,10 @@ func startNginx(ctx context.Context, dir, root string, workers int) (string, fun
 	if os.Geteuid() == 0 {
 		user = "user root;\n" // the scratch directory is 0700: nobody cannot read it
 	}
-	conf := fmt.Sprintf(`%sworker_processes %d;
+	conf := fmt.Sprintf(`%[1]sworker_processes %[2]d;
 daemon off;
-pid %s/nginx.pid;
-error_log %s/error.log warn;
+pid %[3]s/nginx.pid;
+error_log %[3]s/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
@@ -119,9 +119,9 @@ http {
   client_body_temp_path %[3]s/tmp; proxy_temp_path %[3]s/tmp; fastcgi_temp_path %[3]s/tmp;
   uwsgi_temp_path %[3]s/tmp; scgi_temp_path %[3]s/tmp;
   default_type application/octet-stream;
-  server { listen %s; root %s; }
+  server { listen %[4]s; root %[5]s; }
 }
-`, user, workers, prefix, prefix, addr, root)
+`, user, workers, prefix, addr, root)
 	cf := filepath.Join(prefix, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		return "", nil, err

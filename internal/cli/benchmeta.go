@@ -35,7 +35,7 @@ phase, the ratios to local+fsync and to etcd, and the goals of issue 13.
 --web adds: Corral nodes serving 4 KiB files drawn from a Zipf distribution
 (s = 1.0) over 10^4 files, beside nginx serving the same files from local
 disk, with the same wrk script (needs wrk and nginx: scripts/deps).
---chaos kills the metadata leader every 20 s and reports the time until
+--chaos kills the metadata leader every 20 s (3 times) and reports the time until
 operations resume (needs 3 members and 'corral fs meta members').
 Writes results.json, results.md and meta.svg under --out.`,
 		Args: cobra.NoArgs,
@@ -52,11 +52,12 @@ Writes results.json, results.md and meta.svg under --out.`,
 				cfg.Members = append(cfg.Members, n)
 			}
 			cfg.Bin, cfg.Dir, cfg.Log = bin, dir, os.Stdout
-			cfg.FUSE, cfg.Etcd, cfg.Chaos, cfg.ChaosEvery = !noFUSE, !noEtcd, chaos, 20*time.Second
+			cfg.FUSE, cfg.Etcd, cfg.Chaos, cfg.ChaosEvery, cfg.ChaosKills = !noFUSE, !noEtcd, chaos, 20*time.Second, 3
 			if quick {
 				if !cmd.Flags().Changed("files") {
 					cfg.Files = 200
 				}
+				cfg.ChaosKills = 1
 				if !cmd.Flags().Changed("web-files") {
 					webCfg.Files = 2000
 				}
@@ -81,7 +82,7 @@ Writes results.json, results.md and meta.svg under --out.`,
 		},
 	}
 	f := c.Flags()
-	f.BoolVar(&quick, "quick", false, "tiny version (CI): 200 files per process (web: 2000 files, 2 s runs)")
+	f.BoolVar(&quick, "quick", false, "tiny version (CI): 200 files per process (web: 2000 files, 2 s runs; chaos: one kill)")
 	f.StringVar(&members, "members", "1,3", "metadata member counts to run, comma-separated")
 	f.IntVar(&cfg.Procs, "procs", 4, "worker processes")
 	f.IntVar(&cfg.Files, "files", 2000, "files per process")
