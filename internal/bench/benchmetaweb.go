@@ -91,6 +91,18 @@ func webFile(k, size int) []byte {
 	return b
 }
 
+// lookTool finds a program in $PATH or /usr/sbin (Debian's nginx is there,
+// outside a user's PATH); "" when it is in neither.
+func lookTool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	if p := filepath.Join("/usr/sbin", name); exec.Command(p, "-v").Run() == nil {
+		return p
+	}
+	return ""
+}
+
 // startNginx runs Debian's nginx with workers processes serving root on a
 // free loopback port.
 func startNginx(ctx context.Context, dir, root string, workers int) (string, func(), error) {
@@ -130,7 +142,7 @@ http {
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command("nginx", "-p", prefix, "-c", cf)
+	cmd := exec.Command(lookTool("nginx"), "-p", prefix, "-c", cf)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -177,7 +189,7 @@ func wrkAll(ctx context.Context, addrs []string, script string, conns int, d tim
 // missing tool skips it with a note.
 func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster, w MetaWebConfig, logf func(string, ...any)) ([]WebRow, []string, error) {
 	for _, tool := range []string{"wrk", "nginx"} {
-		if _, err := exec.LookPath(tool); err != nil {
+		if lookTool(tool) == "" {
 			logf("web: skipped: %s not installed (scripts/deps installs it)\n", tool)
 			return nil, []string{fmt.Sprintf("Zipf web figure skipped: %s not installed (scripts/deps installs it)", tool)}, nil
 		}
