@@ -1,18 +1,22 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/launch"
@@ -144,11 +148,25 @@ http {
 	}
 	cmd := exec.Command(lookTool("nginx"), "-p", prefix, "-c", cf)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return "", nil, fmt.Errorf("nginx: %w", err)
 	}
-	stop := func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() }
+	// SIGTERM, not SIGKILL: the master then ends its workers, which a
+	// killed master leaves running.
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -157,6 +175,29 @@ http {
 	}
 	stop()
 	return "", nil, fmt.Errorf("nginx did not listen on %s; see %s and %s/error.log", addr, logf.Name(), prefix)
+}
+
+// checkGet fetches url and compares the body with want.
+func checkGet(ctx context.Context, url string, want []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(io.LimitReader(resp.Body, int64(len(want))+1))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(got, want) {
+		return fmt.Errorf("GET %s: status %d, %d bytes, not the file written", url, resp.StatusCode, len(got))
+	}
+	return nil
 }
 
 // wrkAll runs one wrk per address at once with the script, splitting the
@@ -260,6 +301,14 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 		return nil, nil, err
 	}
 	defer stopNginx()
+	// Both must serve the same bytes for a path, or the comparison is void.
+	for _, a := range append([]string{ng}, nodes...) {
+		for _, k := range []int{0, w.Files - 1} {
+			if err := checkGet(ctx, "http://"+a+webPath(k), webFile(k, w.Size)); err != nil {
+				return nil, nil, fmt.Errorf("web: %w", err)
+			}
+		}
+	}
 	script := filepath.Join(scratch, "zipf.lua")
 	if err := os.WriteFile(script, []byte(zipfLua(newZipf(w.Files, w.S), 50000, 13)), 0o644); err != nil {
 		return nil, nil, err
