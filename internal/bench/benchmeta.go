@@ -452,7 +452,10 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 		for _, n := range cfg.Members {
 			ec, err := startEtcd(filepath.Join(scratch, fmt.Sprintf("etcd%d", n)), n)
 			if err != nil {
-				return nil, fmt.Errorf("etcd baseline with %d members: %w", n, err)
+				// A baseline that cannot start costs its rows, not the run.
+				logf("etcd with %d members: skipped: %v\n", n, err)
+				res.Notes = append(res.Notes, fmt.Sprintf("etcd baseline with %d members skipped: %v", n, err))
+				continue
 			}
 			err = measure("etcd", n, MetaWorkerConfig{Dir: "/bench", Etcd: strings.Join(ec.Endpoints, ",")}, nil)
 			ec.stop()
@@ -512,6 +515,14 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 			return nil, err
 		}
 	}
+	if cfg.Web.Files > 0 && res.WebMembers == 0 && !hasNote(res.Notes, "Zipf web figure skipped") {
+		why := "no corral run (--members)"
+		if !peersOK {
+			why += "; " + peersWhy
+		}
+		res.Notes = append(res.Notes, "Zipf web figure skipped: "+why)
+		logf("web: skipped: %s\n", why)
+	}
 	if cfg.Chaos && (!peersOK || maxInts(cfg.Members, true) < 2) {
 		why := peersWhy
 		if why == "" {
@@ -532,6 +543,15 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 		return nil, err
 	}
 	return res, res.plot(cfg.Out)
+}
+
+func hasNote(notes []string, prefix string) bool {
+	for _, n := range notes {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func maxInts(xs []int, multi bool) int {
