@@ -405,8 +405,8 @@ func mountFS(ctx context.Context, bin, meta, mnt, logPath string, env []string) 
 // meta.svg under cfg.Out.
 func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 	logf := func(format string, a ...any) { fmt.Fprintf(cfg.Log, format, a...) }
-	if cfg.Procs < 1 || cfg.Files < 1 || cfg.Size < 1 {
-		return nil, fmt.Errorf("bench meta: want processes, files and size at least 1 (got %d, %d, %d)", cfg.Procs, cfg.Files, cfg.Size)
+	if cfg.Procs < 1 || cfg.Files < 1 || cfg.Size < 0 {
+		return nil, fmt.Errorf("bench meta: want processes and files at least 1 and size at least 0 (got %d, %d, %d)", cfg.Procs, cfg.Files, cfg.Size)
 	}
 	cfg.Threads = max(cfg.Threads, 1)
 	res := &MetaResult{Scenario: "meta", When: time.Now().UTC(), Procs: cfg.Procs, Files: cfg.Files, Size: cfg.Size, Threads: cfg.Threads}
@@ -534,7 +534,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 	res.ratios()
 	res.Goals = metaGoals(res.Rows)
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("mdtest-style: %d processes, each with %d call(s) in flight, each creates %d files of %s (create+write+close), stats them, reads them (open+read+close), deletes them; one barrier between phases; ops/s = all operations over the span from the first start to the last end", cfg.Procs, cfg.Threads, cfg.Files, humanBytes(int64(cfg.Size))),
+		fmt.Sprintf("mdtest-style: %d processes, each with %d call(s) in flight, each creates %d files of %s (create+write+close; size 0: create only), stats them, reads them (open+read+close; size 0: lookup only), deletes them; one barrier between phases; ops/s = all operations over the span from the first start to the last end", cfg.Procs, cfg.Threads, cfg.Files, humanBytes(int64(cfg.Size))),
 		"layouts: shared = every process in one directory; private = one directory per process",
 		"ratios: to local+fsync in the same layout (the same durability at close as Corral's); 'members' of local rows is empty",
 		"etcd: embedded go.etcd.io/etcd/server/v3 on loopback in this process, one put per create (value = the file's bytes), get per stat (keys only) and read, delete per delete",

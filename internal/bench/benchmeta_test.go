@@ -38,10 +38,15 @@ func TestMain(m *testing.M) {
 // TestMetaWorkerPhases drives a worker as the parent does, over pipes, on a
 // temporary directory (the ext4 baseline's code path), in both layouts.
 func TestMetaWorkerPhases(t *testing.T) {
-	for _, target := range []string{"local", "local+fsync"} {
-		for _, shared := range []bool{true, false} {
+	for _, tc := range []struct {
+		target string
+		shared bool
+		size   int
+	}{{"local", true, 4096}, {"local", false, 0}, {"local+fsync", true, 4096}, {"local+fsync", false, 4096}} {
+		target, shared := tc.target, tc.shared
+		{
 			dir := t.TempDir()
-			c := MetaWorkerConfig{Target: target, ID: 3, Files: 25, Size: 4096, Threads: 2, Shared: shared, Dir: dir}
+			c := MetaWorkerConfig{Target: target, ID: 3, Files: 25, Size: tc.size, Threads: 2, Shared: shared, Dir: dir}
 			inR, inW := io.Pipe()
 			outR, outW := io.Pipe()
 			done := make(chan error, 1)
@@ -82,7 +87,7 @@ func TestMetaWorkerPhases(t *testing.T) {
 						t.Fatalf("%s after %s: %d files in %s, want 25", target, ph, n, sub)
 					}
 					b, err := os.ReadFile(filepath.Join(sub, "p3.f000007"))
-					if err != nil || len(b) != 4096 {
+					if err != nil || len(b) != tc.size {
 						t.Fatalf("%s after %s: file 7: %d bytes, %v", target, ph, len(b), err)
 					}
 				case "delete":

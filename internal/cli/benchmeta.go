@@ -65,8 +65,8 @@ Writes results.json, results.md and meta.svg under --out.`,
 					webCfg.Duration = 2 * time.Second
 				}
 			}
-			if cfg.Procs < 1 || cfg.Files < 1 || cfg.Threads < 1 {
-				return usageError{fmt.Errorf("want --procs, --files and --threads at least 1")}
+			if cfg.Procs < 1 || cfg.Files < 1 || cfg.Threads < 1 || cfg.Size < 0 {
+				return usageError{fmt.Errorf("want --procs, --files and --threads at least 1 and --size at least 0")}
 			}
 			if web {
 				if webCfg.Files < 1 || webCfg.Connections < 1 || webCfg.Nodes < 1 {
@@ -86,7 +86,7 @@ Writes results.json, results.md and meta.svg under --out.`,
 	f.StringVar(&members, "members", "1,3", "metadata member counts to run, comma-separated")
 	f.IntVar(&cfg.Procs, "procs", 4, "worker processes")
 	f.IntVar(&cfg.Files, "files", 2000, "files per process")
-	f.IntVar(&cfg.Size, "size", 4096, "bytes written and read per file")
+	f.IntVar(&cfg.Size, "size", 4096, "bytes written and read per file (0: empty files, metadata operations only)")
 	f.IntVar(&cfg.Threads, "threads", 1, "calls in flight per process (1: mdtest's)")
 	f.BoolVar(&noFUSE, "no-fuse", false, "skip the FUSE rows")
 	f.BoolVar(&noEtcd, "no-etcd", false, "skip the etcd baseline")
