@@ -1,6 +1,9 @@
+//go:build !noetcd
+
 package bench
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,11 +12,24 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
-func nopZap() *zap.Logger { return zap.NewNop() }
+// The etcd baseline makes the corral binary about 20 MB larger (etcd's
+// server, gRPC, OpenTelemetry): `go build -tags noetcd` leaves it out
+// (benchmetaetcd_no.go) and bench meta then skips it, saying so.
+
+const etcdBuilt = true
+
+func newEtcdOps(c MetaWorkerConfig) (metaOps, error) {
+	cl, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Etcd, ","), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("worker %d: etcd client for %s: %w", c.ID, c.Etcd, err)
+	}
+	return &etcdOps{c: c, cl: cl, prefix: strings.TrimSuffix(c.Dir, "/") + "/" + c.subdir() + "/"}, nil
+}
 
 // etcdCluster is the embedded etcd baseline: n members in this process, each
 // on its own loopback ports, with its data (WAL fsync'ed as etcd does by
@@ -96,3 +112,48 @@ func (ec *etcdCluster) stop() {
 		e.Close()
 	}
 }
+
+// etcdOps is the replicated key-value baseline: one put per create (the
+// file's bytes as the value), a get per stat (keys only) and per read, a
+// delete per remove.
+type etcdOps struct {
+	c      MetaWorkerConfig
+	cl     *clientv3.Client
+	prefix string
+}
+
+func (o *etcdOps) key(i int) string { return o.prefix + o.c.fileName(i) }
+
+func (o *etcdOps) create(ctx context.Context, i int, data []byte) error {
+	_, err := o.cl.Put(ctx, o.key(i), string(data))
+	return err
+}
+
+func (o *etcdOps) stat(ctx context.Context, i int) error {
+	r, err := o.cl.Get(ctx, o.key(i), clientv3.WithKeysOnly())
+	if err == nil && r.Count != 1 {
+		err = fmt.Errorf("etcd: %s not found", o.key(i))
+	}
+	return err
+}
+
+func (o *etcdOps) read(ctx context.Context, i int, buf []byte) error {
+	r, err := o.cl.Get(ctx, o.key(i))
+	if err != nil {
+		return err
+	}
+	if len(r.Kvs) != 1 || len(r.Kvs[0].Value) != len(buf) {
+		return fmt.Errorf("etcd: %s: want one value of %d bytes", o.key(i), len(buf))
+	}
+	copy(buf, r.Kvs[0].Value)
+	return nil
+}
+
+func (o *etcdOps) remove(ctx context.Context, i int) error {
+	r, err := o.cl.Delete(ctx, o.key(i))
+	if err == nil && r.Deleted != 1 {
+		err = fmt.Errorf("etcd: delete %s: not found", o.key(i))
+	}
+	return err
+}
+func (o *etcdOps) close() { o.cl.Close() }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The phases of `corral bench meta`, in the order they run: mdtest's file
@@ -88,11 +87,7 @@ func newMetaOps(ctx context.Context, c MetaWorkerConfig) (metaOps, error) {
 		}
 		return &libOps{c: c, cl: cl, dir: a.Ino}, nil
 	case "etcd":
-		cl, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Etcd, ","), DialTimeout: 10 * time.Second, Logger: nopZap()})
-		if err != nil {
-			return nil, fmt.Errorf("worker %d: etcd client for %s: %w", c.ID, c.Etcd, err)
-		}
-		return &etcdOps{c: c, cl: cl, prefix: strings.TrimSuffix(c.Dir, "/") + "/" + c.subdir() + "/"}, nil
+		return newEtcdOps(c)
 	}
 	return nil, fmt.Errorf("worker %d: unknown target %q (want local, local+fsync, fuse, lib or etcd)", c.ID, c.Target)
 }
@@ -202,51 +197,6 @@ func (o *libOps) remove(ctx context.Context, i int) error {
 	return o.cl.Unlink(ctx, o.dir, o.c.fileName(i))
 }
 func (o *libOps) close() { o.cl.Close() }
-
-// etcdOps is the replicated key-value baseline: one put per create (the
-// file's bytes as the value), a get per stat (keys only) and per read, a
-// delete per remove.
-type etcdOps struct {
-	c      MetaWorkerConfig
-	cl     *clientv3.Client
-	prefix string
-}
-
-func (o *etcdOps) key(i int) string { return o.prefix + o.c.fileName(i) }
-
-func (o *etcdOps) create(ctx context.Context, i int, data []byte) error {
-	_, err := o.cl.Put(ctx, o.key(i), string(data))
-	return err
-}
-
-func (o *etcdOps) stat(ctx context.Context, i int) error {
-	r, err := o.cl.Get(ctx, o.key(i), clientv3.WithKeysOnly())
-	if err == nil && r.Count != 1 {
-		err = fmt.Errorf("etcd: %s not found", o.key(i))
-	}
-	return err
-}
-
-func (o *etcdOps) read(ctx context.Context, i int, buf []byte) error {
-	r, err := o.cl.Get(ctx, o.key(i))
-	if err != nil {
-		return err
-	}
-	if len(r.Kvs) != 1 || len(r.Kvs[0].Value) != len(buf) {
-		return fmt.Errorf("etcd: %s: want one value of %d bytes", o.key(i), len(buf))
-	}
-	copy(buf, r.Kvs[0].Value)
-	return nil
-}
-
-func (o *etcdOps) remove(ctx context.Context, i int) error {
-	r, err := o.cl.Delete(ctx, o.key(i))
-	if err == nil && r.Deleted != 1 {
-		err = fmt.Errorf("etcd: delete %s: not found", o.key(i))
-	}
-	return err
-}
-func (o *etcdOps) close() { o.cl.Close() }
 
 // runPhase does one phase over all of a worker's files.
 func runPhase(ctx context.Context, c MetaWorkerConfig, ops metaOps, phase string) PhaseResult {
