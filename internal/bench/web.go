@@ -73,10 +73,11 @@ var (
 )
 
 // wrk runs one wrk (on a test-bed host when wrap is its command prefix)
-// and parses its summary.
-func wrk(ctx context.Context, wrap []string, url string, conns int, d time.Duration) (WebRow, error) {
+// and parses its summary; extra goes before the URL (e.g. -s SCRIPT).
+func wrk(ctx context.Context, wrap []string, url string, conns int, d time.Duration, extra ...string) (WebRow, error) {
 	threads := min(2, conns)
-	args := append(append([]string{}, wrap...), "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--timeout", "10s", "--latency", url)
+	args := append(append([]string{}, wrap...), "wrk", "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%.0fs", max(1, d.Seconds())), "--timeout", "10s", "--latency")
+	args = append(append(args, extra...), url)
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

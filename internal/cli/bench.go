@@ -21,6 +21,7 @@ func benchCmd() *cobra.Command {
 		Short: "Run a benchmark scenario; each measures its own baseline in the same run",
 		Example: `  corral bench pfs-local --quick
   corral bench web --duration 30s
+  corral bench meta --quick
   sudo corral bench scaling --rate 100mbit`,
 	}
 	var quick bool
@@ -75,6 +76,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
+	c.AddCommand(metaBenchCmd(), metaWorkerCmd())
 	return c
 }
 

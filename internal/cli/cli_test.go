@@ -64,6 +64,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ctl", "weight", "www", "127.0.0.1:1", "abc"}, []string{`corral ctl weight: weight "abc": want 0..65535`}},
 		{[]string{"ctl", "add", "www", "127.0.0.1:1", "--weight", "-1"}, []string{"corral ctl add: --weight -1: want 0..65535"}},
 		{[]string{"version", "extra"}, []string{"corral version"}},
+		{[]string{"node", "--data-cache", "lots"}, []string{`corral node: --data-cache "lots": want a size such as 64M (0: no cache)`}},
+		{[]string{"node", "--cache-file-max", "0"}, []string{`corral node: --cache-file-max "0": want a positive size`}},
 		{[]string{"help", "fs", "lyout"}, []string{`corral help: no help topic "lyout" under "corral fs"; did you mean layout?`}},
 	} {
 		code, _, stderr := runMain(t, c.args...)

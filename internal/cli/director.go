@@ -96,6 +96,7 @@ func nodeCmd() *cobra.Command {
 	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr, raBudget string
 	var writeTimeout, idleTimeout time.Duration
 	var accessLog, healthzOnService bool
+	var dataCache, cacheFileMax string
 	var sf secFlags
 	c := &cobra.Command{
 		Use:   "node --listen HOST:PORT --meta HOST:PORT[,HOST:PORT...]",
@@ -115,6 +116,10 @@ and the load average as JSON.
 A client that stops reading is disconnected after --write-timeout without
 progress; a kept-alive connection without a request after --idle-timeout.
 
+Small files (up to --cache-file-max) are kept in a memory cache of
+--data-cache bytes, admitted by popularity (TinyLFU), and used only while
+the file's size, mtime and ctime are those it was read under.
+
 With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
 (arp_ignore=1, arp_announce=2) and serves VIP on the listen port too, so it
@@ -122,6 +127,7 @@ answers clients straight back; all undone on exit.`,
 		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.1:7400 --default-domain www.example.test
   curl http://127.0.0.21:9080/healthz     # the admin listener: ok, or 503 and why
   corral node --listen 127.0.0.21:8080 --admin 127.0.0.1:9121 --write-timeout 30s
+  corral node --listen 127.0.0.21:8080 --data-cache 256M --cache-file-max 128K
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -129,11 +135,20 @@ answers clients straight back; all undone on exit.`,
 			if err != nil || budget <= 0 {
 				return usageError{fmt.Errorf("--read-ahead-budget %q: want a size such as 32M", raBudget)}
 			}
+			dcache, err := parseSize(dataCache)
+			if err != nil {
+				return usageError{fmt.Errorf("--data-cache %q: want a size such as 64M (0: no cache)", dataCache)}
+			}
+			fileMax, err := parseSize(cacheFileMax)
+			if err != nil || fileMax <= 0 {
+				return usageError{fmt.Errorf("--cache-file-max %q: want a positive size such as 64K", cacheFileMax)}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
 				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService,
 				ReadAheadBudget: budget}
+			cfg.DataCache, cfg.CacheFileMax = dcache, fileMax
 			if writeTimeout <= 0 || idleTimeout <= 0 {
 				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
 			}
@@ -160,6 +175,8 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
 	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
 	c.Flags().StringVar(&raBudget, "read-ahead-budget", "32M", "read-ahead of all requests together; past it a request reads without (bounds memory under many slow clients)")
+	c.Flags().StringVar(&dataCache, "data-cache", "64M", "memory for whole small files served without asking the I/O servers; 0: no cache")
+	c.Flags().StringVar(&cacheFileMax, "cache-file-max", "64K", "largest file the data cache holds")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")

@@ -36,6 +36,7 @@ func newNodeMetrics(s *Server) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_pending_bytes",
 		Help: "response bytes of requests in progress still to be sent"}, func() float64 { return float64(s.inflight.Load()) })
 	m.reg.MustRegister(m.byCode, m.bytes, m.dur, active, pending)
+	registerCacheMetrics(m.reg, s.cache)
 	// The node's side of the file system: metadata lookups and stripe
 	// reads as the node waits for them (network included).
 	fsOps := obs.NewOpMetrics(m.reg, "corral_node_fs_requests", "file-system requests the node made, by operation (walk, read, ...) and result",
@@ -74,3 +75,33 @@ func (m *nodeMetrics) observe(status int, bytes int64, start time.Time) {
 // MetricsHandler serves the node's /metrics; it belongs on the node's
 // admin listener, not on the addresses that serve content.
 func (s *Server) MetricsHandler() http.Handler { return s.metrics.handler }
+
+// registerCacheMetrics exposes the data cache's counters, read at scrape
+// time (nothing per request beyond the cache's own atomic adds). With the
+// cache off they stay 0, so dashboards see the same series either way.
+func registerCacheMetrics(reg prometheus.Registerer, c *dataCache) {
+	val := func(f func(*dataCache) float64) func() float64 {
+		return func() float64 {
+			if c == nil {
+				return 0
+			}
+			return f(c)
+		}
+	}
+	counter := func(name, help string, f func(*dataCache) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, val(f))
+	}
+	reg.MustRegister(
+		counter("corral_node_cache_hits_total", "requests answered from the node's data cache (no I/O server asked)",
+			func(c *dataCache) float64 { return float64(c.hits.Load()) }),
+		counter("corral_node_cache_misses_total", "requests for a cacheable file not found in the data cache, in that version",
+			func(c *dataCache) float64 { return float64(c.misses.Load()) }),
+		counter("corral_node_cache_admissions_total", "files the data cache took in",
+			func(c *dataCache) float64 { return float64(c.admissions.Load()) }),
+		counter("corral_node_cache_evictions_total", "files the data cache pushed out to make room for more popular ones",
+			func(c *dataCache) float64 { return float64(c.evictions.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_cache_bytes",
+			Help: "bytes the data cache holds (file bytes plus a fixed charge per file), at most --data-cache"},
+			val(func(c *dataCache) float64 { return float64(c.used.Load()) })),
+	)
+}

@@ -10,6 +10,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,11 @@ type Config struct {
 	HealthzOnService bool
 	// ReadAheadBudget: zero takes DefaultReadAheadBudget.
 	ReadAheadBudget int64
+	// DataCache is the size in bytes of the in-memory cache of small
+	// files (datacache.go); zero or less: no cache (the CLI's default is
+	// DefaultDataCache). CacheFileMax is the largest file it holds (zero:
+	// DefaultCacheFileMax).
+	DataCache, CacheFileMax int64
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
@@ -109,6 +115,7 @@ type Server struct {
 	name     string       // this node's address, sent as X-Served-By
 	admin    *http.ServeMux
 	metrics  *nodeMetrics
+	cache    *dataCache // nil: off
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
 
@@ -138,6 +145,7 @@ func New(cfg Config) *Server {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
+	s.cache = newDataCache(cfg.DataCache, cfg.CacheFileMax)
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
@@ -362,28 +370,78 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := root + rel
-	f, err := s.fs.OpenAttr(ctx, a)
-	if err != nil {
-		s.cfg.Log.Warn("open failed", "path", trunc(p), "err", trunc(err.Error()))
-		http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	defer f.Close() // nothing to write back: drops the client's state of the inode
-	if s.raUsed.Add(ReadAhead) <= s.cfg.ReadAheadBudget {
-		f.SetReadAhead(ReadAhead)
-		defer s.raUsed.Add(-ReadAhead)
-	} else {
-		s.raUsed.Add(-ReadAhead)
-		f.SetReadAhead(-1)
+	// The content: the cached copy of this very version of the file, or
+	// the file itself. Either way the answer below is made the same way.
+	content, ok := s.cached(ctx, r, a)
+	if !ok {
+		f, err := s.fs.OpenAttr(ctx, a)
+		if err != nil {
+			s.cfg.Log.Warn("open failed", "path", trunc(p), "err", trunc(err.Error()))
+			http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		defer f.Close() // nothing to write back: drops the client's state of the inode
+		if s.raUsed.Add(ReadAhead) <= s.cfg.ReadAheadBudget {
+			f.SetReadAhead(ReadAhead)
+			defer s.raUsed.Add(-ReadAhead)
+		} else {
+			s.raUsed.Add(-ReadAhead)
+			f.SetReadAhead(-1)
+		}
+		content = f
 	}
 	mtime := time.Unix(0, a.Mtime)
 	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x-%x"`, a.Ino, a.Size, a.Mtime))
 	size := int64(a.Size)
 	fixRange(r, size)
 	s.inflight.Add(size)
-	cr := &countingReader{r: io.NewSectionReader(f, 0, size), left: size, s: s}
+	cr := &countingReader{r: io.NewSectionReader(content, 0, size), left: size, s: s}
 	defer func() { s.inflight.Add(-cr.left) }()
 	http.ServeContent(w, r, p, mtime, cr)
+}
+
+// cached returns the content of the file a describes from the data cache:
+// a hit, or for a GET a miss read once (for all concurrent misses of this
+// version) and offered to the cache. false: serve it from the file system
+// (no cache, a file too large or not regular, a HEAD that missed, a failed
+// read, which the uncached path then reports as it always does).
+func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr) (io.ReaderAt, bool) {
+	if !s.cache.cacheable(a.Size) || a.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, false
+	}
+	v := version{ino: a.Ino, size: a.Size, mtime: a.Mtime, ctime: a.Ctime}
+	if r.Method != http.MethodGet {
+		// A HEAD needs no bytes: it uses a copy but does not read one.
+		data, ok := s.cache.lookup(v)
+		return bytes.NewReader(data), ok
+	}
+	data, err := s.cache.get(ctx, v, func() ([]byte, error) { return s.readWhole(ctx, a) })
+	if err != nil {
+		return nil, false
+	}
+	return bytes.NewReader(data), true
+}
+
+// readWhole reads the file a describes, all a.Size bytes of it, for the
+// cache. Not cut short by the request's end: others may wait for it.
+func (s *Server) readWhole(ctx context.Context, a proto.Attr) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.WriteTimeout)
+	defer cancel()
+	f, err := s.fs.OpenAttr(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	f.SetReadAhead(-1) // the one read below asks for the whole file
+	data := make([]byte, a.Size)
+	n, err := f.ReadAt(data, 0)
+	if n == len(data) {
+		return data, nil
+	}
+	if err == nil || err == io.EOF {
+		err = fmt.Errorf("inode %d: read %d of %d bytes", a.Ino, n, len(data))
+	}
+	return nil, err
 }
 
 // fixRange drops suffix ranges of length zero ("bytes=-0"), which select

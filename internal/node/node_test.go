@@ -41,14 +41,27 @@ func TestServe(t *testing.T) {
 	put(t, cl, "/www/a.test/style.css", []byte("body{}"))
 	put(t, cl, "/www/a.test/sub/x.txt", []byte("x"))
 	put(t, cl, "/www/b.test/index.html", []byte("<h1>b</h1>"))
-	s := New(Config{Meta: fsys.Meta.Addr, DefaultDomain: "a.test"})
-	defer s.Close()
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	// The same answers with the data cache off and on (the small files
+	// then come from it after their first request).
+	for _, dc := range []int64{0, DefaultDataCache} {
+		s := New(Config{Meta: fsys.Meta.Addr, DefaultDomain: "a.test", DataCache: dc})
+		defer s.Close()
+		srv := httptest.NewServer(s)
+		defer srv.Close()
+		for range 2 {
+			serveChecks(t, srv.URL, big)
+		}
+		if dc > 0 && s.cache.hits.Load() == 0 {
+			t.Error("with the data cache on, nothing came from it")
+		}
+	}
+}
 
+func serveChecks(t *testing.T, url string, big []byte) {
+	t.Helper()
 	do := func(method, host, path string, hdr map[string]string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		req, _ := http.NewRequest(method, url+path, nil)
 		req.Host = host
 		for k, v := range hdr {
 			req.Header.Set(k, v)

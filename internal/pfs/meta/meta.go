@@ -15,7 +15,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -65,17 +65,27 @@ type Config struct {
 	// HTTPDerived: HTTP was derived, not asked for; if it cannot be bound
 	// the daemon logs that and serves without it.
 	HTTPDerived bool
+
+	// Engine builds the replicated log over the metadata state machine
+	// (nil: replog.NewSingle, one process with group commit).
+	Engine func(sm replog.StateMachine) (replog.Engine, error)
+
+	addr string // the address Run listens on, reported by the engine
 }
 
 // Service implements the metadata requests. Create it with Open.
 type Service struct {
-	db      *bolt.DB
+	m       *machine
+	eng     replog.Engine
 	log     *slog.Logger
 	defSize uint32
 
-	commits chan *commit
-	done    chan struct{}
-	wg      sync.WaitGroup
+	done chan struct{}
+	// life ends at Close: background proposals (reclaim, reaping) stop
+	// waiting for an engine without quorum.
+	life context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 
 	rot    atomic.Uint32 // rotates the first server of new layouts
 	kick   chan struct{} // wakes the reclaimer
@@ -85,47 +95,42 @@ type Service struct {
 	sec    proto.Security
 	limits proto.Limits
 
-	cluster string  // this file system's cluster ID, made at the first start
-	reserve float64 // percent of capacity kept free
-	started time.Time
-	regMu   sync.Mutex       // one registration decision at a time
-	heard   map[uint32]int64 // last registration since this start (ns); persisted Seen times prove nothing
+	clusterMu sync.Mutex
+	cluster   string  // this file system's cluster ID, made at the first start
+	reserve   float64 // percent of capacity kept free
+	// leaderSince: when this member last became the leader (ns; 0: it does
+	// not lead). Placement, reclaim and reaping run on the leader only.
+	leaderSince atomic.Int64
+	regMu       sync.Mutex       // one registration decision at a time
+	heard       map[uint32]int64 // last registration since leading (ns); persisted Seen times prove nothing
 }
 
-type commit struct {
-	fn  func(tx) error
-	err chan error
-}
-
-// Open opens (or creates) the store under cfg.Data and starts the committer
-// and the space reclaimer.
+// Open opens (or creates) the store under cfg.Data, starts the engine over
+// it and the leader's background work (reclaim, orphan reaping).
 func Open(cfg Config) (*Service, error) {
-	db, err := openDB(filepath.Join(cfg.Data, "meta.db"))
+	m, err := openMachine(filepath.Join(cfg.Data, "meta.db"))
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Security.Cred == nil {
 		if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(cfg.Data, proto.SecretFileName)); err != nil {
-			db.Close()
+			m.close()
 			return nil, err
 		}
 	}
 	s := &Service{
 		sec: cfg.Security, limits: cfg.Limits,
-		db: db, log: cfg.Log, defSize: cfg.DefaultStripeSize,
-		commits: make(chan *commit, 1024), done: make(chan struct{}),
+		m: m, log: cfg.Log, defSize: cfg.DefaultStripeSize,
+		done: make(chan struct{}),
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
-		reserve: cfg.Reserve, started: time.Now(), heard: map[uint32]int64{},
+		reserve: cfg.Reserve, heard: map[uint32]int64{},
 	}
+	s.life, s.stop = context.WithCancel(context.Background())
 	switch {
 	case s.reserve == 0:
 		s.reserve = DefaultReserve
 	case s.reserve < 0:
 		s.reserve = 0
-	}
-	if s.cluster, err = clusterID(db); err != nil {
-		db.Close()
-		return nil, err
 	}
 	s.pool.Security = cfg.Security
 	if s.log == nil {
@@ -134,101 +139,91 @@ func Open(cfg Config) (*Service, error) {
 	if s.defSize == 0 {
 		s.defSize = layout.DefaultStripeSize
 	}
-	err = db.View(func(btx *bolt.Tx) error {
-		return btx.Bucket(bIOD).ForEach(func(k, v []byte) error {
-			si, err := decodeServer(v)
-			if err != nil {
-				return err
-			}
-			s.iods[si.ID] = si
-			return nil
-		})
-	})
-	if err != nil {
-		db.Close()
+	if err := s.loadServers(); err != nil {
+		m.close()
 		return nil, err
 	}
-	s.wg.Add(2)
-	go s.committer()
+	m.hooks = hooks{notify: s.notify, server: s.setServer, reclaim: s.wake, restored: s.restored}
+	if cfg.Engine == nil {
+		s.eng = replog.NewSingle(m, cfg.addr)
+	} else if s.eng, err = cfg.Engine(m); err != nil {
+		m.close()
+		return nil, fmt.Errorf("start the metadata log: %w", err)
+	}
+	// A single member leads at once: a new store gets its cluster ID and
+	// root before Open returns.
+	if err := s.checkLeader(); err != nil {
+		s.eng.Close()
+		m.close()
+		return nil, err
+	}
+	s.wg.Add(3)
+	go s.leadership()
 	go s.reclaimer()
 	s.startPosix()
 	return s, nil
 }
 
-// Close stops the background work and closes the store.
+// Engine is the replicated log the service runs on.
+func (s *Service) Engine() replog.Engine { return s.eng }
+
+// Machine is the metadata state machine (for snapshots and backups).
+func (s *Service) Machine() replog.StateMachine { return s.m }
+
+// Close stops the background work, the engine and closes the store.
 func (s *Service) Close() error {
 	close(s.done)
+	s.stop()
 	s.wg.Wait()
 	s.pool.Close()
-	return s.db.Close()
+	err := s.eng.Close()
+	if cerr := s.m.close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-// committer runs queued mutations in shared transactions (group commit).
-// A mutation that fails with an errno has made no writes (every operation
-// checks before it writes), so the others in its batch still commit; any
-// other failure aborts the batch and each mutation is retried on its own.
-func (s *Service) committer() {
-	defer s.wg.Done()
-	for {
-		var batch []*commit
-		select {
-		case c := <-s.commits:
-			batch = append(batch, c)
-		case <-s.done:
-			return
-		}
-	drain:
-		for len(batch) < 256 {
-			select {
-			case c := <-s.commits:
-				batch = append(batch, c)
-			default:
-				break drain
+// loadServers reads the I/O server records into memory.
+func (s *Service) loadServers() error {
+	iods := map[uint32]proto.ServerInfo{}
+	err := s.m.view(func(btx *bolt.Tx) error {
+		return btx.Bucket(bIOD).ForEach(func(k, v []byte) error {
+			si, err := decodeServer(v)
+			if err != nil {
+				return err
 			}
-		}
-		errs := make([]error, len(batch))
-		err := s.db.Update(func(btx *bolt.Tx) error {
-			t := tx{Tx: btx, now: time.Now().UnixNano()}
-			for i, c := range batch {
-				errs[i] = c.fn(t)
-				var re *proto.RemoteError
-				if errs[i] != nil && !errors.As(errs[i], &re) {
-					return errs[i]
-				}
-			}
+			iods[si.ID] = si
 			return nil
 		})
-		if err == nil {
-			for i, c := range batch {
-				c.err <- errs[i]
-			}
-			continue
-		}
-		for _, c := range batch {
-			c.err <- s.db.Update(func(btx *bolt.Tx) error {
-				return c.fn(tx{Tx: btx, now: time.Now().UnixNano()})
-			})
-		}
+	})
+	if err != nil {
+		return err
 	}
+	s.iodsMu.Lock()
+	s.iods = iods
+	s.iodsMu.Unlock()
+	return nil
 }
 
-// update queues fn for the next group commit and waits until it is durable.
-func (s *Service) update(ctx context.Context, fn func(tx) error) error {
-	c := &commit{fn: fn, err: make(chan error, 1)}
-	select {
-	case s.commits <- c:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errors.New("metadata server shutting down")
+// setServer is the hook of an applied server record (every member).
+func (s *Service) setServer(si proto.ServerInfo) {
+	s.iodsMu.Lock()
+	s.iods[si.ID] = si
+	s.iodsMu.Unlock()
+}
+
+// restored: the store was replaced by a snapshot.
+func (s *Service) restored() {
+	if err := s.loadServers(); err != nil {
+		s.log.Error("read I/O servers of a restored snapshot", "err", err)
 	}
-	// Once queued the mutation will be applied; wait for its outcome even
-	// if the caller gives up, so a reply never precedes durability.
-	return <-c.err
+	s.clusterMu.Lock()
+	s.cluster = ""
+	s.clusterMu.Unlock()
 }
 
 func (s *Service) view(fn func(tx) error) error {
-	return s.db.View(func(btx *bolt.Tx) error { return fn(tx{Tx: btx, now: time.Now().UnixNano()}) })
+	return s.m.view(func(btx *bolt.Tx) error { return fn(tx{Tx: btx, now: time.Now().UnixNano()}) })
 }
 
 func attrReply(n *inode) *proto.AttrReply { return &proto.AttrReply{Attr: n.Attr} }
@@ -251,6 +246,23 @@ func exists(name string) error {
 
 // Handle serves one request.
 func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if m, ok := req.(*proto.Idem); ok {
+		if m.Client == 0 || m.Req == nil || !proto.Mutating(m.Req.Op()) {
+			return nil, proto.Errorf(syscall.EINVAL, "idem: a request ID needs a client ID and a metadata mutation")
+		}
+		ctx = context.WithValue(ctx, reqIDKey{}, reqID{m.Client, m.Seq, m.Done})
+		req = m.Req
+	}
+	switch {
+	case readOp(req.Op()):
+		if err := s.barrier(ctx); err != nil {
+			return nil, err
+		}
+	case leaderOp(req.Op()):
+		if err := s.notLeader(); err != nil {
+			return nil, err
+		}
+	}
 	if r, err, ok := s.handlePosix(ctx, req); ok {
 		return r, err
 	}
@@ -311,30 +323,21 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	case *proto.Readdir:
 		return s.readdir(m)
 	case *proto.SetAttr:
-		return s.setattr(ctx, m)
+		return s.proposeReq(ctx, req, nil)
 	case *proto.Create:
 		return s.create(ctx, m)
-	case *proto.Mkdir:
-		return s.mknode(ctx, m.Parent, m.Name, func(t tx, ino uint64) *inode {
-			return &inode{Attr: proto.Attr{Ino: ino, Mode: sIFDIR | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 2,
-				Atime: t.now, Mtime: t.now, Ctime: t.now}, Parent: m.Parent}
-		})
+	case *proto.Mkdir, *proto.Link, *proto.Unlink, *proto.Rmdir:
+		return s.proposeReq(ctx, req, nil)
 	case *proto.Symlink:
 		if m.Target == "" {
 			return nil, proto.Errorf(syscall.ENOENT, "empty symbolic link target")
 		}
-		return s.mknode(ctx, m.Parent, m.Name, func(t tx, ino uint64) *inode {
-			return &inode{Attr: proto.Attr{Ino: ino, Mode: sIFLNK | 0o777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
-				Size: uint64(len(m.Target)), Atime: t.now, Mtime: t.now, Ctime: t.now}, Target: m.Target}
-		})
-	case *proto.Link:
-		return s.link(ctx, m)
-	case *proto.Unlink:
-		return s.remove(ctx, m.Parent, m.Name, false)
-	case *proto.Rmdir:
-		return s.remove(ctx, m.Parent, m.Name, true)
+		return s.proposeReq(ctx, req, nil)
 	case *proto.Rename:
-		return nil, s.rename(ctx, m)
+		if m.Flags&^(proto.RenameNoReplace|proto.RenameExchange) != 0 || m.Flags == proto.RenameNoReplace|proto.RenameExchange {
+			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("rename: invalid flags %#x", m.Flags))
+		}
+		return s.proposeReq(ctx, req, nil)
 	case *proto.SetLayout:
 		return s.setLayout(ctx, m)
 	case *proto.Statfs:
@@ -342,7 +345,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	case *proto.Register:
 		return s.register(ctx, m)
 	case *proto.Servers:
-		return &proto.ServersReply{Servers: s.servers(), Cluster: s.cluster}, nil
+		return &proto.ServersReply{Servers: s.servers(), Cluster: s.Cluster()}, nil
 	case *proto.ReplaceServer:
 		return s.replace(ctx, m)
 	case *proto.RefCheck:
@@ -443,18 +446,17 @@ func (s *Service) readdir(m *proto.Readdir) (proto.Msg, error) {
 	return r, err
 }
 
-func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, error) {
-	var r proto.Msg
-	err := s.update(ctx, func(t tx) error {
-		n, err := t.inode(m.Ino)
-		if err != nil {
-			return err
-		}
+func (t tx) setattr(m *proto.SetAttr) (proto.Msg, error) {
+	n, err := t.inode(m.Ino)
+	if err != nil {
+		return nil, err
+	}
+	{
 		if m.Mask&(proto.SetSize|proto.SetSizeExtend) != 0 && !n.isReg() {
 			if n.isDir() {
-				return proto.Errorf(syscall.EISDIR, fmt.Sprintf("inode %d: is a directory", m.Ino))
+				return nil, proto.Errorf(syscall.EISDIR, fmt.Sprintf("inode %d: is a directory", m.Ino))
 			}
-			return proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: not a regular file", m.Ino))
+			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: not a regular file", m.Ino))
 		}
 		if m.Mask&proto.SetMode != 0 {
 			n.Mode = n.Mode&sIFMT | m.Mode&0o7777
@@ -479,10 +481,8 @@ func (s *Service) setattr(ctx context.Context, m *proto.SetAttr) (proto.Msg, err
 			n.Mtime = m.Mtime
 		}
 		n.Ctime = t.now
-		r = attrReply(n)
-		return t.put(n)
-	})
-	return r, err
+	}
+	return attrReply(n), t.put(n)
 }
 
 // newChild checks that parent is a directory without an entry name and
@@ -513,27 +513,24 @@ func (t tx) addEntry(p *inode, name string, n *inode) error {
 	return t.put(p)
 }
 
-func (s *Service) mknode(ctx context.Context, parent uint64, name string, mk func(tx, uint64) *inode) (proto.Msg, error) {
-	var r proto.Msg
-	err := s.update(ctx, func(t tx) error {
-		p, err := t.newChild(parent, name)
-		if err != nil {
-			return err
-		}
-		ino, err := t.nextIno()
-		if err != nil {
-			return err
-		}
-		n := mk(t, ino)
-		if err := t.put(n); err != nil {
-			return err
-		}
-		r = attrReply(n)
-		return t.addEntry(p, name, n)
-	})
-	return r, err
+func (t tx) mknode(parent uint64, name string, mk func(uint64) *inode) (proto.Msg, error) {
+	p, err := t.newChild(parent, name)
+	if err != nil {
+		return nil, err
+	}
+	ino, err := t.nextIno()
+	if err != nil {
+		return nil, err
+	}
+	n := mk(ino)
+	if err := t.put(n); err != nil {
+		return nil, err
+	}
+	return attrReply(n), t.addEntry(p, name, n)
 }
 
+// create checks the request's layout, waits for I/O servers after a start
+// and proposes the create with the placement decided here.
 func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error) {
 	if m.StripeSize != 0 {
 		if err := layout.ValidStripeSize(int64(m.StripeSize)); err != nil {
@@ -543,230 +540,221 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
+	if err := s.notLeader(); err != nil {
+		return nil, err
+	}
 	s.awaitServers(ctx)
-	var r *proto.AttrReply
-	err := s.update(ctx, func(t tx) error {
-		if err := checkName(m.Name); err != nil {
-			return err
-		}
-		p, err := t.dir(m.Parent)
-		if err != nil {
-			return err
-		}
-		if ino, ok := t.child(m.Parent, m.Name); ok {
-			if m.Excl {
-				return exists(m.Name)
-			}
-			n, err := t.inode(ino)
-			if err != nil {
-				return err
-			}
-			if n.isDir() {
-				return proto.Errorf(syscall.EISDIR, m.Name+": is a directory")
-			}
-			r = attrReply(n)
-			return nil
-		}
-		size, count := m.StripeSize, m.StripeCount
-		if size == 0 || count == 0 {
-			ps, pc, err := t.policy(p)
-			if err != nil {
-				return err
-			}
-			size, count = cmp.Or(size, ps), cmp.Or(count, pc)
-		}
-		if size == 0 {
-			size = s.defSize
-		}
-		servers, err := s.pick(int(count))
-		if err != nil {
-			return err
-		}
-		ino, err := t.nextIno()
-		if err != nil {
-			return err
-		}
-		n := &inode{Attr: proto.Attr{Ino: ino, Mode: sIFREG | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
-			Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: size, StripeCount: uint32(len(servers)), Servers: servers}}
-		if err := t.put(n); err != nil {
-			return err
-		}
-		r = &proto.AttrReply{Attr: n.Attr, Created: true}
-		return t.addEntry(p, m.Name, n)
-	})
+	return s.proposeReq(ctx, m, s.placement)
+}
+
+// placement puts the leader's placement decision into a create: the usable
+// servers, the first one rotating so that files spread over all servers
+// even when each has one stripe.
+func (s *Service) placement(c *command) {
+	all := s.servers()
+	live := usable(all)
+	c.Registered = uint32(len(all))
+	if len(live) < len(all) {
+		c.Summary = stateSummary(all) // all up: pick says so itself
+	}
+	if len(live) == 0 {
+		return
+	}
+	start := int(s.rot.Add(1))
+	c.Picked = make([]uint32, len(live))
+	for i := range live {
+		c.Picked[i] = live[(start+i)%len(live)]
+	}
+}
+
+func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
+	if err := checkName(m.Name); err != nil {
+		return nil, err
+	}
+	p, err := t.dir(m.Parent)
 	if err != nil {
 		return nil, err
 	}
-	return r, nil
+	if ino, ok := t.child(m.Parent, m.Name); ok {
+		if m.Excl {
+			return nil, exists(m.Name)
+		}
+		n, err := t.inode(ino)
+		if err != nil {
+			return nil, err
+		}
+		if n.isDir() {
+			return nil, proto.Errorf(syscall.EISDIR, m.Name+": is a directory")
+		}
+		return attrReply(n), nil
+	}
+	size, count := m.StripeSize, m.StripeCount
+	if size == 0 || count == 0 {
+		ps, pc, err := t.policy(p)
+		if err != nil {
+			return nil, err
+		}
+		size, count = cmp.Or(size, ps), cmp.Or(count, pc)
+	}
+	if size == 0 {
+		size = c.DefSize
+	}
+	servers, err := c.pick(int(count))
+	if err != nil {
+		return nil, err
+	}
+	ino, err := t.nextIno()
+	if err != nil {
+		return nil, err
+	}
+	n := &inode{Attr: proto.Attr{Ino: ino, Mode: sIFREG | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
+		Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: size, StripeCount: uint32(len(servers)), Servers: servers}}
+	if err := t.put(n); err != nil {
+		return nil, err
+	}
+	return &proto.AttrReply{Attr: n.Attr, Created: true}, t.addEntry(p, m.Name, n)
 }
 
-// pick chooses count servers (0 or AllServers: every usable one) for a new
-// file among the usable servers (see usable); the starting point rotates so
-// that files spread over all servers even when each has one stripe.
-func (s *Service) pick(count int) ([]uint32, error) {
-	all := s.servers()
-	live := usable(all)
+// pick takes count servers (0 or AllServers: every usable one) for a new
+// file from the leader's placement in the command.
+func (c *command) pick(count int) ([]uint32, error) {
+	live := c.Picked
 	if len(live) == 0 {
-		if len(all) == 0 {
+		if c.Registered == 0 {
 			return nil, proto.Errorf(syscall.ENOSPC, "no I/O servers registered: start `corral iod --meta ...` first")
 		}
-		return nil, proto.Errorf(syscall.ENOSPC, "no usable I/O server: "+stateSummary(all)+" (see `corral fs servers`)")
+		return nil, proto.Errorf(syscall.ENOSPC, "no usable I/O server: "+c.Summary+" (see `corral fs servers`)")
 	}
 	if count <= 0 || count == int(proto.AllServers) {
 		count = len(live)
 	}
 	if count > len(live) {
+		summary := c.Summary
+		if summary == "" {
+			summary = fmt.Sprintf("%d %s", len(live), proto.StateName(proto.ServerUp))
+		}
 		return nil, proto.Errorf(syscall.ENOSPC, fmt.Sprintf("stripe count %d, but only %d I/O servers are usable: %s (use a stripe count of at most %d, or all)",
-			count, len(live), stateSummary(all), len(live)))
+			count, len(live), summary, len(live)))
 	}
-	start := int(s.rot.Add(1))
-	out := make([]uint32, count)
-	for i := range out {
-		out[i] = live[(start+i)%len(live)]
-	}
-	return out, nil
+	return slices.Clone(live[:count]), nil
 }
 
-func (s *Service) link(ctx context.Context, m *proto.Link) (proto.Msg, error) {
-	var r proto.Msg
-	err := s.update(ctx, func(t tx) error {
-		n, err := t.inode(m.Ino)
-		if err != nil {
+func (t tx) link(m *proto.Link) (proto.Msg, error) {
+	n, err := t.inode(m.Ino)
+	if err != nil {
+		return nil, err
+	}
+	if n.isDir() {
+		return nil, proto.Errorf(syscall.EPERM, fmt.Sprintf("%s: hard link not allowed for directory", m.Name))
+	}
+	p, err := t.newChild(m.Parent, m.Name)
+	if err != nil {
+		return nil, err
+	}
+	n.Nlink++
+	n.Ctime = t.now
+	if err := t.put(n); err != nil {
+		return nil, err
+	}
+	return attrReply(n), t.addEntry(p, m.Name, n)
+}
+
+func (t tx) remove(parent uint64, name string, dir bool) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	p, err := t.dir(parent)
+	if err != nil {
+		return err
+	}
+	n, err := t.lookup(parent, name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case dir && !n.isDir():
+		return proto.Errorf(syscall.ENOTDIR, name+": not a directory")
+	case !dir && n.isDir():
+		return proto.Errorf(syscall.EISDIR, name+": is a directory")
+	case dir && !t.empty(n.Ino):
+		return proto.Errorf(syscall.ENOTEMPTY, name+": directory not empty")
+	}
+	if err := t.delChild(parent, name); err != nil {
+		return err
+	}
+	if dir {
+		p.Nlink--
+	}
+	p.Mtime, p.Ctime = t.now, t.now
+	if err := t.put(p); err != nil {
+		return err
+	}
+	return t.drop(n)
+}
+
+func (t tx) rename(m *proto.Rename) error {
+	op, np, src, err := t.renameEnds(m)
+	if err != nil {
+		return err
+	}
+	var dst *inode
+	if ino, ok := t.child(m.NewParent, m.NewName); ok {
+		if dst, err = t.inode(ino); err != nil {
 			return err
 		}
-		if n.isDir() {
-			return proto.Errorf(syscall.EPERM, fmt.Sprintf("%s: hard link not allowed for directory", m.Name))
+	}
+	if dst != nil && dst.Ino == src.Ino {
+		return nil // same file: rename(2) does nothing
+	}
+	if m.Flags&proto.RenameNoReplace != 0 && dst != nil {
+		return exists(m.NewName)
+	}
+	if m.Flags&proto.RenameExchange != 0 {
+		if dst == nil {
+			return proto.Errorf(syscall.ENOENT, m.NewName+": no such file or directory")
 		}
-		p, err := t.newChild(m.Parent, m.Name)
-		if err != nil {
+		return t.exchange(m, op, np, src, dst)
+	}
+	if src.isDir() {
+		if err := t.notUnder(np.Ino, src.Ino, m.NewName); err != nil {
 			return err
 		}
-		n.Nlink++
-		n.Ctime = t.now
+	}
+	if dst != nil {
+		switch {
+		case src.isDir() && !dst.isDir():
+			return proto.Errorf(syscall.ENOTDIR, m.NewName+": not a directory")
+		case !src.isDir() && dst.isDir():
+			return proto.Errorf(syscall.EISDIR, m.NewName+": is a directory")
+		case dst.isDir() && !t.empty(dst.Ino):
+			return proto.Errorf(syscall.ENOTEMPTY, m.NewName+": directory not empty")
+		}
+		if dst.isDir() {
+			np.Nlink--
+		}
+		if err := t.drop(dst); err != nil {
+			return err
+		}
+	}
+	if err := t.delChild(op.Ino, m.OldName); err != nil {
+		return err
+	}
+	if err := t.setChild(np.Ino, m.NewName, src.Ino); err != nil {
+		return err
+	}
+	if src.isDir() && op.Ino != np.Ino {
+		op.Nlink--
+		np.Nlink++
+		src.Parent = np.Ino
+	}
+	src.Ctime = t.now
+	op.Mtime, op.Ctime, np.Mtime, np.Ctime = t.now, t.now, t.now, t.now
+	for _, n := range []*inode{src, op, np} {
 		if err := t.put(n); err != nil {
 			return err
 		}
-		r = attrReply(n)
-		return t.addEntry(p, m.Name, n)
-	})
-	return r, err
-}
-
-func (s *Service) remove(ctx context.Context, parent uint64, name string, dir bool) (proto.Msg, error) {
-	reclaim := false
-	err := s.update(ctx, func(t tx) error {
-		if err := checkName(name); err != nil {
-			return err
-		}
-		p, err := t.dir(parent)
-		if err != nil {
-			return err
-		}
-		n, err := t.lookup(parent, name)
-		if err != nil {
-			return err
-		}
-		switch {
-		case dir && !n.isDir():
-			return proto.Errorf(syscall.ENOTDIR, name+": not a directory")
-		case !dir && n.isDir():
-			return proto.Errorf(syscall.EISDIR, name+": is a directory")
-		case dir && !t.empty(n.Ino):
-			return proto.Errorf(syscall.ENOTEMPTY, name+": directory not empty")
-		}
-		if err := t.delChild(parent, name); err != nil {
-			return err
-		}
-		if dir {
-			p.Nlink--
-		}
-		p.Mtime, p.Ctime = t.now, t.now
-		if err := t.put(p); err != nil {
-			return err
-		}
-		reclaim = n.isReg() && n.Nlink == 1
-		return t.drop(n)
-	})
-	if err == nil && reclaim {
-		s.wake()
 	}
-	return nil, err
-}
-
-func (s *Service) rename(ctx context.Context, m *proto.Rename) error {
-	if m.Flags&^(proto.RenameNoReplace|proto.RenameExchange) != 0 || m.Flags == proto.RenameNoReplace|proto.RenameExchange {
-		return proto.Errorf(syscall.EINVAL, fmt.Sprintf("rename: invalid flags %#x", m.Flags))
-	}
-	reclaim := false
-	err := s.update(ctx, func(t tx) error {
-		op, np, src, err := t.renameEnds(m)
-		if err != nil {
-			return err
-		}
-		var dst *inode
-		if ino, ok := t.child(m.NewParent, m.NewName); ok {
-			if dst, err = t.inode(ino); err != nil {
-				return err
-			}
-		}
-		if dst != nil && dst.Ino == src.Ino {
-			return nil // same file: rename(2) does nothing
-		}
-		if m.Flags&proto.RenameNoReplace != 0 && dst != nil {
-			return exists(m.NewName)
-		}
-		if m.Flags&proto.RenameExchange != 0 {
-			if dst == nil {
-				return proto.Errorf(syscall.ENOENT, m.NewName+": no such file or directory")
-			}
-			return t.exchange(m, op, np, src, dst)
-		}
-		if src.isDir() {
-			if err := t.notUnder(np.Ino, src.Ino, m.NewName); err != nil {
-				return err
-			}
-		}
-		if dst != nil {
-			switch {
-			case src.isDir() && !dst.isDir():
-				return proto.Errorf(syscall.ENOTDIR, m.NewName+": not a directory")
-			case !src.isDir() && dst.isDir():
-				return proto.Errorf(syscall.EISDIR, m.NewName+": is a directory")
-			case dst.isDir() && !t.empty(dst.Ino):
-				return proto.Errorf(syscall.ENOTEMPTY, m.NewName+": directory not empty")
-			}
-			if dst.isDir() {
-				np.Nlink--
-			}
-			reclaim = dst.isReg() && dst.Nlink == 1
-			if err := t.drop(dst); err != nil {
-				return err
-			}
-		}
-		if err := t.delChild(op.Ino, m.OldName); err != nil {
-			return err
-		}
-		if err := t.setChild(np.Ino, m.NewName, src.Ino); err != nil {
-			return err
-		}
-		if src.isDir() && op.Ino != np.Ino {
-			op.Nlink--
-			np.Nlink++
-			src.Parent = np.Ino
-		}
-		src.Ctime = t.now
-		op.Mtime, op.Ctime, np.Mtime, np.Ctime = t.now, t.now, t.now, t.now
-		for _, n := range []*inode{src, op, np} {
-			if err := t.put(n); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil && reclaim {
-		s.wake()
-	}
-	return err
+	return nil
 }
 
 // renameEnds checks a rename's names and returns its old and new parent
@@ -877,6 +865,9 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
+	if err := s.notLeader(); err != nil {
+		return nil, err // the servers counted below are the leader's
+	}
 	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
 		// A policy no file could get is refused now, not at the first put.
 		s.awaitServers(ctx)
@@ -884,21 +875,20 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d, but the file system has %d I/O servers (use 1..%d, or all)", m.StripeCount, n, n))
 		}
 	}
-	var r proto.Msg
-	err := s.update(ctx, func(t tx) error {
-		n, err := t.inode(m.Ino)
-		if err != nil {
-			return err
-		}
-		if !n.isDir() {
-			return proto.Errorf(syscall.EINVAL, "not a directory: a file's layout is fixed when it is created; set the layout on its directory, or create it with one")
-		}
-		n.StripeSize, n.StripeCount = m.StripeSize, m.StripeCount
-		n.Ctime = t.now
-		r = attrReply(n)
-		return t.put(n)
-	})
-	return r, err
+	return s.proposeReq(ctx, m, nil)
+}
+
+func (t tx) setLayout(m *proto.SetLayout) (proto.Msg, error) {
+	n, err := t.inode(m.Ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isDir() {
+		return nil, proto.Errorf(syscall.EINVAL, "not a directory: a file's layout is fixed when it is created; set the layout on its directory, or create it with one")
+	}
+	n.StripeSize, n.StripeCount = m.StripeSize, m.StripeCount
+	n.Ctime = t.now
+	return attrReply(n), t.put(n)
 }
 
 func (s *Service) statfs() (proto.Msg, error) {
@@ -985,7 +975,9 @@ func (s *Service) reclaimer() {
 		case <-t.C:
 		case <-s.kick:
 		}
-		s.reclaimOnce()
+		if s.leaderSince.Load() != 0 {
+			s.reclaimOnce()
+		}
 	}
 }
 
@@ -1009,7 +1001,7 @@ func (s *Service) reclaimOnce() {
 	for _, si := range s.servers() {
 		addrs[si.ID] = si.Addr
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
 	for _, j := range jobs {
 		// The list keeps layout positions (the stripe index names the
@@ -1035,29 +1027,27 @@ func (s *Service) reclaimOnce() {
 		if done == 0 && pending > 0 {
 			continue
 		}
-		s.update(ctx, func(t tx) error {
-			if pending == 0 {
-				return t.Bucket(bReclaim).Delete(u64key(j.ino))
-			}
-			e := proto.Enc{}
-			e.U32s(left)
-			return t.Bucket(bReclaim).Put(u64key(j.ino), e.B)
-		})
+		if _, err := s.propose(ctx, &command{Kind: cmdReclaim, Ino: j.ino, Left: left, Pending: pending > 0}); err != nil {
+			s.log.Warn("record reclaim progress", "ino", j.ino, "err", err)
+			return
+		}
 	}
 }
 
 // Run serves the metadata protocol on listen until ctx ends. ready, if not
 // nil, is called with the bound address once accepting.
 func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)) error {
-	s, err := Open(cfg)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
+	cfg.addr = l.Addr().String()
+	s, err := Open(cfg)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	defer s.Close()
 	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
 	defer stopHTTP()
 	h, err := s.serveHTTP(ctx, cfg.HTTP, cfg.HTTPDerived)
@@ -1066,7 +1056,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string)
 		return err
 	}
 	srv := &proto.Server{Handler: h, Log: s.log, MaxInflight: 256, Security: s.sec, Limits: s.limits}
-	s.log.Info("metadata server", "cluster", s.cluster, "reserve_percent", s.reserve)
+	s.log.Info("metadata server", "cluster", s.Cluster(), "reserve_percent", s.reserve)
 	go func() { <-ctx.Done(); srv.Close() }()
 	if ready != nil {
 		ready(l.Addr().String())

@@ -3,7 +3,6 @@ package meta
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -22,29 +21,30 @@ const DefaultReserve = 5.0
 
 var kCluster = []byte("cluster")
 
-// clusterID returns the store's cluster ID, making one at the first start.
-// Every I/O server keeps it in its data directory, so a directory of another
-// file system is recognised.
-func clusterID(db *bolt.DB) (string, error) {
-	var id string
-	err := db.Update(func(btx *bolt.Tx) error {
-		b := btx.Bucket(bSys)
-		if v := b.Get(kCluster); v != nil {
-			id = string(v)
-			return nil
-		}
-		r := make([]byte, 8)
-		if _, err := rand.Read(r); err != nil {
-			return err
-		}
-		id = hex.EncodeToString(r)
-		return b.Put(kCluster, []byte(id))
-	})
-	return id, err
+// newClusterID makes a cluster ID for a new store. Every I/O server keeps
+// it in its data directory, so a directory of another file system is
+// recognised.
+func newClusterID() (string, error) {
+	r := make([]byte, 8)
+	if _, err := rand.Read(r); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(r), nil
 }
 
-// Cluster is the file system's cluster ID.
-func (s *Service) Cluster() string { return s.cluster }
+// Cluster is the file system's cluster ID ("" until the leader of a new
+// store has made one).
+func (s *Service) Cluster() string {
+	s.clusterMu.Lock()
+	defer s.clusterMu.Unlock()
+	if s.cluster == "" {
+		s.m.view(func(btx *bolt.Tx) error {
+			s.cluster = string(btx.Bucket(bSys).Get(kCluster))
+			return nil
+		})
+	}
+	return s.cluster
+}
 
 // usable returns the IDs of the servers new files may use: up, with free
 // space above the reserve.
@@ -74,10 +74,10 @@ func stateSummary(all []proto.ServerInfo) string {
 }
 
 // awaitServers gives I/O servers one heartbeat to announce themselves after
-// the metadata server starts, so that a create right after a restart does
+// this member became the leader (at a start, or after a leader change), so that a create right after a restart does
 // not fail only because no heartbeat has arrived yet.
 func (s *Service) awaitServers(ctx context.Context) {
-	deadline := s.started.Add(2*iodHeartbeat + time.Second)
+	deadline := time.Unix(0, s.leaderSince.Load()).Add(2*iodHeartbeat + time.Second)
 	for time.Now().Before(deadline) && len(usable(s.servers())) == 0 {
 		select {
 		case <-ctx.Done():
@@ -130,39 +130,22 @@ func (s *Service) probe(ctx context.Context, addr string, id uint32) bool {
 		return false
 	}
 	sr, ok := r.(*proto.ServersReply)
-	return ok && len(sr.Servers) == 1 && sr.Servers[0].ID == id && sr.Cluster == s.cluster && sr.Servers[0].State == proto.ServerUp
+	return ok && len(sr.Servers) == 1 && sr.Servers[0].ID == id && sr.Cluster == s.Cluster() && sr.Servers[0].State == proto.ServerUp
 }
 
 // persistServer stores si (with its persistent state) and updates memory.
 // base, if set, stamps si.Base with the next inode number: the store being
 // accepted holds no object of any older file.
 func (s *Service) persistServer(ctx context.Context, si *proto.ServerInfo, newID, base bool) error {
-	err := s.update(ctx, func(t tx) error {
-		b := t.Bucket(bSys)
-		if newID {
-			next := uint32(1)
-			if v := b.Get(kNextIOD); v != nil {
-				next = binary.BigEndian.Uint32(v)
-			}
-			si.ID = next
-			if err := b.Put(kNextIOD, binary.BigEndian.AppendUint32(nil, next+1)); err != nil {
-				return err
-			}
-		}
-		if base {
-			si.Base = RootIno + 1
-			if v := b.Get(kNextIno); v != nil {
-				si.Base = binary.BigEndian.Uint64(v)
-			}
-		}
-		return t.Bucket(bIOD).Put(binary.BigEndian.AppendUint32(nil, si.ID), encodeServer(*si))
-	})
+	r, err := s.propose(ctx, &command{Kind: cmdServer, Server: *si, NewID: newID, Base: base})
 	if err != nil {
 		return err
 	}
-	s.iodsMu.Lock()
-	s.iods[si.ID] = *si
-	s.iodsMu.Unlock()
+	sr, ok := r.(*proto.ServersReply)
+	if !ok || len(sr.Servers) != 1 {
+		return fmt.Errorf("store I/O server %d: the state machine answered %T", si.ID, r)
+	}
+	*si = sr.Servers[0] // the hook put it in s.iods on apply
 	return nil
 }
 
@@ -184,7 +167,7 @@ func (s *Service) reply(si proto.ServerInfo) *proto.ServersReply {
 	s.iodsMu.Lock()
 	s.heard[si.ID] = time.Now().UnixNano()
 	s.iodsMu.Unlock()
-	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.cluster}
+	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.Cluster()}
 }
 
 // register records an I/O server, handing out an ID on first contact, and
@@ -195,9 +178,9 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 	if _, _, err := net.SplitHostPort(m.Addr); err != nil {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("register: bad address %q: %v", m.Addr, err))
 	}
-	if m.Cluster != "" && m.Cluster != s.cluster {
+	if m.Cluster != "" && m.Cluster != s.Cluster() {
 		return nil, proto.Errorf(syscall.EXDEV, fmt.Sprintf("register: the data directory of I/O server %d at %s belongs to cluster %s, but this metadata server is cluster %s: point the iod at its own cluster's metadata server (--meta), or give it an empty --data directory to join this one",
-			m.ID, m.Addr, m.Cluster, s.cluster))
+			m.ID, m.Addr, m.Cluster, s.Cluster()))
 	}
 	now := time.Now().UnixNano()
 	s.regMu.Lock()
@@ -233,7 +216,7 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 
 	cur, known := s.lookupServer(m.ID)
 	if !known {
-		return nil, proto.Errorf(syscall.ENOENT, fmt.Sprintf("register: I/O server id %d is unknown to this metadata server (cluster %s); was its data directory made for another file system?", m.ID, s.cluster))
+		return nil, proto.Errorf(syscall.ENOENT, fmt.Sprintf("register: I/O server id %d is unknown to this metadata server (cluster %s); was its data directory made for another file system?", m.ID, s.Cluster()))
 	}
 	if cur.Addr != m.Addr {
 		if x, ok := s.owner(m.Addr, m.ID); ok {
@@ -292,7 +275,7 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 		return nil, err
 	}
 	if m.Cluster == "" {
-		s.log.Info("I/O server registered; its data directory now records this cluster", "id", si.ID, "addr", si.Addr, "cluster", s.cluster)
+		s.log.Info("I/O server registered; its data directory now records this cluster", "id", si.ID, "addr", si.Addr, "cluster", s.Cluster())
 	} else {
 		s.log.Info("I/O server registered", "id", si.ID, "addr", si.Addr)
 	}
@@ -316,7 +299,7 @@ func (s *Service) replace(ctx context.Context, m *proto.ReplaceServer) (proto.Ms
 		return nil, err
 	}
 	s.log.Warn("I/O server to be replaced: the next empty disk at its address takes it over; data it held are lost", "id", si.ID, "addr", si.Addr)
-	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.cluster}, nil
+	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.Cluster()}, nil
 }
 
 // refCheck says which objects stored on server m.Server a file references.

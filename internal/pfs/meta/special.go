@@ -31,7 +31,7 @@ func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, 
 		if m.Flags != proto.RenameOrphan {
 			return nil, nil, false
 		}
-		r, err = s.renameOrphan(ctx, m)
+		r, err = s.proposeReq(ctx, m, nil)
 	case *proto.WalkBeneath:
 		r, err = s.walkBeneath(m)
 	case *proto.Mknod:
@@ -44,12 +44,8 @@ func (s *Service) handlePosix(ctx context.Context, req proto.Msg) (r proto.Msg, 
 		r, err = s.listXattr(m)
 	case *proto.RemoveXattr:
 		r, err = s.removeXattr(ctx, m)
-	case *proto.UnlinkOpen:
-		r, err = s.unlinkOpen(ctx, m)
-	case *proto.ReleaseOrphan:
-		r, err = s.releaseOrphan(ctx, m)
-	case *proto.RenewOrphans:
-		r, err = s.renewOrphans(ctx, m)
+	case *proto.UnlinkOpen, *proto.ReleaseOrphan, *proto.RenewOrphans:
+		r, err = s.proposeReq(ctx, m, nil)
 	default:
 		return nil, nil, false
 	}
@@ -68,16 +64,21 @@ const (
 // StripeSize (see proto.Attr.Rdev): such inodes have no layout, so stored
 // records and the wire format stay as they were.
 func (s *Service) mknod(ctx context.Context, m *proto.Mknod) (proto.Msg, error) {
-	typ := m.Mode & sIFMT
-	rdev := uint32(0)
-	switch typ {
-	case sIFIFO, sIFSOCK:
-	case sIFCHR, sIFBLK:
-		rdev = m.Rdev
+	switch typ := m.Mode & sIFMT; typ {
+	case sIFIFO, sIFSOCK, sIFCHR, sIFBLK:
 	default:
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("mknod %s: type %#o is not a FIFO, socket or device (create regular files with Create, directories with Mkdir)", m.Name, typ))
 	}
-	return s.mknode(ctx, m.Parent, m.Name, func(t tx, ino uint64) *inode {
+	return s.proposeReq(ctx, m, nil)
+}
+
+func (t tx) mknod(m *proto.Mknod) (proto.Msg, error) {
+	typ := m.Mode & sIFMT
+	rdev := uint32(0)
+	if typ == sIFCHR || typ == sIFBLK {
+		rdev = m.Rdev
+	}
+	return t.mknode(m.Parent, m.Name, func(ino uint64) *inode {
 		return &inode{Attr: proto.Attr{Ino: ino, Mode: typ | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
 			Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: rdev}}
 	})

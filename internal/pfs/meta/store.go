@@ -75,7 +75,8 @@ func direntKey(parent uint64, name string) []byte {
 // tx wraps a bbolt transaction with the store's typed accessors.
 type tx struct {
 	*bolt.Tx
-	now int64
+	now int64   // the command's time (the leader's clock)
+	ch  *change // what the command changed (nil: a read)
 }
 
 func (t tx) inode(ino uint64) (*inode, error) {
@@ -97,7 +98,10 @@ func (t tx) dir(ino uint64) (*inode, error) {
 	return n, nil
 }
 
-func (t tx) put(n *inode) error { return t.Bucket(bInode).Put(u64key(n.Ino), n.encode()) }
+func (t tx) put(n *inode) error {
+	t.ch.touch(n.Ino)
+	return t.Bucket(bInode).Put(u64key(n.Ino), n.encode())
+}
 
 func (t tx) child(parent uint64, name string) (uint64, bool) {
 	v := t.Bucket(bDirent).Get(direntKey(parent, name))
@@ -143,6 +147,7 @@ func (t tx) nextIno() (uint64, error) {
 // objects for reclaim on the I/O servers, in the same transaction.
 func (t tx) drop(n *inode) error {
 	if n.isDir() {
+		t.ch.touch(n.Ino)
 		return t.Bucket(bInode).Delete(u64key(n.Ino))
 	}
 	n.Nlink--
@@ -150,10 +155,14 @@ func (t tx) drop(n *inode) error {
 	if n.Nlink > 0 {
 		return t.put(n)
 	}
+	t.ch.touch(n.Ino)
 	if err := t.Bucket(bInode).Delete(u64key(n.Ino)); err != nil {
 		return err
 	}
 	if n.isReg() && len(n.Servers) > 0 {
+		if t.ch != nil {
+			t.ch.reclaim = true
+		}
 		e := proto.Enc{}
 		e.U32s(n.Servers)
 		return t.Bucket(bReclaim).Put(u64key(n.Ino), e.B)
@@ -170,17 +179,14 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(btx *bolt.Tx) error {
-		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan} {
+		// Buckets only: the root directory and the cluster ID come from
+		// the log (cmdInit), so that every member holds the same ones.
+		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan, bClient, bClientSeen} {
 			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		t := tx{Tx: btx, now: time.Now().UnixNano()}
-		if _, err := t.inode(RootIno); err == nil {
-			return nil
-		}
-		root := &inode{Attr: proto.Attr{Ino: RootIno, Mode: sIFDIR | 0o755, Nlink: 2, Atime: t.now, Mtime: t.now, Ctime: t.now}, Parent: RootIno}
-		return t.put(root)
+		return nil
 	})
 	if err != nil {
 		db.Close()

@@ -72,7 +72,11 @@ func (s *Service) setXattr(ctx context.Context, m *proto.SetXattr) (proto.Msg, e
 	if m.Flags&^(proto.XattrCreate|proto.XattrReplace) != 0 {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("setxattr: invalid flags %#x", m.Flags))
 	}
-	return nil, s.update(ctx, func(t tx) error {
+	return s.proposeReq(ctx, m, nil)
+}
+
+func (t tx) setXattr(m *proto.SetXattr) error {
+	{
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -97,7 +101,7 @@ func (s *Service) setXattr(ctx context.Context, m *proto.SetXattr) (proto.Msg, e
 		}
 		n.Ctime = t.now
 		return t.put(n)
-	})
+	}
 }
 
 func (s *Service) getXattr(m *proto.GetXattr) (proto.Msg, error) {
@@ -154,7 +158,11 @@ func (s *Service) removeXattr(ctx context.Context, m *proto.RemoveXattr) (proto.
 	if err := checkXattrName(m.Name); err != nil {
 		return nil, err
 	}
-	return nil, s.update(ctx, func(t tx) error {
+	return s.proposeReq(ctx, m, nil)
+}
+
+func (t tx) removeXattr(m *proto.RemoveXattr) error {
+	{
 		n, err := t.inode(m.Ino)
 		if err != nil {
 			return err
@@ -172,7 +180,7 @@ func (s *Service) removeXattr(ctx context.Context, m *proto.RemoveXattr) (proto.
 		}
 		n.Ctime = t.now
 		return t.put(n)
-	})
+	}
 }
 
 // dropXattrs deletes every extended attribute of ino.
@@ -206,12 +214,8 @@ func (s *Service) sweepXattrs(ctx context.Context) (int, error) {
 	if len(gone) == 0 {
 		return 0, nil
 	}
-	return len(gone), s.update(ctx, func(t tx) error {
-		for _, ino := range gone {
-			if err := t.dropXattrs(ino); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	if _, err := s.propose(ctx, &command{Kind: cmdSweep, Inos: gone}); err != nil {
+		return 0, err
+	}
+	return len(gone), nil
 }

@@ -404,7 +404,8 @@ func Idempotent(op Op) bool {
 	case OpLookup, OpWalk, OpWalkBeneath, OpGetAttr, OpSetAttr, OpReaddir, OpReadlink, OpStatfs,
 		OpServers, OpRegister, OpSetLayout,
 		OpRead, OpWrite, OpTruncate, OpSync, OpRemove, OpObjStat,
-		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc:
+		OpGetXattr, OpListXattr, OpRenewOrphans, OpPunch, OpAlloc,
+		OpIdem: // a retry is answered with the first reply (meta keeps it)
 		return true
 	}
 	return false
@@ -419,7 +420,7 @@ var opNames = map[Op]string{
 	OpTruncate: "truncate", OpSync: "sync", OpRemove: "remove", OpObjStat: "objstat",
 	OpMknod: "mknod", OpSetXattr: "setxattr", OpGetXattr: "getxattr", OpListXattr: "listxattr",
 	OpRemoveXattr: "removexattr", OpUnlinkOpen: "unlink-open", OpReleaseOrphan: "release-orphan",
-	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc", OpIdem: "idem",
+	OpRenewOrphans: "renew-orphans", OpPunch: "punch", OpAlloc: "alloc",
 }
 
 func opName(op Op) string {

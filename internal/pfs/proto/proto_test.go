@@ -33,13 +33,12 @@ func samples() []Msg {
 		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
 		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
 		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
-		&Idem{Client: 1 << 63, Seq: 9, Done: 7, Req: &Create{1, "f", 0o644, 1, 2, true, 65536, 2}},
 	}
 }
 
 func TestRoundTrip(t *testing.T) {
 	seen := map[Op]bool{}
-	for _, m := range append(samples(), posixSamples()...) {
+	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
 		seen[m.Op()] = true
 		var buf bytes.Buffer
 		if err := WriteFrame(&buf, 42, m); err != nil {
@@ -238,7 +237,7 @@ func TestServerGarbage(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, m := range append(samples(), posixSamples()...) {
+	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
 		var buf bytes.Buffer
 		WriteFrame(&buf, 1, m)
 		f.Add(buf.Bytes())
@@ -259,15 +258,4 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding differs for %T", m)
 		}
 	})
-}
-
-// An Idem carries only mutating requests, never another Idem.
-func TestIdemRefusesInner(t *testing.T) {
-	for _, inner := range []Msg{&Statfs{}, &GetAttr{3}, &Idem{1, 2, 1, &Unlink{1, "u"}}} {
-		var e Enc
-		(&Idem{Client: 1, Seq: 2, Done: 1, Req: inner}).Encode(&e)
-		if _, err := Decode(OpIdem, e.B); err == nil {
-			t.Errorf("Idem around %T decoded", inner)
-		}
-	}
 }

@@ -1,0 +1,276 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+)
+
+// Data cache defaults (corral node --data-cache, --cache-file-max).
+const (
+	// DefaultDataCache is the CLI's default cache size in bytes.
+	DefaultDataCache = 64 << 20
+	// DefaultCacheFileMax is the largest file cached, in bytes: web
+	// requests are mostly for small files (paper 001), and a large one
+	// would push out many small ones for one request's worth of gain.
+	DefaultCacheFileMax = 64 << 10
+	// entryOverhead is what an entry is charged beyond its bytes (map
+	// slot, list links, its version): so many empty files cannot hold
+	// memory the byte bound does not see.
+	entryOverhead = 128
+)
+
+// version is what a cached copy of a file was read under. A request uses
+// the copy only if the attributes it got for the file (StatBeneath) are
+// exactly these: a file written since has another size, mtime or ctime (a
+// setattr that restores the mtime still moves the ctime), so a changed
+// file is never served from the cache, and checking costs no meta call
+// beyond the one the request makes anyway.
+type version struct {
+	ino          uint64
+	size         uint64
+	mtime, ctime int64
+}
+
+type cacheEntry struct {
+	v          version
+	data       []byte
+	prev, next *cacheEntry // on its segment's list; the sentinel's next is the most recent
+	protected  bool        // in the protected segment (asked for again since admitted)
+}
+
+func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
+
+// dataCache holds whole small files in memory, at most max bytes (data
+// plus entryOverhead each), keyed by inode. Admission is TinyLFU: a file
+// enters a full cache only if it was asked for more often, recently, than
+// each file it would push out, so a scan of files fetched once does not
+// flush the hot set of a Zipf workload. Eviction is a segmented LRU (as in
+// W-TinyLFU's main space): a file enters the probation segment and moves
+// to the protected one (protectedShare of the bytes) when asked for again;
+// victims come from probation's cold end first. So the files a scan let
+// into free room are the first to go, not the hot files least recently
+// asked for.
+type dataCache struct {
+	max, fileMax int64
+
+	mu        sync.Mutex // guards all below except the counters
+	byIno     map[uint64]*cacheEntry
+	probation cacheEntry // sentinels of the two segments' lists
+	protected cacheEntry
+	protUsed  int64 // bytes in the protected segment
+	freq      *tinyLFU
+	fills     map[version]*fill // misses being read, one read per version
+
+	used                                atomic.Int64 // bytes charged; changed under mu
+	hits, misses, admissions, evictions atomic.Uint64
+}
+
+// fill is one read of a file that concurrent misses share (singleflight).
+type fill struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// newDataCache returns a cache of max bytes for files up to fileMax bytes;
+// nil (no cache) when max is 0 or less.
+func newDataCache(max, fileMax int64) *dataCache {
+	if max <= 0 {
+		return nil
+	}
+	if fileMax <= 0 {
+		fileMax = DefaultCacheFileMax
+	}
+	// The sketch counts about as many keys as a cache of 4 KiB files
+	// holds (the paper's width: the cache's entries).
+	c := &dataCache{max: max, fileMax: fileMax, byIno: map[uint64]*cacheEntry{},
+		freq: newTinyLFU(int(min(max/4096, 1<<22))), fills: map[version]*fill{}}
+	for _, l := range []*cacheEntry{&c.probation, &c.protected} {
+		l.next, l.prev = l, l
+	}
+	return c
+}
+
+// cacheable reports whether a file of size bytes goes through the cache.
+func (c *dataCache) cacheable(size uint64) bool {
+	return c != nil && size <= uint64(c.fileMax)
+}
+
+// lookup returns the cached bytes of v, counting a request for v's inode
+// (hit or miss) for admission. A copy of another version of the inode is
+// stale: it is dropped.
+func (c *dataCache) lookup(v version) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lookupLocked(v)
+}
+
+func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
+	c.freq.touch(v.ino)
+	e := c.byIno[v.ino]
+	if e != nil && e.v == v {
+		c.promote(e)
+		c.hits.Add(1)
+		return e.data, true
+	}
+	if e != nil {
+		c.remove(e)
+	}
+	c.misses.Add(1)
+	return nil, false
+}
+
+// get returns v's bytes from the cache, or from read, run once for all
+// concurrent misses of v; what read returns is offered to the cache. A
+// waiter whose ctx ends stops waiting; the read goes on for the others.
+func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, error)) ([]byte, error) {
+	c.mu.Lock()
+	if data, ok := c.lookupLocked(v); ok {
+		c.mu.Unlock()
+		return data, nil
+	}
+	if f := c.fills[v]; f != nil {
+		c.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.data, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f := &fill{done: make(chan struct{})}
+	c.fills[v] = f
+	c.mu.Unlock()
+
+	f.err = errFillAborted // what waiters see if read panics
+	defer func() {
+		// Deferred: even a read that panics must not leave later
+		// requests for v waiting on a fill that never ends.
+		c.mu.Lock()
+		delete(c.fills, v)
+		if f.err == nil {
+			c.admit(v, f.data)
+		}
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	f.data, f.err = read()
+	return f.data, f.err
+}
+
+var errFillAborted = errors.New("data cache: the read of this file was aborted")
+
+// admit offers v's bytes to the cache. They go in if they fit in the free
+// space, or if v's inode is estimated more popular than every entry they
+// would evict from the cold end; otherwise the cache stays as it is.
+// c.mu is held.
+func (c *dataCache) admit(v version, data []byte) {
+	if uint64(len(data)) != v.size || int64(len(data)) > c.fileMax {
+		return // a short read, or a file that grew past the limit meanwhile
+	}
+	e := &cacheEntry{v: v, data: data}
+	need := e.cost()
+	if need > c.max {
+		return
+	}
+	if old := c.byIno[v.ino]; old != nil {
+		if old.v == v {
+			return // another fill of the same version got here first
+		}
+		c.remove(old) // stale either way
+	}
+	if over := c.used.Load() + need - c.max; over > 0 {
+		// The victims, in eviction order until enough is freed, must
+		// all be less popular, else nothing changes.
+		cand := c.freq.estimate(v.ino)
+		freed := int64(0)
+		for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
+			if victim == nil {
+				return // cannot happen: used covers the entries' costs
+			}
+			if c.freq.estimate(victim.v.ino) >= cand {
+				return
+			}
+			freed += victim.cost()
+		}
+		for c.used.Load()+need > c.max {
+			c.remove(c.victim(nil))
+			c.evictions.Add(1)
+		}
+	}
+	c.byIno[v.ino] = e
+	pushFront(&c.probation, e)
+	c.used.Add(need)
+	c.admissions.Add(1)
+}
+
+// protectedShare is the protected segment's part of the bytes, in
+// percent (W-TinyLFU's 80%).
+const protectedShare = 80
+
+// promote moves an entry asked for again to the protected segment's hot
+// end; what overflows that segment goes back to probation's hot end.
+func (c *dataCache) promote(e *cacheEntry) {
+	unlink(e)
+	if !e.protected {
+		e.protected = true
+		c.protUsed += e.cost()
+	}
+	pushFront(&c.protected, e)
+	for c.protUsed > c.max*protectedShare/100 {
+		d := c.protected.prev
+		unlink(d)
+		d.protected = false
+		c.protUsed -= d.cost()
+		pushFront(&c.probation, d)
+	}
+}
+
+// victim is the entry evicted after after (nil: the first): probation's
+// cold end to its hot end, then the protected segment's the same way. nil
+// when none is left.
+func (c *dataCache) victim(after *cacheEntry) *cacheEntry {
+	var e *cacheEntry
+	switch {
+	case after == nil:
+		e = c.probation.prev
+	default:
+		e = after.prev
+	}
+	if e == &c.probation {
+		e = c.protected.prev
+	}
+	if e == &c.protected {
+		return nil
+	}
+	return e
+}
+
+func (c *dataCache) remove(e *cacheEntry) {
+	unlink(e)
+	if e.protected {
+		c.protUsed -= e.cost()
+	}
+	delete(c.byIno, e.v.ino)
+	c.used.Add(-e.cost())
+}
+
+func unlink(e *cacheEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+func pushFront(l, e *cacheEntry) {
+	e.prev, e.next = l, l.next
+	l.next.prev = e
+	l.next = e
+}
+
+// len is the number of entries (tests).
+func (c *dataCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byIno)
+}

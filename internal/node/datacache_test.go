@@ -1,0 +1,330 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The doorkeeper holds what was put in it; of keys never put in, few
+// test positive (two probes in 8 bits per key: well under 10%).
+func TestDoorkeeper(t *testing.T) {
+	var d doorkeeper
+	d.init(8 * 1024)
+	early := 0
+	for k := uint64(0); k < 1024; k++ {
+		if d.testAndSet(mix(k)) {
+			early++ // a false positive: possible in a Bloom filter
+		}
+		if !d.has(mix(k)) || !d.testAndSet(mix(k)) {
+			t.Fatalf("key %d: added, then not found", k)
+		}
+	}
+	if early > 50 {
+		t.Errorf("%d of 1024 keys positive before they were added", early)
+	}
+	fp := 0
+	for k := uint64(1 << 40); k < 1<<40+10000; k++ {
+		if d.has(mix(k)) {
+			fp++
+		}
+	}
+	if fp > 1000 {
+		t.Errorf("%d of 10000 keys never added test positive", fp)
+	}
+	d.clear()
+	for k := uint64(0); k < 1024; k++ {
+		if d.has(mix(k)) {
+			t.Fatalf("key %d still there after clear", k)
+		}
+	}
+}
+
+// A key's estimate counts its requests: the first in the doorkeeper, the
+// rest in the sketch, up to the counters' limit; keys never asked for
+// estimate (almost always) 0; halving ages every count.
+func TestTinyLFUCounts(t *testing.T) {
+	f := newTinyLFU(1024)
+	for i := 1; i <= 20; i++ {
+		f.touch(7)
+		if want := min(i, countMax+1); f.estimate(7) != want {
+			t.Fatalf("after %d requests: estimate %d, want %d", i, f.estimate(7), want)
+		}
+	}
+	for k := uint64(100); k < 600; k++ { // 500 keys once, 100 of them 5 times
+		f.touch(k)
+		if k < 200 {
+			for range 4 {
+				f.touch(k)
+			}
+		}
+	}
+	over := 0
+	for k := uint64(100); k < 200; k++ {
+		if f.estimate(k) < 5 {
+			t.Fatalf("key %d asked for 5 times, estimate %d (count-min never underestimates)", k, f.estimate(k))
+		}
+	}
+	for k := uint64(200); k < 600; k++ {
+		if f.estimate(k) > 1 {
+			over++
+		}
+	}
+	if over > 20 {
+		t.Errorf("%d of 400 keys asked for once estimate more than 1", over)
+	}
+	never := 0
+	for k := uint64(1 << 30); k < 1<<30+1000; k++ {
+		if f.estimate(k) > 0 {
+			never++
+		}
+	}
+	if never > 100 {
+		t.Errorf("%d of 1000 keys never asked for have a nonzero estimate", never)
+	}
+	f.reset()
+	if got := f.estimate(7); got != countMax/2 {
+		t.Errorf("after halving: estimate %d, want %d (the doorkeeper is emptied too)", got, countMax/2)
+	}
+	if got := f.estimate(150); got != 2 {
+		t.Errorf("after halving a count of 4 (plus the doorkeeper's 1): %d, want 2", got)
+	}
+}
+
+// Aging happens by itself: after sampleSize requests the counts halve.
+func TestTinyLFUAges(t *testing.T) {
+	f := newTinyLFU(1024)
+	for range 10 {
+		f.touch(1)
+	}
+	for k := range uint64(f.sampleSize) {
+		f.touch(1000 + k)
+	}
+	if got := f.estimate(1); got > 10/2 {
+		t.Errorf("after %d other requests key 1 still estimates %d: counts never halved", f.sampleSize, got)
+	}
+}
+
+func ver(ino uint64, size int) version {
+	return version{ino: ino, size: uint64(size), mtime: 1, ctime: 1}
+}
+
+func fillWith(size int) func() ([]byte, error) {
+	return func() ([]byte, error) { return make([]byte, size), nil }
+}
+
+// A scan of one-hit files ten times the cache's size leaves a hot set in
+// place: none of them is asked for twice, so none looks more popular than
+// a hot file at the LRU's cold end.
+func TestAdmissionResistsScan(t *testing.T) {
+	const size, entries = 4096, 100
+	c := newDataCache(entries*(size+entryOverhead), size)
+	ctx := context.Background()
+	hot := 50
+	for round := range 5 {
+		for ino := uint64(1); ino <= uint64(hot); ino++ {
+			if _, err := c.get(ctx, ver(ino, size), fillWith(size)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 0 && c.len() != hot {
+			t.Fatalf("an empty cache took %d of %d files", c.len(), hot)
+		}
+	}
+	for ino := uint64(1000); ino < 1000+10*entries; ino++ {
+		c.get(ctx, ver(ino, size), fillWith(size))
+		if c.used.Load() > c.max {
+			t.Fatalf("cache holds %d bytes, bound %d", c.used.Load(), c.max)
+		}
+	}
+	c.mu.Lock()
+	for ino := uint64(1); ino <= uint64(hot); ino++ {
+		if c.byIno[ino] == nil {
+			t.Errorf("hot file %d evicted by a scan of one-hit files", ino)
+		}
+	}
+	c.mu.Unlock()
+	// The free room went to scan files (an empty slot costs nothing to
+	// fill), but they only ever evicted each other.
+	if c.len() != entries {
+		t.Errorf("%d entries, want a full cache of %d", c.len(), entries)
+	}
+	// A file that turns popular gets in, pushing out a cold one.
+	for range 4 {
+		c.get(ctx, ver(5000, size), fillWith(size))
+	}
+	if _, ok := c.lookup(ver(5000, size)); !ok {
+		t.Error("a file asked for 5 times was not admitted over one-hit files")
+	}
+}
+
+// A copy is used only for the exact version it was read under; another
+// version of the inode drops it (stale) and is read anew.
+func TestVersionMismatchMisses(t *testing.T) {
+	c := newDataCache(1<<20, 1<<16)
+	ctx := context.Background()
+	v1 := version{ino: 9, size: 3, mtime: 10, ctime: 10}
+	c.get(ctx, v1, func() ([]byte, error) { return []byte("old"), nil })
+	if d, ok := c.lookup(v1); !ok || string(d) != "old" {
+		t.Fatalf("v1: %q %v", d, ok)
+	}
+	for _, v2 := range []version{
+		{ino: 9, size: 3, mtime: 11, ctime: 11}, // rewritten, same size
+		{ino: 9, size: 3, mtime: 10, ctime: 12}, // mtime set back by a setattr
+		{ino: 9, size: 4, mtime: 10, ctime: 10},
+	} {
+		c.get(ctx, v1, func() ([]byte, error) { return []byte("old"), nil })
+		if _, ok := c.lookup(v2); ok {
+			t.Fatalf("%+v served the copy of %+v", v2, v1)
+		}
+		if c.len() != 0 || c.used.Load() != 0 {
+			t.Fatalf("stale copy kept: %d entries, %d bytes", c.len(), c.used.Load())
+		}
+	}
+	d, _ := c.get(ctx, v1, func() ([]byte, error) { return []byte("ol"), nil })
+	if string(d) != "ol" || c.len() != 0 {
+		t.Errorf("a read shorter than the version's size was cached (%d entries)", c.len())
+	}
+	if _, err := c.get(ctx, v1, func() ([]byte, error) { return nil, errors.New("iod down") }); err == nil || c.len() != 0 {
+		t.Errorf("a failed read: err %v, %d entries", err, c.len())
+	}
+}
+
+// Concurrent misses of one version read it once; all get its bytes.
+func TestSingleFill(t *testing.T) {
+	c := newDataCache(1<<20, 1<<16)
+	const n = 16
+	release := make(chan struct{})
+	var reads atomic.Int32
+	read := func() ([]byte, error) {
+		reads.Add(1)
+		<-release
+		return []byte("hello"), nil
+	}
+	var wg sync.WaitGroup
+	got := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			d, err := c.get(context.Background(), ver(1, 5), read)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = string(d)
+		})
+	}
+	// Every get counts its miss before it waits: then all are waiting.
+	for deadline := time.Now().Add(10 * time.Second); c.misses.Load() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests reached the cache", c.misses.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if reads.Load() != 1 {
+		t.Errorf("%d reads for %d concurrent misses, want 1", reads.Load(), n)
+	}
+	for i, g := range got {
+		if g != "hello" {
+			t.Errorf("request %d got %q", i, g)
+		}
+	}
+	// A read that panics leaves no fill behind: the next get reads.
+	func() {
+		defer func() { recover() }()
+		c.get(context.Background(), ver(3, 5), func() ([]byte, error) { panic("boom") })
+	}()
+	if d, err := c.get(context.Background(), ver(3, 5), fillWith(5)); err != nil || len(d) != 5 {
+		t.Errorf("after a panicking read: %d bytes, %v", len(d), err)
+	}
+	// A waiter that gives up does not wait for the read.
+	block := make(chan struct{})
+	defer close(block)
+	go c.get(context.Background(), ver(2, 5), func() ([]byte, error) { <-block; return []byte("later"), nil })
+	for deadline := time.Now().Add(10 * time.Second); c.misses.Load() < n+3; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first get of inode 2 never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.get(ctx, ver(2, 5), fillWith(5)); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled waiter: %v", err)
+	}
+}
+
+// Under concurrent requests of Zipf-distributed files of mixed sizes the
+// cache never holds more than its bound, and its accounting stays exact.
+func TestByteBoundConcurrent(t *testing.T) {
+	const max = 256 << 10
+	c := newDataCache(max, 32<<10)
+	stop := make(chan struct{})
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if u := c.used.Load(); u > max {
+				t.Errorf("cache holds %d bytes, bound %d", u, max)
+				return
+			}
+		}
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			z := rand.NewZipf(rand.New(rand.NewPCG(uint64(g), 2)), 1.1, 1, 2000)
+			for range 3000 {
+				ino := z.Uint64() + 1
+				size := int(ino*977) % (32 << 10) // each inode its own size
+				v := ver(ino, size)
+				if r.IntN(50) == 0 {
+					v.mtime++ // now and then a changed file
+				}
+				d, err := c.get(context.Background(), v, fillWith(size))
+				if err != nil || len(d) != size {
+					t.Errorf("inode %d: %d bytes, %v", ino, len(d), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	watcher.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum, n, prot := int64(0), 0, int64(0)
+	for e := c.victim(nil); e != nil; e = c.victim(e) {
+		sum += e.cost()
+		if e.protected {
+			prot += e.cost()
+		}
+		if n++; c.byIno[e.v.ino] != e {
+			t.Fatalf("inode %d on a segment's list but not in the map", e.v.ino)
+		}
+	}
+	if sum != c.used.Load() || n != len(c.byIno) || sum > max || prot != c.protUsed || prot > max*protectedShare/100 {
+		t.Errorf("lists hold %d entries, %d bytes (%d protected, counted %d); map %d entries; used %d; bound %d",
+			n, sum, prot, c.protUsed, len(c.byIno), c.used.Load(), max)
+	}
+	if c.hits.Load() == 0 || c.evictions.Load() == 0 {
+		t.Errorf("hits %d evictions %d: the workload did not exercise the cache", c.hits.Load(), c.evictions.Load())
+	}
+	t.Logf("hits %d misses %d admissions %d evictions %d", c.hits.Load(), c.misses.Load(), c.admissions.Load(), c.evictions.Load())
+}
+
+func TestCacheOff(t *testing.T) {
+	if c := newDataCache(0, 0); c != nil || c.cacheable(1) {
+		t.Error("a cache of 0 bytes is on")
+	}
+}

@@ -1,0 +1,286 @@
+package meta
+
+import (
+	"encoding/binary"
+	"fmt"
+	"syscall"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	bolt "go.etcd.io/bbolt"
+)
+
+// cmdKind is what a command does.
+type cmdKind uint8
+
+const (
+	cmdReq     cmdKind = 1 // a client request (Req)
+	cmdInit    cmdKind = 2 // a new store: cluster ID and root directory
+	cmdServer  cmdKind = 3 // store an I/O server record (Server, NewID, Base)
+	cmdReclaim cmdKind = 4 // reclaim progress of a removed file (Ino, Left)
+	cmdReap    cmdKind = 5 // free orphans Inos not renewed since Cut
+	cmdSweep   cmdKind = 6 // drop extended attributes of removed inodes Inos
+	cmdExpire  cmdKind = 7 // forget request IDs of clients Inos idle since Cut
+)
+
+// command is one entry of the log: a request or internal change with every
+// decision the leader made for it.
+type command struct {
+	Kind cmdKind
+	Now  int64 // the leader's clock: every time stamp the command writes
+	// Request ID (0: none), see proto.Idem.
+	Client, Seq, Done uint64
+	// Create: DefSize is the stripe size where no directory sets one;
+	// Picked the usable servers in placement order (a file with count c
+	// takes the first c); when none is usable, Registered and Summary say
+	// why for the error.
+	DefSize    uint32
+	Picked     []uint32
+	Registered uint32
+	Summary    string
+	Req        proto.Msg
+
+	Server      proto.ServerInfo
+	NewID, Base bool
+	Ino         uint64
+	Left        []uint32
+	Pending     bool
+	Cut         int64
+	Inos        []uint64
+	Cluster     string
+}
+
+const commandVersion = 1
+
+func (c *command) encode() []byte {
+	e := proto.Enc{B: make([]byte, 0, 128)}
+	e.U8(commandVersion)
+	e.U8(uint8(c.Kind))
+	e.I64(c.Now)
+	e.U64(c.Client)
+	e.U64(c.Seq)
+	e.U64(c.Done)
+	e.U32(c.DefSize)
+	e.U32s(c.Picked)
+	e.U32(c.Registered)
+	e.Str(c.Summary)
+	if c.Req != nil {
+		e.Bytes(encodeMsg(c.Req))
+	} else {
+		e.Bytes(nil)
+	}
+	if c.Kind == cmdServer {
+		e.Bytes(encodeServer(c.Server))
+	} else {
+		e.Bytes(nil)
+	}
+	e.Bool(c.NewID)
+	e.Bool(c.Base)
+	e.U64(c.Ino)
+	e.U32s(c.Left)
+	e.Bool(c.Pending)
+	e.I64(c.Cut)
+	e.U64s(c.Inos)
+	e.Str(c.Cluster)
+	return e.B
+}
+
+func decodeCommand(b []byte) (*command, error) {
+	d := proto.Dec{B: b}
+	if v := d.U8(); v != commandVersion {
+		return nil, fmt.Errorf("metadata command of version %d: this server knows version %d (a newer member wrote it?)", v, commandVersion)
+	}
+	c := &command{Kind: cmdKind(d.U8())}
+	c.Now = d.I64()
+	c.Client, c.Seq, c.Done = d.U64(), d.U64(), d.U64()
+	c.DefSize = d.U32()
+	c.Picked = d.U32s()
+	c.Registered = d.U32()
+	c.Summary = d.Str()
+	req := d.Bytes()
+	srv := d.Bytes()
+	c.NewID, c.Base = d.Bool(), d.Bool()
+	c.Ino = d.U64()
+	c.Left = d.U32s()
+	c.Pending = d.Bool()
+	c.Cut = d.I64()
+	c.Inos = d.U64s()
+	c.Cluster = d.Str()
+	if err := d.Err(); err != nil {
+		return nil, fmt.Errorf("corrupt metadata command: %w", err)
+	}
+	if len(req) > 0 {
+		m, err := proto.Decode(proto.Op(req[0]), req[1:])
+		if err != nil {
+			return nil, fmt.Errorf("corrupt metadata command: request: %w", err)
+		}
+		c.Req = m
+	}
+	if c.Kind == cmdServer {
+		si, err := decodeServer(srv)
+		if err != nil {
+			return nil, err
+		}
+		c.Server = si
+	}
+	return c, nil
+}
+
+// apply runs one command against the store.
+func (t tx) apply(c *command) (proto.Msg, error) {
+	switch c.Kind {
+	case cmdReq:
+		return t.applyReq(c)
+	case cmdInit:
+		return nil, t.initStore(c.Cluster)
+	case cmdServer:
+		return t.putServer(c)
+	case cmdReclaim:
+		if !c.Pending {
+			return nil, t.Bucket(bReclaim).Delete(u64key(c.Ino))
+		}
+		e := proto.Enc{}
+		e.U32s(c.Left)
+		return nil, t.Bucket(bReclaim).Put(u64key(c.Ino), e.B)
+	case cmdReap:
+		return t.reap(c.Cut, c.Inos)
+	case cmdSweep:
+		for _, ino := range c.Inos {
+			if t.Bucket(bInode).Get(u64key(ino)) != nil {
+				continue // linked again? inode numbers are never reused, but be safe
+			}
+			if err := t.dropXattrs(ino); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	case cmdExpire:
+		return nil, t.expireClients(c.Cut, c.Inos)
+	}
+	return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("metadata command of unknown kind %d", c.Kind))
+}
+
+func (t tx) applyReq(c *command) (proto.Msg, error) {
+	switch m := c.Req.(type) {
+	case *proto.SetAttr:
+		return t.setattr(m)
+	case *proto.Create:
+		return t.create(c, m)
+	case *proto.Mkdir:
+		return t.mknode(m.Parent, m.Name, func(ino uint64) *inode {
+			return &inode{Attr: proto.Attr{Ino: ino, Mode: sIFDIR | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 2,
+				Atime: t.now, Mtime: t.now, Ctime: t.now}, Parent: m.Parent}
+		})
+	case *proto.Symlink:
+		return t.mknode(m.Parent, m.Name, func(ino uint64) *inode {
+			return &inode{Attr: proto.Attr{Ino: ino, Mode: sIFLNK | 0o777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
+				Size: uint64(len(m.Target)), Atime: t.now, Mtime: t.now, Ctime: t.now}, Target: m.Target}
+		})
+	case *proto.Mknod:
+		return t.mknod(m)
+	case *proto.Link:
+		return t.link(m)
+	case *proto.Unlink:
+		return nil, t.remove(m.Parent, m.Name, false)
+	case *proto.Rmdir:
+		return nil, t.remove(m.Parent, m.Name, true)
+	case *proto.Rename:
+		if m.Flags == proto.RenameOrphan {
+			return t.renameOrphan(m)
+		}
+		return nil, t.rename(m)
+	case *proto.SetLayout:
+		return t.setLayout(m)
+	case *proto.SetXattr:
+		return nil, t.setXattr(m)
+	case *proto.RemoveXattr:
+		return nil, t.removeXattr(m)
+	case *proto.UnlinkOpen:
+		return t.unlinkOpen(m)
+	case *proto.ReleaseOrphan:
+		_, err := t.freeOrphan(m.Ino)
+		return nil, err
+	case *proto.RenewOrphans:
+		return nil, t.renewOrphans(m)
+	case nil:
+		return nil, proto.Errorf(syscall.EINVAL, "metadata request command without a request")
+	}
+	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("metadata command: op %d is not a mutation", c.Req.Op()))
+}
+
+// initStore gives a new store its cluster ID and root directory; a store
+// that has them keeps them.
+func (t tx) initStore(cluster string) error {
+	b := t.Bucket(bSys)
+	if b.Get(kCluster) == nil && cluster != "" {
+		if err := b.Put(kCluster, []byte(cluster)); err != nil {
+			return err
+		}
+	}
+	if _, err := t.inode(RootIno); err == nil {
+		return nil
+	}
+	root := &inode{Attr: proto.Attr{Ino: RootIno, Mode: sIFDIR | 0o755, Nlink: 2, Atime: t.now, Mtime: t.now, Ctime: t.now}, Parent: RootIno}
+	return t.put(root)
+}
+
+// putServer stores an I/O server record; NewID hands out the next ID, Base
+// stamps the next inode number (the accepted store holds no object of an
+// older file). The reply is the record as stored.
+func (t tx) putServer(c *command) (proto.Msg, error) {
+	si := c.Server
+	b := t.Bucket(bSys)
+	if c.NewID {
+		next := uint32(1)
+		if v := b.Get(kNextIOD); v != nil {
+			next = binary.BigEndian.Uint32(v)
+		}
+		si.ID = next
+		if err := b.Put(kNextIOD, binary.BigEndian.AppendUint32(nil, next+1)); err != nil {
+			return nil, err
+		}
+	}
+	if c.Base {
+		si.Base = RootIno + 1
+		if v := b.Get(kNextIno); v != nil {
+			si.Base = binary.BigEndian.Uint64(v)
+		}
+	}
+	if err := t.Bucket(bIOD).Put(binary.BigEndian.AppendUint32(nil, si.ID), encodeServer(si)); err != nil {
+		return nil, err
+	}
+	if t.ch != nil {
+		t.ch.server = &si
+	}
+	return &proto.ServersReply{Servers: []proto.ServerInfo{si}}, nil
+}
+
+// expireClients forgets the request IDs of the clients not heard from
+// since cut (their replies can no longer be asked for).
+func (t tx) expireClients(cut int64, clients []uint64) error {
+	seen := t.Bucket(bClientSeen)
+	for _, id := range clients {
+		v := seen.Get(u64key(id))
+		if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) >= cut {
+			continue // active again meanwhile
+		}
+		if err := t.dropReplies(id, ^uint64(0)); err != nil {
+			return err
+		}
+		if err := seen.Delete(u64key(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleClients lists the clients whose last command is older than cut.
+func idleClients(btx *bolt.Tx, cut int64) []uint64 {
+	var out []uint64
+	btx.Bucket(bClientSeen).ForEach(func(k, v []byte) error {
+		if len(k) == 8 && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < cut {
+			out = append(out, binary.BigEndian.Uint64(k))
+		}
+		return nil
+	})
+	return out
+}

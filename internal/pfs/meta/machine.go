@@ -1,0 +1,315 @@
+package meta
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// machine is the metadata state as a replog.StateMachine: bbolt driven by
+// commands. Apply never decides anything (no clock, no server choice, no
+// volatile state): the leader put every decision in the command, so every
+// member applying the same log holds the same store and answers alike.
+type machine struct {
+	mu      sync.RWMutex // write-held only while Restore swaps db
+	db      *bolt.DB
+	path    string
+	applied atomic.Uint64
+	hooks   hooks
+}
+
+// hooks tell the Service what an applied command changed (every member).
+type hooks struct {
+	notify   func(index uint64, inos []uint64)
+	server   func(si proto.ServerInfo)
+	reclaim  func()
+	restored func()
+}
+
+var _ replog.StateMachine = (*machine)(nil)
+
+var (
+	bClient     = []byte("client")     // client ID + seq -> reply (op + payload)
+	bClientSeen = []byte("clientseen") // client ID -> last command time (i64 ns)
+	kApplied    = []byte("applied")    // log index of the last applied command
+)
+
+func openMachine(path string) (*machine, error) {
+	db, err := openDB(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &machine{db: db, path: path}
+	m.applied.Store(readApplied(db))
+	return m, nil
+}
+
+func readApplied(db *bolt.DB) uint64 {
+	var a uint64
+	db.View(func(btx *bolt.Tx) error {
+		if v := btx.Bucket(bSys).Get(kApplied); len(v) == 8 {
+			a = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return a
+}
+
+func (m *machine) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.db.Close()
+}
+
+// view runs fn in a read transaction of the current store.
+func (m *machine) view(fn func(*bolt.Tx) error) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.db.View(fn)
+}
+
+// Applied implements replog.StateMachine.
+func (m *machine) Applied() uint64 { return m.applied.Load() }
+
+// change is what one command changed, for the hooks.
+type change struct {
+	inos    []uint64
+	reclaim bool
+	server  *proto.ServerInfo
+}
+
+func (c *change) touch(ino uint64) {
+	if c != nil {
+		c.inos = append(c.inos, ino)
+	}
+}
+
+// Apply implements replog.StateMachine: one bbolt transaction for the
+// batch, the applied index inside it. A command that fails other than with
+// an errno (a corrupt record) must leave no write behind, so the batch is
+// rolled back and run again with that command answered EIO; bounded by the
+// batch size.
+func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	applied := m.applied.Load()
+	if first > applied+1 {
+		return nil, fmt.Errorf("meta state machine: command %d given, but only %d applied: a gap in the log", first, applied)
+	}
+	last := first + uint64(len(cmds)) - 1
+	outs := make([][]byte, len(cmds))
+	changes := make([]change, len(cmds))
+	failed := map[int]error{}
+	for attempt := 0; ; attempt++ {
+		bad := -1
+		err := m.db.Update(func(btx *bolt.Tx) error {
+			for i, raw := range cmds {
+				idx := first + uint64(i)
+				if idx <= applied {
+					continue // applied before a crash: the log replays it
+				}
+				changes[i] = change{}
+				var reply []byte
+				if ferr, ok := failed[i]; ok {
+					reply = encodeMsg(proto.ErrorReply(ferr))
+				} else {
+					r, err := applyOne(btx, raw, &changes[i])
+					if err != nil {
+						bad = i
+						return err
+					}
+					reply = r
+				}
+				outs[i] = append(binary.LittleEndian.AppendUint64(nil, idx), reply...)
+			}
+			if last <= applied {
+				return nil
+			}
+			return btx.Bucket(bSys).Put(kApplied, u64key(last))
+		})
+		if err == nil {
+			break
+		}
+		if bad < 0 || attempt >= len(cmds) {
+			return nil, fmt.Errorf("meta state machine: apply commands %d-%d: %w", first, last, err)
+		}
+		failed[bad] = proto.Errorf(syscall.EIO, fmt.Sprintf("metadata command %d: %v", first+uint64(bad), err))
+	}
+	if last > applied {
+		m.applied.Store(last)
+	}
+	for i := range changes {
+		c := &changes[i]
+		if len(c.inos) > 0 && m.hooks.notify != nil {
+			slices.Sort(c.inos) // a rename puts its directory twice
+			m.hooks.notify(first+uint64(i), slices.Compact(c.inos))
+		}
+		if c.server != nil && m.hooks.server != nil {
+			m.hooks.server(*c.server)
+		}
+		if c.reclaim && m.hooks.reclaim != nil {
+			m.hooks.reclaim()
+		}
+	}
+	return outs, nil
+}
+
+// applyOne applies one command and returns its reply (op + payload). An
+// error is returned only for failures other than an errno refusal.
+func applyOne(btx *bolt.Tx, raw []byte, ch *change) ([]byte, error) {
+	c, err := decodeCommand(raw)
+	if err != nil {
+		return encodeMsg(proto.ErrorReply(proto.Errorf(syscall.EINVAL, err.Error()))), nil
+	}
+	t := tx{Tx: btx, now: c.Now, ch: ch}
+	var key []byte
+	if c.Client != 0 {
+		key = binary.BigEndian.AppendUint64(u64key(c.Client), c.Seq)
+		if err := t.seenClient(c); err != nil {
+			return nil, err
+		}
+		if old := btx.Bucket(bClient).Get(key); old != nil {
+			return append([]byte(nil), old...), nil // a retry: the first reply, nothing applied again
+		}
+	}
+	r, err := t.apply(c)
+	var re *proto.RemoteError
+	switch {
+	case err != nil && !errors.As(err, &re):
+		return nil, err
+	case err != nil:
+		r = proto.ErrorReply(err)
+	case r == nil:
+		r = &proto.OK{}
+	}
+	reply := encodeMsg(r)
+	if key != nil {
+		if err := btx.Bucket(bClient).Put(key, reply); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
+}
+
+// seenClient records the client's last command time and forgets the
+// replies it said it has (seq < Done).
+func (t tx) seenClient(c *command) error {
+	if err := t.Bucket(bClientSeen).Put(u64key(c.Client), u64key(uint64(c.Now))); err != nil {
+		return err
+	}
+	if c.Done == 0 {
+		return nil
+	}
+	return t.dropReplies(c.Client, c.Done)
+}
+
+// dropReplies deletes client's stored replies of sequence numbers < below.
+func (t tx) dropReplies(client, below uint64) error {
+	cur := t.Bucket(bClient).Cursor()
+	prefix := u64key(client)
+	for k, _ := cur.Seek(prefix); k != nil && len(k) == 16 && string(k[:8]) == string(prefix); k, _ = cur.Seek(prefix) {
+		if binary.BigEndian.Uint64(k[8:]) >= below {
+			break
+		}
+		if err := cur.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeMsg(m proto.Msg) []byte {
+	e := proto.Enc{B: []byte{uint8(m.Op())}}
+	m.Encode(&e)
+	return e.B
+}
+
+// decodeResult splits what Apply returned for one command: its log index
+// and its reply.
+func decodeResult(b []byte) (uint64, proto.Msg, error) {
+	if len(b) < 9 {
+		return 0, nil, fmt.Errorf("metadata command result of %d bytes: too short", len(b))
+	}
+	m, err := proto.Decode(proto.Op(b[8]), b[9:])
+	if err != nil {
+		return 0, nil, fmt.Errorf("metadata command result: %w", err)
+	}
+	return binary.LittleEndian.Uint64(b), m, nil
+}
+
+// Snapshot implements replog.StateMachine: bbolt's consistent copy of a
+// read transaction, the applied index included.
+func (m *machine) Snapshot(w io.Writer) error {
+	return m.view(func(btx *bolt.Tx) error {
+		_, err := btx.WriteTo(w)
+		return err
+	})
+}
+
+// Restore implements replog.StateMachine: the image goes to a temporary
+// file, synced, then replaces the store, so a crash leaves either the old
+// store or the new one whole.
+func (m *machine) Restore(r io.Reader) error {
+	tmp := m.path + ".restore"
+	if err := writeSynced(tmp, r); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("restore metadata snapshot: %w", err)
+	}
+	m.mu.Lock()
+	err := m.swap(tmp)
+	m.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("restore metadata snapshot: %w", err)
+	}
+	if m.hooks.restored != nil {
+		m.hooks.restored()
+	}
+	return nil
+}
+
+func (m *machine) swap(tmp string) error {
+	if err := m.db.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, m.path); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(m.path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	db, err := openDB(m.path)
+	if err != nil {
+		return err
+	}
+	m.db = db
+	m.applied.Store(readApplied(db))
+	return nil
+}
+
+func writeSynced(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

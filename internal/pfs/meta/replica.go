@@ -1,0 +1,158 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
+)
+
+// reqIDKey carries a request's ID (from proto.Idem) to the command made
+// for it.
+type reqIDKey struct{}
+
+type reqID struct{ client, seq, done uint64 }
+
+// readOp: requests answered from the local store after a read barrier.
+func readOp(op proto.Op) bool {
+	switch op {
+	case proto.OpLookup, proto.OpWalk, proto.OpWalkBeneath, proto.OpGetAttr, proto.OpReaddir, proto.OpReadlink,
+		proto.OpGetXattr, proto.OpListXattr, proto.OpStatfs, proto.OpRefCheck:
+		return true
+	}
+	return false
+}
+
+// leaderOp: requests about the I/O servers, whose liveness only the leader
+// hears (heartbeats go to it); a follower sends the client there.
+func leaderOp(op proto.Op) bool {
+	switch op {
+	case proto.OpRegister, proto.OpServers, proto.OpReplace:
+		return true
+	}
+	return false
+}
+
+// engineErr turns an engine failure into the error a client acts on.
+func engineErr(err error) error {
+	var nl *replog.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return proto.NotLeader(nl.Addr)
+	case errors.Is(err, replog.ErrNoQuorum):
+		return proto.Errorf(proto.ErrnoNoQuorum, err.Error())
+	}
+	return err
+}
+
+// barrier makes the next local read linearizable.
+func (s *Service) barrier(ctx context.Context) error {
+	if err := s.eng.ReadBarrier(ctx); err != nil {
+		return engineErr(err)
+	}
+	return nil
+}
+
+// proposeReq proposes a client request; decide, if not nil, adds the
+// leader's decisions to the command. The request ID comes from ctx.
+func (s *Service) proposeReq(ctx context.Context, req proto.Msg, decide func(*command)) (proto.Msg, error) {
+	c := &command{Kind: cmdReq, Req: req, DefSize: s.defSize}
+	if id, ok := ctx.Value(reqIDKey{}).(reqID); ok {
+		c.Client, c.Seq, c.Done = id.client, id.seq, id.done
+	}
+	if decide != nil {
+		decide(c)
+	}
+	return s.propose(ctx, c)
+}
+
+// propose appends c to the log (this member must lead), waits until it is
+// applied and the caches it invalidates are dropped, and returns its reply;
+// an errno refusal comes back as the error.
+func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
+	if err := s.notLeader(); err != nil {
+		return nil, err
+	}
+	if c.Now == 0 {
+		c.Now = time.Now().UnixNano()
+	}
+	out, err := s.eng.Propose(ctx, c.encode())
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	index, r, err := decodeResult(out)
+	if err != nil {
+		return nil, fmt.Errorf("metadata command of kind %d: %w", c.Kind, err)
+	}
+	switch r := r.(type) {
+	case *proto.Error:
+		return nil, r.Err()
+	case *proto.OK:
+		s.awaitInvalidated(ctx, index)
+		return nil, nil
+	}
+	s.awaitInvalidated(ctx, index)
+	return r, nil
+}
+
+// notLeader is nil on the leader, else the answer naming the leader. It
+// reads the role leadership last saw, not the engine's Status (which may
+// wait for a batch being applied): a member that just lost the lead still
+// proposes for a moment, and the engine refuses it.
+func (s *Service) notLeader() error {
+	if s.leaderSince.Load() != 0 {
+		return nil
+	}
+	return proto.NotLeader(s.eng.Status().LeaderAddr())
+}
+
+// leadership follows this member's role: leader-only work starts when it
+// becomes the leader and stops when it no longer is.
+func (s *Service) leadership() {
+	defer s.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		if err := s.checkLeader(); err != nil {
+			s.log.Warn("initialise the new store", "err", err)
+		}
+	}
+}
+
+// checkLeader notes a change of role; a leader of a store without a
+// cluster ID or root directory (a new one) proposes them.
+func (s *Service) checkLeader() error {
+	lead := s.eng.Status().IsLeader()
+	was := s.leaderSince.Load() != 0
+	switch {
+	case lead && !was:
+		// Heartbeats heard as a follower (none: they are refused) or in an
+		// earlier term prove nothing now: wait for servers afresh.
+		s.iodsMu.Lock()
+		s.heard = map[uint32]int64{}
+		s.iodsMu.Unlock()
+		s.leaderSince.Store(time.Now().UnixNano())
+		s.wake()
+	case !lead && was:
+		s.leaderSince.Store(0)
+	}
+	if !lead || s.Cluster() != "" {
+		return nil
+	}
+	id, err := newClusterID()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
+	defer cancel()
+	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id})
+	return err
+}
