@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -115,6 +116,10 @@ type proxy struct {
 	addr string
 	mu   sync.Mutex
 	cs   []net.Conn
+	// dropReply: the next bytes from the server (a reply) are not passed
+	// on; both connections close instead: the request applied, its reply
+	// lost.
+	dropReply atomic.Bool
 }
 
 func startProxy(t *testing.T, to string) *proxy {
@@ -139,10 +144,31 @@ func startProxy(t *testing.T, to string) *proxy {
 			p.cs = append(p.cs, in, out)
 			p.mu.Unlock()
 			go func() { io.Copy(out, in); out.Close() }()
-			go func() { io.Copy(in, out); in.Close() }()
+			go func() { p.back(in, out); in.Close() }()
 		}
 	}()
 	return p
+}
+
+// back copies the server's bytes to the client until either side ends or a
+// reply is to be dropped.
+func (p *proxy) back(in, out net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := out.Read(buf)
+		if n > 0 && p.dropReply.CompareAndSwap(true, false) {
+			out.Close()
+			return
+		}
+		if n > 0 {
+			if _, werr := in.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *proxy) cut() {
@@ -292,5 +318,48 @@ func TestSilentLeader(t *testing.T) {
 	}
 	if got := cl.Leader().Current(); got != c.addrs[0] {
 		t.Errorf("following %s, want %s", got, c.addrs[0])
+	}
+}
+
+// TestLostReplyAppliesOnce: against the real metadata server, a create and
+// a rename whose replies are lost (the connection drops after the server
+// applied them) are retried with their request IDs and applied once: the
+// exclusive create does not turn into EEXIST, the rename not into ENOENT.
+func TestLostReplyAppliesOnce(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	p := startProxy(t, fsys.Meta.Addr)
+	cl := client.New(p.addr)
+	defer cl.Close()
+	ctx := ctxT(t)
+	root, err := cl.Lstat(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every pooled connection up first, so that what is dropped is a
+	// reply, not a new connection's handshake (a request never sent).
+	warm := func() {
+		for range 4 {
+			if _, err := cl.Lstat(ctx, "/"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	warm()
+	p.dropReply.Store(true)
+	a, created, err := cl.Create(ctx, root.Ino, "f", 0o644, client.CreateOpts{Excl: true})
+	if err != nil || !created {
+		t.Fatalf("exclusive create with its reply lost: created %v, %v", created, err)
+	}
+	if p.dropReply.Load() {
+		t.Fatal("no reply was dropped")
+	}
+	warm()
+	p.dropReply.Store(true)
+	if err := cl.Rename(ctx, root.Ino, "f", root.Ino, "g", 0); err != nil {
+		t.Fatalf("rename with its reply lost: %v", err)
+	}
+	ents, err := cl.Readdir(ctx, root.Ino)
+	if err != nil || len(ents) != 1 || ents[0].Name != "g" || ents[0].Attr.Ino != a.Ino {
+		t.Fatalf("after the retries: %+v, %v; want only g (inode %d)", ents, err, a.Ino)
 	}
 }
