@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -66,7 +67,7 @@ register, and to check its clients.`,
 	c.Flags().StringVar(&advertise, "advertise", "", "address clients should use (default: the listening address)")
 	sf.add(c.Flags(), true)
 	lf.add(c.Flags(), "256M")
-	c.Flags().DurationVar(&heartbeat, "heartbeat", iod.Heartbeat, "interval of re-registration (carries free space)")
+	c.Flags().DurationVar(&heartbeat, "heartbeat", 0, fmt.Sprintf("interval of re-registration, which carries free space (0: %v, or %v with several metadata members, so that a new leader hears from this server soon)", iod.Heartbeat, iod.ReplicatedHeartbeat))
 	c.Flags().DurationVar(&grace, "gc-grace", iod.DefaultGrace, "start-up sweep: remove unreferenced objects older than this (negative: no sweep)")
 	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
 	return c

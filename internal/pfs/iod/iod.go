@@ -32,6 +32,11 @@ import (
 // Heartbeat is how often an I/O server re-registers with the metadata server.
 const Heartbeat = 5 * time.Second
 
+// ReplicatedHeartbeat is the default with several metadata members: a new
+// leader places files only on servers it has heard from since it took
+// over, so creates after a leader change wait for the next heartbeat.
+const ReplicatedHeartbeat = time.Second
+
 // Config configures an I/O server.
 type Config struct {
 	Data string
@@ -43,7 +48,8 @@ type Config struct {
 	// and optional TLS. Limits: see proto.Limits (budget default 256 MiB).
 	Security proto.Security
 	Limits   proto.Limits
-	// Heartbeat between registrations (default Heartbeat).
+	// Heartbeat between registrations (default Heartbeat, or
+	// ReplicatedHeartbeat when Meta lists several members).
 	Heartbeat time.Duration
 	// SweepGrace: the start-up sweep removes objects no file references
 	// that are older than this (default DefaultGrace; negative: no sweep).
@@ -389,6 +395,9 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 		log = slog.Default()
 	}
 	hb := cfg.Heartbeat
+	if hb <= 0 && len(client.SplitMembers(cfg.Meta)) > 1 {
+		hb = ReplicatedHeartbeat
+	}
 	if hb <= 0 {
 		hb = Heartbeat
 	}
