@@ -363,3 +363,23 @@ func TestLostReplyAppliesOnce(t *testing.T) {
 		t.Fatalf("after the retries: %+v, %v; want only g (inode %d)", ents, err, a.Ino)
 	}
 }
+
+// Metrics see the operation, not its request-ID wrapper.
+func TestObserveNamesInnerOp(t *testing.T) {
+	c := startFake(t, 1)
+	cl := c.client(t)
+	var mu sync.Mutex
+	var ops []proto.Op
+	cl.Pool().Observe = func(op proto.Op, _ time.Duration, _ error) { mu.Lock(); ops = append(ops, op); mu.Unlock() }
+	if _, _, err := cl.Create(ctxT(t), 1, "f", 0o644, client.CreateOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.served(c.addrs[0])[0].(*proto.Idem); !ok {
+		t.Fatal("create not sent in an Idem")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ops) != 1 || ops[0] != proto.OpCreate {
+		t.Errorf("observed %v, want [%d] (create)", ops, proto.OpCreate)
+	}
+}

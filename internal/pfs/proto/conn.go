@@ -362,7 +362,11 @@ func (p *Pool) CallInto(ctx context.Context, addr string, req Msg, into []byte) 
 	}
 	start := time.Now()
 	m, err := p.callInto(ctx, addr, req, into)
-	p.Observe(req.Op(), time.Since(start), err)
+	op := req.Op()
+	if w, ok := req.(*Idem); ok && w.Req != nil {
+		op = w.Req.Op() // metrics name the change, not its request-ID wrapper
+	}
+	p.Observe(op, time.Since(start), err)
 	return m, err
 }
 
