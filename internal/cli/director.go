@@ -143,6 +143,9 @@ answers clients straight back; all undone on exit.`,
 			if err != nil || fileMax <= 0 {
 				return usageError{fmt.Errorf("--cache-file-max %q: want a positive size such as 64K", cacheFileMax)}
 			}
+			if err := node.CheckDataCache(dcache, fileMax); err != nil {
+				return usageError{err}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -19,7 +20,24 @@ const (
 	// slot, list links, its version): so many empty files cannot hold
 	// memory the byte bound does not see.
 	entryOverhead = 128
+	// MaxDataCache is the largest --data-cache: far above a node's
+	// memory, and small enough that byte arithmetic on it (shares,
+	// sums of costs) cannot overflow an int64.
+	MaxDataCache = 64 << 30
 )
+
+// CheckDataCache reports what is wrong with a data cache of size bytes for
+// files up to fileMax bytes, naming the flags (corral node --data-cache,
+// --cache-file-max). A size of 0 (no cache) is always fine.
+func CheckDataCache(size, fileMax int64) error {
+	switch {
+	case size < 0:
+		return fmt.Errorf("--data-cache %d: negative", size)
+	case size > MaxDataCache:
+		return fmt.Errorf("--data-cache %d: more than the limit of %d (64G)", size, int64(MaxDataCache))
+	}
+	return nil
+}
 
 // version is what a cached copy of a file was read under. A request uses
 // the copy only if the attributes it got for the file (StatBeneath) are
@@ -80,6 +98,7 @@ func newDataCache(max, fileMax int64) *dataCache {
 	if max <= 0 {
 		return nil
 	}
+	max = min(max, MaxDataCache) // CheckDataCache refuses more; a library caller gets the limit
 	if fileMax <= 0 {
 		fileMax = DefaultCacheFileMax
 	}
@@ -219,7 +238,7 @@ func (c *dataCache) promote(e *cacheEntry) {
 		c.protUsed += e.cost()
 	}
 	pushFront(&c.protected, e)
-	for c.protUsed > c.max*protectedShare/100 {
+	for c.protUsed > c.max/100*protectedShare { // c.max*protectedShare could overflow
 		d := c.protected.prev
 		unlink(d)
 		d.protected = false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -326,5 +327,34 @@ func TestByteBoundConcurrent(t *testing.T) {
 func TestCacheOff(t *testing.T) {
 	if c := newDataCache(0, 0); c != nil || c.cacheable(1) {
 		t.Error("a cache of 0 bytes is on")
+	}
+}
+
+// A huge cache neither overflows the protected segment's share (which
+// made a hit dereference nil) nor passes the flag check.
+func TestHugeCacheNoOverflow(t *testing.T) {
+	for _, c := range []*dataCache{newDataCache(1<<57, 1<<16), func() *dataCache {
+		c := newDataCache(1<<20, 1<<16)
+		c.max = 1 << 62 // the share's arithmetic itself, past any clamp
+		return c
+	}()} {
+		v := ver(1, 5)
+		for range 3 { // a miss, then hits that promote
+			if d, err := c.get(context.Background(), v, fillWith(5)); err != nil || len(d) != 5 {
+				t.Fatalf("max %d: %d bytes, %v", c.max, len(d), err)
+			}
+		}
+		if c.hits.Load() != 2 || c.protUsed != c.used.Load() {
+			t.Errorf("max %d: hits %d, protected %d of %d bytes", c.max, c.hits.Load(), c.protUsed, c.used.Load())
+		}
+	}
+	if c := newDataCache(1<<57, 1<<16); c.max != MaxDataCache {
+		t.Errorf("a cache of 2^57 bytes has max %d, want the limit %d", c.max, MaxDataCache)
+	}
+	for size, ok := range map[int64]bool{0: true, 64 << 20: true, MaxDataCache: true, MaxDataCache + 1: false, 1 << 57: false, -1: false} {
+		err := CheckDataCache(size, DefaultCacheFileMax)
+		if (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "--data-cache") {
+			t.Errorf("CheckDataCache(%d): %v", size, err)
+		}
 	}
 }
