@@ -16,6 +16,10 @@ const (
 	// requests are mostly for small files (paper 001), and a large one
 	// would push out many small ones for one request's worth of gain.
 	DefaultCacheFileMax = 64 << 10
+	// MaxCacheFileMax is the largest --cache-file-max: a miss reads the
+	// whole file into memory at once, which should cost no more than the
+	// read-ahead window an uncached request may hold.
+	MaxCacheFileMax = ReadAhead
 	// entryOverhead is what an entry is charged beyond its bytes (map
 	// slot, list links, its version): so many empty files cannot hold
 	// memory the byte bound does not see.
@@ -35,6 +39,13 @@ func CheckDataCache(size, fileMax int64) error {
 		return fmt.Errorf("--data-cache %d: negative", size)
 	case size > MaxDataCache:
 		return fmt.Errorf("--data-cache %d: more than the limit of %d (64G)", size, int64(MaxDataCache))
+	case fileMax <= 0:
+		return fmt.Errorf("--cache-file-max %d: want a positive size", fileMax)
+	case fileMax > MaxCacheFileMax:
+		return fmt.Errorf("--cache-file-max %d: more than the limit of %d (512K, the read-ahead window)", fileMax, int64(MaxCacheFileMax))
+	case size > 0 && fileMax+entryOverhead > size:
+		return fmt.Errorf("--cache-file-max %d: a file that large (plus %d bytes of bookkeeping) does not fit in --data-cache %d",
+			fileMax, entryOverhead, size)
 	}
 	return nil
 }
@@ -102,6 +113,7 @@ func newDataCache(max, fileMax int64) *dataCache {
 	if fileMax <= 0 {
 		fileMax = DefaultCacheFileMax
 	}
+	fileMax = min(fileMax, MaxCacheFileMax)
 	// The sketch counts about as many keys as a cache of 4 KiB files
 	// holds (the paper's width: the cache's entries).
 	c := &dataCache{max: max, fileMax: fileMax, byIno: map[uint64]*cacheEntry{},
@@ -112,9 +124,11 @@ func newDataCache(max, fileMax int64) *dataCache {
 	return c
 }
 
-// cacheable reports whether a file of size bytes goes through the cache.
+// cacheable reports whether a file of size bytes goes through the cache:
+// at most fileMax, and able to fit at all (one that cannot would be read
+// whole for nothing).
 func (c *dataCache) cacheable(size uint64) bool {
-	return c != nil && size <= uint64(c.fileMax)
+	return c != nil && size <= uint64(c.fileMax) && int64(size)+entryOverhead <= c.max
 }
 
 // lookup returns the cached bytes of v, counting a request for v's inode
@@ -144,7 +158,11 @@ func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
 // get returns v's bytes from the cache, or from read, run once for all
 // concurrent misses of v; what read returns is offered to the cache. A
 // waiter whose ctx ends stops waiting; the read goes on for the others.
-func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, error)) ([]byte, error) {
+//
+// With partial (the request wants part of the file) a miss that would not
+// be admitted is not read: errNotAdmitted, and the caller reads just the
+// part it needs.
+func (c *dataCache) get(ctx context.Context, v version, partial bool, read func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if data, ok := c.lookupLocked(v); ok {
 		c.mu.Unlock()
@@ -158,6 +176,10 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if partial && !c.fits(v.ino, int64(v.size)+entryOverhead) {
+		c.mu.Unlock()
+		return nil, errNotAdmitted
 	}
 	f := &fill{done: make(chan struct{})}
 	c.fills[v] = f
@@ -179,7 +201,10 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 	return f.data, f.err
 }
 
-var errFillAborted = errors.New("data cache: the read of this file was aborted")
+var (
+	errFillAborted = errors.New("data cache: the read of this file was aborted")
+	errNotAdmitted = errors.New("data cache: this file would not be admitted")
+)
 
 // admit offers v's bytes to the cache. They go in if they fit in the free
 // space, or if v's inode is estimated more popular than every entry they
@@ -200,29 +225,39 @@ func (c *dataCache) admit(v version, data []byte) {
 		}
 		c.remove(old) // stale either way
 	}
-	if over := c.used.Load() + need - c.max; over > 0 {
-		// The victims, in eviction order until enough is freed, must
-		// all be less popular, else nothing changes.
-		cand := c.freq.estimate(v.ino)
-		freed := int64(0)
-		for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
-			if victim == nil {
-				return // cannot happen: used covers the entries' costs
-			}
-			if c.freq.estimate(victim.v.ino) >= cand {
-				return
-			}
-			freed += victim.cost()
-		}
-		for c.used.Load()+need > c.max {
-			c.remove(c.victim(nil))
-			c.evictions.Add(1)
-		}
+	if !c.fits(v.ino, need) {
+		return
+	}
+	for c.used.Load()+need > c.max {
+		c.remove(c.victim(nil))
+		c.evictions.Add(1)
 	}
 	c.byIno[v.ino] = e
 	pushFront(&c.probation, e)
 	c.used.Add(need)
 	c.admissions.Add(1)
+}
+
+// fits reports whether need bytes of inode ino would be admitted: they fit
+// in the free space, or the victims, in eviction order until enough is
+// freed, are all less popular. c.mu is held.
+func (c *dataCache) fits(ino uint64, need int64) bool {
+	over := c.used.Load() + need - c.max
+	if over <= 0 {
+		return true
+	}
+	if need > c.max {
+		return false
+	}
+	cand := c.freq.estimate(ino)
+	freed := int64(0)
+	for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
+		if victim == nil || c.freq.estimate(victim.v.ino) >= cand {
+			return false // nil cannot happen: used covers the entries' costs
+		}
+		freed += victim.cost()
+	}
+	return true
 }
 
 // protectedShare is the protected segment's part of the bytes, in

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -291,5 +292,36 @@ func TestCacheConcurrentRequests(t *testing.T) {
 	wg.Wait()
 	if s.cache.hits.Load() == 0 || s.cache.evictions.Load() == 0 {
 		t.Errorf("hits %d, evictions %d: the cache was not exercised", s.cache.hits.Load(), s.cache.evictions.Load())
+	}
+}
+
+// A Range request on a file the cache cannot hold (over the clamped
+// --cache-file-max, larger than the whole cache) reads only the range.
+func TestRangeOnUncacheableFile(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/big.bin", make([]byte, 8<<20))
+	s := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20, CacheFileMax: 1 << 30})
+	t.Cleanup(s.Close)
+	fills := 0
+	s.fill = func(ctx context.Context, a proto.Attr) ([]byte, error) { fills++; return s.readWhole(ctx, a) }
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "http://a.test/big.bin", nil)
+		r.Header.Set("Range", "bytes=0-0")
+		s.ServeHTTP(w, r)
+		if w.Code != http.StatusPartialContent || w.Body.Len() != 1 {
+			t.Fatalf("status %d, %d bytes", w.Code, w.Body.Len())
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if fills != 0 || s.cache.misses.Load() != 0 {
+		t.Errorf("%d whole-file reads, %d cache misses for ranges of an 8M file in a 1M cache", fills, s.cache.misses.Load())
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Errorf("3 one-byte ranges allocated %d bytes: the 8M file was read whole", got)
 	}
 }

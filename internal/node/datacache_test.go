@@ -128,7 +128,7 @@ func TestAdmissionResistsScan(t *testing.T) {
 	hot := 50
 	for round := range 5 {
 		for ino := uint64(1); ino <= uint64(hot); ino++ {
-			if _, err := c.get(ctx, ver(ino, size), fillWith(size)); err != nil {
+			if _, err := c.get(ctx, ver(ino, size), false, fillWith(size)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -137,7 +137,7 @@ func TestAdmissionResistsScan(t *testing.T) {
 		}
 	}
 	for ino := uint64(1000); ino < 1000+10*entries; ino++ {
-		c.get(ctx, ver(ino, size), fillWith(size))
+		c.get(ctx, ver(ino, size), false, fillWith(size))
 		if c.used.Load() > c.max {
 			t.Fatalf("cache holds %d bytes, bound %d", c.used.Load(), c.max)
 		}
@@ -156,7 +156,7 @@ func TestAdmissionResistsScan(t *testing.T) {
 	}
 	// A file that turns popular gets in, pushing out a cold one.
 	for range 4 {
-		c.get(ctx, ver(5000, size), fillWith(size))
+		c.get(ctx, ver(5000, size), false, fillWith(size))
 	}
 	if _, ok := c.lookup(ver(5000, size)); !ok {
 		t.Error("a file asked for 5 times was not admitted over one-hit files")
@@ -169,7 +169,7 @@ func TestVersionMismatchMisses(t *testing.T) {
 	c := newDataCache(1<<20, 1<<16)
 	ctx := context.Background()
 	v1 := version{ino: 9, size: 3, mtime: 10, ctime: 10}
-	c.get(ctx, v1, func() ([]byte, error) { return []byte("old"), nil })
+	c.get(ctx, v1, false, func() ([]byte, error) { return []byte("old"), nil })
 	if d, ok := c.lookup(v1); !ok || string(d) != "old" {
 		t.Fatalf("v1: %q %v", d, ok)
 	}
@@ -178,7 +178,7 @@ func TestVersionMismatchMisses(t *testing.T) {
 		{ino: 9, size: 3, mtime: 10, ctime: 12}, // mtime set back by a setattr
 		{ino: 9, size: 4, mtime: 10, ctime: 10},
 	} {
-		c.get(ctx, v1, func() ([]byte, error) { return []byte("old"), nil })
+		c.get(ctx, v1, false, func() ([]byte, error) { return []byte("old"), nil })
 		if _, ok := c.lookup(v2); ok {
 			t.Fatalf("%+v served the copy of %+v", v2, v1)
 		}
@@ -186,11 +186,11 @@ func TestVersionMismatchMisses(t *testing.T) {
 			t.Fatalf("stale copy kept: %d entries, %d bytes", c.len(), c.used.Load())
 		}
 	}
-	d, _ := c.get(ctx, v1, func() ([]byte, error) { return []byte("ol"), nil })
+	d, _ := c.get(ctx, v1, false, func() ([]byte, error) { return []byte("ol"), nil })
 	if string(d) != "ol" || c.len() != 0 {
 		t.Errorf("a read shorter than the version's size was cached (%d entries)", c.len())
 	}
-	if _, err := c.get(ctx, v1, func() ([]byte, error) { return nil, errors.New("iod down") }); err == nil || c.len() != 0 {
+	if _, err := c.get(ctx, v1, false, func() ([]byte, error) { return nil, errors.New("iod down") }); err == nil || c.len() != 0 {
 		t.Errorf("a failed read: err %v, %d entries", err, c.len())
 	}
 }
@@ -210,7 +210,7 @@ func TestSingleFill(t *testing.T) {
 	got := make([]string, n)
 	for i := range n {
 		wg.Go(func() {
-			d, err := c.get(context.Background(), ver(1, 5), read)
+			d, err := c.get(context.Background(), ver(1, 5), false, read)
 			if err != nil {
 				t.Error(err)
 			}
@@ -237,15 +237,15 @@ func TestSingleFill(t *testing.T) {
 	// A read that panics leaves no fill behind: the next get reads.
 	func() {
 		defer func() { recover() }()
-		c.get(context.Background(), ver(3, 5), func() ([]byte, error) { panic("boom") })
+		c.get(context.Background(), ver(3, 5), false, func() ([]byte, error) { panic("boom") })
 	}()
-	if d, err := c.get(context.Background(), ver(3, 5), fillWith(5)); err != nil || len(d) != 5 {
+	if d, err := c.get(context.Background(), ver(3, 5), false, fillWith(5)); err != nil || len(d) != 5 {
 		t.Errorf("after a panicking read: %d bytes, %v", len(d), err)
 	}
 	// A waiter that gives up does not wait for the read.
 	block := make(chan struct{})
 	defer close(block)
-	go c.get(context.Background(), ver(2, 5), func() ([]byte, error) { <-block; return []byte("later"), nil })
+	go c.get(context.Background(), ver(2, 5), false, func() ([]byte, error) { <-block; return []byte("later"), nil })
 	for deadline := time.Now().Add(10 * time.Second); c.misses.Load() < n+3; {
 		if time.Now().After(deadline) {
 			t.Fatal("the first get of inode 2 never arrived")
@@ -254,7 +254,7 @@ func TestSingleFill(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := c.get(ctx, ver(2, 5), fillWith(5)); !errors.Is(err, context.Canceled) {
+	if _, err := c.get(ctx, ver(2, 5), false, fillWith(5)); !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled waiter: %v", err)
 	}
 }
@@ -291,7 +291,7 @@ func TestByteBoundConcurrent(t *testing.T) {
 				if r.IntN(50) == 0 {
 					v.mtime++ // now and then a changed file
 				}
-				d, err := c.get(context.Background(), v, fillWith(size))
+				d, err := c.get(context.Background(), v, false, fillWith(size))
 				if err != nil || len(d) != size {
 					t.Errorf("inode %d: %d bytes, %v", ino, len(d), err)
 					return
@@ -340,7 +340,7 @@ func TestHugeCacheNoOverflow(t *testing.T) {
 	}()} {
 		v := ver(1, 5)
 		for range 3 { // a miss, then hits that promote
-			if d, err := c.get(context.Background(), v, fillWith(5)); err != nil || len(d) != 5 {
+			if d, err := c.get(context.Background(), v, false, fillWith(5)); err != nil || len(d) != 5 {
 				t.Fatalf("max %d: %d bytes, %v", c.max, len(d), err)
 			}
 		}
@@ -356,5 +356,59 @@ func TestHugeCacheNoOverflow(t *testing.T) {
 		if (err == nil) != ok || err != nil && !strings.Contains(err.Error(), "--data-cache") {
 			t.Errorf("CheckDataCache(%d): %v", size, err)
 		}
+	}
+}
+
+// --cache-file-max is bounded (the read-ahead window) and must fit in
+// --data-cache with its bookkeeping; a file that cannot fit is not
+// cacheable; a partial request does not read a file the cache would not
+// take.
+func TestCacheFileMaxBounded(t *testing.T) {
+	for _, tc := range []struct {
+		size, fileMax int64
+		want          []string // in the error; nil: no error
+	}{
+		{64 << 20, 64 << 10, nil},
+		{0, 64 << 10, nil},
+		{128<<10 + entryOverhead, 128 << 10, nil},
+		{128<<10 + entryOverhead - 1, 128 << 10, []string{"--cache-file-max", "--data-cache"}},
+		{1 << 20, 1 << 30, []string{"--cache-file-max", "limit"}},
+		{64 << 20, MaxCacheFileMax + 1, []string{"--cache-file-max"}},
+		{64 << 20, 0, []string{"--cache-file-max"}},
+	} {
+		err := CheckDataCache(tc.size, tc.fileMax)
+		if (err == nil) != (tc.want == nil) {
+			t.Errorf("CheckDataCache(%d, %d): %v", tc.size, tc.fileMax, err)
+		}
+		for _, w := range tc.want {
+			if err != nil && !strings.Contains(err.Error(), w) {
+				t.Errorf("CheckDataCache(%d, %d): %q does not name %s", tc.size, tc.fileMax, err, w)
+			}
+		}
+	}
+	if c := newDataCache(1<<20, 1<<30); c.fileMax != MaxCacheFileMax || c.cacheable(8<<20) {
+		t.Errorf("--cache-file-max 1G: fileMax %d, an 8M file cacheable %v", c.fileMax, c.cacheable(8<<20))
+	}
+	if c := newDataCache(1000, 64<<10); c.cacheable(1000-entryOverhead+1) || !c.cacheable(1000-entryOverhead) {
+		t.Error("cacheable ignores that a file and its bookkeeping must fit in the cache")
+	}
+
+	c := newDataCache(2*(4096+entryOverhead), 4096)
+	ctx := context.Background()
+	reads := 0
+	read := func() ([]byte, error) { reads++; return make([]byte, 4096), nil }
+	if _, err := c.get(ctx, ver(1, 4096), true, read); err != nil || reads != 1 {
+		t.Fatalf("a partial request on an empty cache: %v, %d reads (want the file read, it fits)", err, reads)
+	}
+	for range 3 { // inodes 1 and 2 popular, the cache full
+		c.get(ctx, ver(1, 4096), false, read)
+		c.get(ctx, ver(2, 4096), false, read)
+	}
+	reads = 0
+	if _, err := c.get(ctx, ver(3, 4096), true, read); !errors.Is(err, errNotAdmitted) || reads != 0 {
+		t.Errorf("a partial request for a file the full cache would not take: %v, %d reads", err, reads)
+	}
+	if d, err := c.get(ctx, ver(3, 4096), false, read); err != nil || len(d) != 4096 || reads != 1 {
+		t.Errorf("a whole request for it: %d bytes, %v, %d reads", len(d), err, reads)
 	}
 }

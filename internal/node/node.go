@@ -116,6 +116,9 @@ type Server struct {
 	admin    *http.ServeMux
 	metrics  *nodeMetrics
 	cache    *dataCache // nil: off
+	// fill reads a whole file for the cache: readWhole (tests count or
+	// fail the reads through it).
+	fill func(context.Context, proto.Attr) ([]byte, error)
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
 
@@ -146,6 +149,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 	s.cache = newDataCache(cfg.DataCache, cfg.CacheFileMax)
+	s.fill = s.readWhole
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
@@ -415,7 +419,10 @@ func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr) (io.
 		data, ok := s.cache.lookup(v)
 		return bytes.NewReader(data), ok
 	}
-	data, err := s.cache.get(ctx, v, func() ([]byte, error) { return s.readWhole(ctx, a) })
+	// A Range request reads the whole file only for a copy the cache
+	// would take: otherwise only the part it asks for.
+	partial := r.Header.Get("Range") != ""
+	data, err := s.cache.get(ctx, v, partial, func() ([]byte, error) { return s.fill(ctx, a) })
 	if err != nil {
 		return nil, false
 	}
