@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -43,9 +44,9 @@ func CheckDataCache(size, fileMax int64) error {
 		return fmt.Errorf("--cache-file-max %d: want a positive size", fileMax)
 	case fileMax > MaxCacheFileMax:
 		return fmt.Errorf("--cache-file-max %d: more than the limit of %d (512K, the read-ahead window)", fileMax, int64(MaxCacheFileMax))
-	case size > 0 && fileMax+entryOverhead > size:
-		return fmt.Errorf("--cache-file-max %d: a file that large (plus %d bytes of bookkeeping) does not fit in --data-cache %d",
-			fileMax, entryOverhead, size)
+	case size > 0 && charge(fileMax) > size:
+		return fmt.Errorf("--cache-file-max %d: a file that large (its memory, %d bytes, plus %d of bookkeeping) does not fit in --data-cache %d",
+			fileMax, allocSize(fileMax), entryOverhead, size)
 	}
 	return nil
 }
@@ -69,11 +70,53 @@ type cacheEntry struct {
 	protected  bool        // in the protected segment (asked for again since admitted)
 }
 
-func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
+func (e *cacheEntry) cost() int64 { return charge(int64(cap(e.data))) }
 
-// dataCache holds whole small files in memory, at most max bytes (data
-// plus entryOverhead each), keyed by inode. Admission is TinyLFU: a file
-// enters a full cache only if it was asked for more often, recently, than
+// charge is what a file of n bytes costs in the cache: the memory its
+// bytes take (allocSize) and entryOverhead.
+func charge(n int64) int64 { return allocSize(n) + entryOverhead }
+
+// allocSize is the memory the Go heap gives n bytes: small allocations
+// round up to the next size class (up to 32 KiB; a 4097-byte file takes
+// 4864), larger ones to whole 8 KiB pages. Charging less lets the heap
+// run a quarter over --data-cache with files just past a class (measured:
+// 24% with files of 32 KiB + 1).
+func allocSize(n int64) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case n > maxSmallAlloc:
+		return (n + pageSize - 1) &^ (pageSize - 1)
+	}
+	classesOnce.Do(measureClasses)
+	i, _ := slices.BinarySearch(sizeClasses, n)
+	return sizeClasses[i]
+}
+
+const (
+	maxSmallAlloc = 32 << 10 // the runtime's largest size class
+	pageSize      = 8 << 10  // the runtime's page
+)
+
+var (
+	classesOnce sync.Once
+	sizeClasses []int64 // ascending; the last is maxSmallAlloc
+)
+
+// measureClasses learns the runtime's size classes up to maxSmallAlloc,
+// from the capacity append gives (it rounds up to the class): about 70
+// allocations, once, rather than a copy of a table that may change.
+func measureClasses() {
+	for n := 1; n <= maxSmallAlloc; {
+		c := cap(slices.Grow([]byte(nil), n))
+		sizeClasses = append(sizeClasses, int64(c))
+		n = c + 1
+	}
+}
+
+// dataCache holds whole small files in memory, at most max bytes (data as
+// the heap allocates it, plus entryOverhead each), keyed by inode.
+// Admission is TinyLFU: a file enters a full cache only if it was asked for more often, recently, than
 // each file it would push out, so a scan of files fetched once does not
 // flush the hot set of a Zipf workload. Eviction is a segmented LRU (as in
 // W-TinyLFU's main space): a file enters the probation segment and moves
@@ -128,7 +171,7 @@ func newDataCache(max, fileMax int64) *dataCache {
 // at most fileMax, and able to fit at all (one that cannot would be read
 // whole for nothing).
 func (c *dataCache) cacheable(size uint64) bool {
-	return c != nil && size <= uint64(c.fileMax) && int64(size)+entryOverhead <= c.max
+	return c != nil && size <= uint64(c.fileMax) && charge(int64(size)) <= c.max
 }
 
 // lookup returns the cached bytes of v, counting a request for v's inode
@@ -177,7 +220,7 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 			return nil, ctx.Err()
 		}
 	}
-	if partial && !c.fits(v.ino, int64(v.size)+entryOverhead) {
+	if partial && !c.fits(v.ino, charge(int64(v.size))) {
 		c.mu.Unlock()
 		return nil, errNotAdmitted
 	}
