@@ -63,6 +63,18 @@ type version struct {
 	mtime, ctime int64
 }
 
+// supersedes reports whether v is the same age as or newer than old, by
+// ctime, then mtime: a request that got older attributes (from a lagging
+// attribute cache, or a fill that took longer than a later one) must not
+// drop or replace the copy of a newer version. Its own answer is still
+// read from the file system: a copy is only ever used for its version.
+func (v version) supersedes(old version) bool {
+	if v.ctime != old.ctime {
+		return v.ctime > old.ctime
+	}
+	return v.mtime >= old.mtime
+}
+
 type cacheEntry struct {
 	v          version
 	data       []byte
@@ -191,8 +203,8 @@ func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
 		c.hits.Add(1)
 		return e.data, true
 	}
-	if e != nil {
-		c.remove(e)
+	if e != nil && v.supersedes(e.v) {
+		c.remove(e) // stale
 	}
 	c.misses.Add(1)
 	return nil, false
@@ -263,10 +275,10 @@ func (c *dataCache) admit(v version, data []byte) {
 		return
 	}
 	if old := c.byIno[v.ino]; old != nil {
-		if old.v == v {
-			return // another fill of the same version got here first
+		if old.v == v || !v.supersedes(old.v) {
+			return // another fill of it got here first, or a newer version did
 		}
-		c.remove(old) // stale either way
+		c.remove(old)
 	}
 	if !c.fits(v.ino, need) {
 		return

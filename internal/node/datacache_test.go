@@ -444,3 +444,48 @@ func TestChargeIsHeapSize(t *testing.T) {
 		runtime.KeepAlive(c)
 	}
 }
+
+// An older version never displaces a newer copy: not a slow fill of it
+// that ends after the newer one was admitted, nor a request that got older
+// attributes. Its requests are still answered with its own bytes.
+func TestOlderVersionKeepsNewer(t *testing.T) {
+	c := newDataCache(1<<20, 1<<16)
+	ctx := context.Background()
+	v1 := version{ino: 7, size: 3, mtime: 1, ctime: 1}
+	v2 := version{ino: 7, size: 3, mtime: 2, ctime: 2}
+	release := make(chan struct{})
+	done := make(chan []byte)
+	go func() {
+		d, _ := c.get(ctx, v1, false, func() ([]byte, error) { <-release; return []byte("old"), nil })
+		done <- d
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.misses.Load() < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the fill of v1 never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if d, err := c.get(ctx, v2, false, func() ([]byte, error) { return []byte("new"), nil }); err != nil || string(d) != "new" {
+		t.Fatalf("v2: %q, %v", d, err)
+	}
+	close(release)
+	if d := <-done; string(d) != "old" {
+		t.Errorf("the slow fill of v1 answered %q", d)
+	}
+	if d, ok := c.lookup(v2); !ok || string(d) != "new" {
+		t.Errorf("after v1's slow fill ended, v2 is no longer cached (%q, %v)", d, ok)
+	}
+	if d, err := c.get(ctx, v1, false, func() ([]byte, error) { return []byte("old"), nil }); err != nil || string(d) != "old" {
+		t.Errorf("a request with v1's attributes got %q, %v", d, err)
+	}
+	if _, ok := c.lookup(v1); ok {
+		t.Error("v1 served from the cache")
+	}
+	if d, ok := c.lookup(v2); !ok || string(d) != "new" {
+		t.Errorf("requests with v1's attributes dropped the copy of v2 (%q, %v)", d, ok)
+	}
+	// Same ctime, older mtime: older too; a newer ctime wins whatever the mtime.
+	if (version{ctime: 2, mtime: 1}).supersedes(v2) || !(version{ctime: 3, mtime: 0}).supersedes(v2) || !v2.supersedes(v2) {
+		t.Error("supersedes orders by ctime, then mtime")
+	}
+}
