@@ -489,3 +489,20 @@ func TestOlderVersionKeepsNewer(t *testing.T) {
 		t.Error("supersedes orders by ctime, then mtime")
 	}
 }
+
+// Aging is periodic: every sampleSize requests, the first and the later.
+func TestTinyLFUAgingPeriod(t *testing.T) {
+	f := newTinyLFU(64)
+	var resets []int
+	for i := 1; i <= 4*f.sampleSize; i++ {
+		before := f.additions
+		f.touch(uint64(i))
+		if f.additions < before {
+			resets = append(resets, i)
+		}
+	}
+	want := []int{f.sampleSize, 2 * f.sampleSize, 3 * f.sampleSize, 4 * f.sampleSize}
+	if !slices.Equal(resets, want) {
+		t.Errorf("counts halved at requests %v, want %v", resets, want)
+	}
+}
