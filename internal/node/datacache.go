@@ -7,12 +7,19 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Data cache defaults (corral node --data-cache, --cache-file-max).
 const (
 	// DefaultDataCache is the CLI's default cache size in bytes.
 	DefaultDataCache = 64 << 20
+	// DefaultDataCacheMaxAge is how long a copy is used before it is read
+	// again even though the file's attributes did not change: content
+	// that reached the I/O servers without the setattr that publishes it
+	// (a writer that has not closed the file, or died first) shows within
+	// this long (corral node --data-cache-max-age).
+	DefaultDataCacheMaxAge = 5 * time.Second
 	// DefaultCacheFileMax is the largest file cached, in bytes: web
 	// requests are mostly for small files (paper 001), and a large one
 	// would push out many small ones for one request's worth of gain.
@@ -78,6 +85,7 @@ func (v version) supersedes(old version) bool {
 type cacheEntry struct {
 	v          version
 	data       []byte
+	read       time.Time   // when the read of data began: the content is at least this recent
 	prev, next *cacheEntry // on its segment's list; the sentinel's next is the most recent
 	protected  bool        // in the protected segment (asked for again since admitted)
 }
@@ -138,6 +146,8 @@ func measureClasses() {
 // asked for.
 type dataCache struct {
 	max, fileMax int64
+	maxAge       time.Duration    // a copy read longer ago is read again; 0: no limit
+	now          func() time.Time // the clock (the node's Config.Now)
 
 	mu        sync.Mutex // guards all below except the counters
 	byIno     map[uint64]*cacheEntry
@@ -171,7 +181,7 @@ func newDataCache(max, fileMax int64) *dataCache {
 	fileMax = min(fileMax, MaxCacheFileMax)
 	// The sketch counts about as many keys as a cache of 4 KiB files
 	// holds (the paper's width: the cache's entries).
-	c := &dataCache{max: max, fileMax: fileMax, byIno: map[uint64]*cacheEntry{},
+	c := &dataCache{max: max, fileMax: fileMax, now: time.Now, byIno: map[uint64]*cacheEntry{},
 		freq: newTinyLFU(int(min(max/4096, 1<<22))), fills: map[version]*fill{}}
 	for _, l := range []*cacheEntry{&c.probation, &c.protected} {
 		l.next, l.prev = l, l
@@ -198,16 +208,25 @@ func (c *dataCache) lookup(v version) ([]byte, bool) {
 func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
 	c.freq.touch(v.ino)
 	e := c.byIno[v.ino]
-	if e != nil && e.v == v {
+	old := e != nil && c.tooOld(e)
+	if e != nil && e.v == v && !old {
 		c.promote(e)
 		c.hits.Add(1)
 		return e.data, true
 	}
-	if e != nil && v.supersedes(e.v) {
+	if e != nil && e.v != v && (old || v.supersedes(e.v)) {
 		c.remove(e) // stale
 	}
+	// A copy of v too old to use stays until the read of v replaces it:
+	// it keeps its place and its popularity is not asked again.
 	c.misses.Add(1)
 	return nil, false
+}
+
+// tooOld reports whether e was read longer than maxAge ago: its content
+// may have changed without its attributes (see DefaultDataCacheMaxAge).
+func (c *dataCache) tooOld(e *cacheEntry) bool {
+	return c.maxAge > 0 && c.now().Sub(e.read) > c.maxAge
 }
 
 // get returns v's bytes from the cache, or from read, run once for all
@@ -239,6 +258,7 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 	f := &fill{done: make(chan struct{})}
 	c.fills[v] = f
 	c.mu.Unlock()
+	start := c.now()
 
 	f.err = errFillAborted // what waiters see if read panics
 	defer func() {
@@ -247,7 +267,7 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 		c.mu.Lock()
 		delete(c.fills, v)
 		if f.err == nil {
-			c.admit(v, f.data)
+			c.admit(v, f.data, start)
 		}
 		c.mu.Unlock()
 		close(f.done)
@@ -265,18 +285,25 @@ var (
 // space, or if v's inode is estimated more popular than every entry they
 // would evict from the cold end; otherwise the cache stays as it is.
 // c.mu is held.
-func (c *dataCache) admit(v version, data []byte) {
+func (c *dataCache) admit(v version, data []byte, read time.Time) {
 	if uint64(len(data)) != v.size || int64(len(data)) > c.fileMax {
 		return // a short read, or a file that grew past the limit meanwhile
 	}
-	e := &cacheEntry{v: v, data: data}
+	e := &cacheEntry{v: v, data: data, read: read}
 	need := e.cost()
 	if need > c.max {
 		return
 	}
 	if old := c.byIno[v.ino]; old != nil {
-		if old.v == v || !v.supersedes(old.v) {
-			return // another fill of it got here first, or a newer version did
+		switch {
+		case old.v == v && !old.read.Before(read):
+			return // another fill of it got here first
+		case old.v == v && old.cost() == need:
+			// A copy read again for its age: the new bytes in its place.
+			old.data, old.read = data, read
+			return
+		case old.v != v && !v.supersedes(old.v) && !c.tooOld(old):
+			return // a newer version is cached
 		}
 		c.remove(old)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -323,5 +324,53 @@ func TestRangeOnUncacheableFile(t *testing.T) {
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
 		t.Errorf("3 one-byte ranges allocated %d bytes: the 8M file was read whole", got)
+	}
+}
+
+// Content that reached the I/O servers without the setattr that publishes
+// it (the writer has not closed the file, or died first) leaves the
+// attributes as they were: a cached node shows it once the copy is older
+// than --data-cache-max-age, as an uncached node shows it at once.
+func TestCacheMaxAgeUnpublishedWrite(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/f.txt", []byte("version one"))
+	var mu sync.Mutex
+	now := time.Unix(1e9, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	on := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20, Now: clock})
+	off := New(Config{Meta: fsys.Meta.Addr})
+	t.Cleanup(on.Close)
+	t.Cleanup(off.Close)
+	onS, offS := httptest.NewServer(on), httptest.NewServer(off)
+	t.Cleanup(onS.Close)
+	t.Cleanup(offS.Close)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "version one" {
+		t.Fatalf("first GET: %q", got)
+	}
+	w := client.New(fsys.Meta.Addr)
+	t.Cleanup(w.Close)
+	f, err := w.Open(context.Background(), "/www/a.test/f.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("VERSION TWO"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(); err != nil { // on the I/O servers; no Close
+		t.Fatal(err)
+	}
+	if got := fetch(t, offS.URL, "GET", "/f.txt", nil).body; got != "VERSION TWO" {
+		t.Fatalf("uncached node: %q (the test's premise: the bytes are on the I/O servers)", got)
+	}
+	step(DefaultDataCacheMaxAge / 2)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "version one" {
+		t.Logf("within the max age the cached node already shows %q", got)
+	}
+	step(DefaultDataCacheMaxAge)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "VERSION TWO" {
+		t.Errorf("cached node %v after the write: %q", DefaultDataCacheMaxAge*3/2, got)
 	}
 }

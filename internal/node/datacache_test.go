@@ -506,3 +506,52 @@ func TestTinyLFUAgingPeriod(t *testing.T) {
 		t.Errorf("counts halved at requests %v, want %v", resets, want)
 	}
 }
+
+// A copy older than maxAge is read again though the attributes match (its
+// content may have changed without them); it keeps its place meanwhile.
+// maxAge 0 is no limit.
+func TestMaxAgeRereads(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newDataCache(1<<20, 1<<16)
+	c.now = func() time.Time { return now }
+	c.maxAge = 5 * time.Second
+	ctx := context.Background()
+	v := ver(4, 3)
+	reads := 0
+	read := func(s string) func() ([]byte, error) {
+		return func() ([]byte, error) { reads++; return []byte(s), nil }
+	}
+	for i, step := range []struct {
+		after time.Duration
+		read  string // what the file system has
+		want  string
+		reads int
+	}{
+		{0, "one", "one", 1},
+		{4 * time.Second, "two", "one", 1}, // within the age: the copy
+		{2 * time.Second, "two", "two", 2}, // 6s after the read: read again
+		{5 * time.Second, "six", "two", 2}, // 5s after the re-read: still the copy
+		{time.Nanosecond, "six", "six", 3}, // past it
+	} {
+		now = now.Add(step.after)
+		d, err := c.get(ctx, v, false, read(step.read))
+		if err != nil || string(d) != step.want || reads != step.reads {
+			t.Errorf("step %d: %q, %v, %d reads; want %q, %d reads", i, d, err, reads, step.want, step.reads)
+		}
+	}
+	if c.len() != 1 || c.used.Load() != charge(3) || c.admissions.Load() != 1 {
+		t.Errorf("%d entries, %d bytes, %d admissions after re-reads in place", c.len(), c.used.Load(), c.admissions.Load())
+	}
+	// An old copy of another version goes whatever the versions' order.
+	now = now.Add(time.Minute)
+	older := version{ino: 4, size: 3, mtime: 0, ctime: 0}
+	if _, ok := c.lookup(older); ok || c.len() != 0 {
+		t.Errorf("a copy past its age kept against another version (%d entries)", c.len())
+	}
+	c.maxAge = 0
+	c.get(ctx, v, false, read("fou"))
+	now = now.Add(24 * time.Hour)
+	if d, _ := c.get(ctx, v, false, read("fiv")); string(d) != "fou" {
+		t.Errorf("no age limit: read again after a day (%q)", d)
+	}
+}

@@ -98,6 +98,11 @@ type Config struct {
 	// DefaultDataCache). CacheFileMax is the largest file it holds (zero:
 	// DefaultCacheFileMax).
 	DataCache, CacheFileMax int64
+	// DataCacheMaxAge is how long a cached copy is used before the file
+	// is read again though its attributes are unchanged (content written
+	// without a close shows within it): zero takes DefaultDataCacheMaxAge,
+	// less than zero is no limit.
+	DataCacheMaxAge time.Duration
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
@@ -149,6 +154,15 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 	s.cache = newDataCache(cfg.DataCache, cfg.CacheFileMax)
+	if s.cache != nil {
+		s.cache.now = cfg.Now
+		switch {
+		case cfg.DataCacheMaxAge == 0:
+			s.cache.maxAge = DefaultDataCacheMaxAge
+		case cfg.DataCacheMaxAge > 0:
+			s.cache.maxAge = cfg.DataCacheMaxAge
+		}
+	}
 	s.fill = s.readWhole
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
