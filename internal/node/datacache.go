@@ -251,7 +251,7 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 			return nil, ctx.Err()
 		}
 	}
-	if partial && !c.fits(v.ino, charge(int64(v.size))) {
+	if partial && !c.wouldTake(v) {
 		c.mu.Unlock()
 		return nil, errNotAdmitted
 	}
@@ -318,6 +318,21 @@ func (c *dataCache) admit(v version, data []byte, read time.Time) {
 	pushFront(&c.probation, e)
 	c.used.Add(need)
 	c.admissions.Add(1)
+}
+
+// wouldTake reports whether a read of v would be admitted: in place of a
+// copy of v too old to use, or fitting (fits) where no newer version is.
+// c.mu is held, after lookupLocked dropped what v supersedes.
+func (c *dataCache) wouldTake(v version) bool {
+	if e := c.byIno[v.ino]; e != nil {
+		if e.v == v {
+			return true
+		}
+		if !v.supersedes(e.v) && !c.tooOld(e) {
+			return false
+		}
+	}
+	return c.fits(v.ino, charge(int64(v.size)))
 }
 
 // fits reports whether need bytes of inode ino would be admitted: they fit

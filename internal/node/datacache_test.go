@@ -555,3 +555,34 @@ func TestMaxAgeRereads(t *testing.T) {
 		t.Errorf("no age limit: read again after a day (%q)", d)
 	}
 }
+
+// A partial request reads a file whole only if the copy would be kept: in
+// place of its own copy grown too old, even in a full cache; never under
+// a newer version's copy.
+func TestPartialReadsOnlyWhatIsKept(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newDataCache(2*charge(4096), 4096)
+	c.now = func() time.Time { return now }
+	c.maxAge = time.Second
+	ctx := context.Background()
+	reads := 0
+	read := func() ([]byte, error) { reads++; return make([]byte, 4096), nil }
+	for range 3 {
+		c.get(ctx, ver(1, 4096), false, read)
+		c.get(ctx, ver(2, 4096), false, read)
+	}
+	now = now.Add(2 * time.Second)
+	reads = 0
+	if _, err := c.get(ctx, ver(1, 4096), true, read); err != nil || reads != 1 {
+		t.Errorf("a partial request for a copy grown too old: %v, %d reads; want it read again in place", err, reads)
+	}
+	if _, ok := c.lookup(ver(1, 4096)); !ok {
+		t.Error("the copy read again is not there")
+	}
+	newer := version{ino: 1, size: 4096, mtime: 5, ctime: 5}
+	c.get(ctx, newer, false, read)
+	reads = 0
+	if _, err := c.get(ctx, ver(1, 4096), true, read); !errors.Is(err, errNotAdmitted) || reads != 0 {
+		t.Errorf("a partial request with older attributes than the copy: %v, %d reads", err, reads)
+	}
+}
