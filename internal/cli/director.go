@@ -94,7 +94,7 @@ bearer token the director writes on first start to --token-file (mode 0600).`,
 
 func nodeCmd() *cobra.Command {
 	var listen, metaAddr, docroot, defDomain, drVIP, adminAddr, raBudget string
-	var writeTimeout, idleTimeout time.Duration
+	var writeTimeout, idleTimeout, cacheMaxAge time.Duration
 	var accessLog, healthzOnService bool
 	var dataCache, cacheFileMax string
 	var sf secFlags
@@ -118,7 +118,9 @@ progress; a kept-alive connection without a request after --idle-timeout.
 
 Small files (up to --cache-file-max) are kept in a memory cache of
 --data-cache bytes, admitted by popularity (TinyLFU), and used only while
-the file's size, mtime and ctime are those it was read under.
+the file's size, mtime and ctime are those it was read under, and for at
+most --data-cache-max-age (content written without a close, which leaves
+those unchanged, shows within it).
 
 With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
@@ -143,12 +145,23 @@ answers clients straight back; all undone on exit.`,
 			if err != nil || fileMax <= 0 {
 				return usageError{fmt.Errorf("--cache-file-max %q: want a positive size such as 64K", cacheFileMax)}
 			}
+			if err := node.CheckDataCache(dcache, fileMax); err != nil {
+				return usageError{err}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := node.Config{Meta: metaAddr, Docroot: docroot, DefaultDomain: defDomain, Log: daemonLog("node"),
 				Admin: adminAddr, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, HealthzOnService: healthzOnService,
 				ReadAheadBudget: budget}
 			cfg.DataCache, cfg.CacheFileMax = dcache, fileMax
+			switch {
+			case cacheMaxAge < 0:
+				return usageError{fmt.Errorf("--data-cache-max-age %v: want a duration such as 5s (0: no limit)", cacheMaxAge)}
+			case cacheMaxAge == 0:
+				cfg.DataCacheMaxAge = -1 // no limit (Config's zero is the default)
+			default:
+				cfg.DataCacheMaxAge = cacheMaxAge
+			}
 			if writeTimeout <= 0 || idleTimeout <= 0 {
 				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
 			}
@@ -175,8 +188,9 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
 	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
 	c.Flags().StringVar(&raBudget, "read-ahead-budget", "32M", "read-ahead of all requests together; past it a request reads without (bounds memory under many slow clients)")
-	c.Flags().StringVar(&dataCache, "data-cache", "64M", "memory for whole small files served without asking the I/O servers; 0: no cache")
-	c.Flags().StringVar(&cacheFileMax, "cache-file-max", "64K", "largest file the data cache holds")
+	c.Flags().StringVar(&dataCache, "data-cache", "64M", "memory for whole small files served without asking the I/O servers (at most 64G); 0: no cache")
+	c.Flags().DurationVar(&cacheMaxAge, "data-cache-max-age", node.DefaultDataCacheMaxAge, "read a cached file again after this long even if its attributes are unchanged (shows content written without a close); 0: no limit")
+	c.Flags().StringVar(&cacheFileMax, "cache-file-max", "64K", "largest file the data cache holds (at most 512K; with its 128 bytes of bookkeeping it must fit in --data-cache)")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")

@@ -3,23 +3,60 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Data cache defaults (corral node --data-cache, --cache-file-max).
 const (
 	// DefaultDataCache is the CLI's default cache size in bytes.
 	DefaultDataCache = 64 << 20
+	// DefaultDataCacheMaxAge is how long a copy is used before it is read
+	// again even though the file's attributes did not change: content
+	// that reached the I/O servers without the setattr that publishes it
+	// (a writer that has not closed the file, or died first) shows within
+	// this long (corral node --data-cache-max-age).
+	DefaultDataCacheMaxAge = 5 * time.Second
 	// DefaultCacheFileMax is the largest file cached, in bytes: web
 	// requests are mostly for small files (paper 001), and a large one
 	// would push out many small ones for one request's worth of gain.
 	DefaultCacheFileMax = 64 << 10
+	// MaxCacheFileMax is the largest --cache-file-max: a miss reads the
+	// whole file into memory at once, which should cost no more than the
+	// read-ahead window an uncached request may hold.
+	MaxCacheFileMax = ReadAhead
 	// entryOverhead is what an entry is charged beyond its bytes (map
 	// slot, list links, its version): so many empty files cannot hold
 	// memory the byte bound does not see.
 	entryOverhead = 128
+	// MaxDataCache is the largest --data-cache: far above a node's
+	// memory, and small enough that byte arithmetic on it (shares,
+	// sums of costs) cannot overflow an int64.
+	MaxDataCache = 64 << 30
 )
+
+// CheckDataCache reports what is wrong with a data cache of size bytes for
+// files up to fileMax bytes, naming the flags (corral node --data-cache,
+// --cache-file-max). A size of 0 (no cache) is always fine.
+func CheckDataCache(size, fileMax int64) error {
+	switch {
+	case size < 0:
+		return fmt.Errorf("--data-cache %d: negative", size)
+	case size > MaxDataCache:
+		return fmt.Errorf("--data-cache %d: more than the limit of %d (64G)", size, int64(MaxDataCache))
+	case fileMax <= 0:
+		return fmt.Errorf("--cache-file-max %d: want a positive size", fileMax)
+	case fileMax > MaxCacheFileMax:
+		return fmt.Errorf("--cache-file-max %d: more than the limit of %d (512K, the read-ahead window)", fileMax, int64(MaxCacheFileMax))
+	case size > 0 && charge(fileMax) > size:
+		return fmt.Errorf("--cache-file-max %d: a file that large (its memory, %d bytes, plus %d of bookkeeping) does not fit in --data-cache %d",
+			fileMax, allocSize(fileMax), entryOverhead, size)
+	}
+	return nil
+}
 
 // version is what a cached copy of a file was read under. A request uses
 // the copy only if the attributes it got for the file (StatBeneath) are
@@ -33,18 +70,73 @@ type version struct {
 	mtime, ctime int64
 }
 
+// supersedes reports whether v is the same age as or newer than old, by
+// ctime, then mtime: a request that got older attributes (from a lagging
+// attribute cache, or a fill that took longer than a later one) must not
+// drop or replace the copy of a newer version. Its own answer is still
+// read from the file system: a copy is only ever used for its version.
+func (v version) supersedes(old version) bool {
+	if v.ctime != old.ctime {
+		return v.ctime > old.ctime
+	}
+	return v.mtime >= old.mtime
+}
+
 type cacheEntry struct {
 	v          version
 	data       []byte
+	read       time.Time   // when the read of data began: the content is at least this recent
 	prev, next *cacheEntry // on its segment's list; the sentinel's next is the most recent
 	protected  bool        // in the protected segment (asked for again since admitted)
 }
 
-func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
+func (e *cacheEntry) cost() int64 { return charge(int64(cap(e.data))) }
 
-// dataCache holds whole small files in memory, at most max bytes (data
-// plus entryOverhead each), keyed by inode. Admission is TinyLFU: a file
-// enters a full cache only if it was asked for more often, recently, than
+// charge is what a file of n bytes costs in the cache: the memory its
+// bytes take (allocSize) and entryOverhead.
+func charge(n int64) int64 { return allocSize(n) + entryOverhead }
+
+// allocSize is the memory the Go heap gives n bytes: small allocations
+// round up to the next size class (up to 32 KiB; a 4097-byte file takes
+// 4864), larger ones to whole 8 KiB pages. Charging less lets the heap
+// run a quarter over --data-cache with files just past a class (measured:
+// 24% with files of 32 KiB + 1).
+func allocSize(n int64) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case n > maxSmallAlloc:
+		return (n + pageSize - 1) &^ (pageSize - 1)
+	}
+	classesOnce.Do(measureClasses)
+	i, _ := slices.BinarySearch(sizeClasses, n)
+	return sizeClasses[i]
+}
+
+const (
+	maxSmallAlloc = 32 << 10 // the runtime's largest size class
+	pageSize      = 8 << 10  // the runtime's page
+)
+
+var (
+	classesOnce sync.Once
+	sizeClasses []int64 // ascending; the last is maxSmallAlloc
+)
+
+// measureClasses learns the runtime's size classes up to maxSmallAlloc,
+// from the capacity append gives (it rounds up to the class): about 70
+// allocations, once, rather than a copy of a table that may change.
+func measureClasses() {
+	for n := 1; n <= maxSmallAlloc; {
+		c := cap(slices.Grow([]byte(nil), n))
+		sizeClasses = append(sizeClasses, int64(c))
+		n = c + 1
+	}
+}
+
+// dataCache holds whole small files in memory, at most max bytes (data as
+// the heap allocates it, plus entryOverhead each), keyed by inode.
+// Admission is TinyLFU: a file enters a full cache only if it was asked for more often, recently, than
 // each file it would push out, so a scan of files fetched once does not
 // flush the hot set of a Zipf workload. Eviction is a segmented LRU (as in
 // W-TinyLFU's main space): a file enters the probation segment and moves
@@ -54,6 +146,8 @@ func (e *cacheEntry) cost() int64 { return int64(len(e.data)) + entryOverhead }
 // asked for.
 type dataCache struct {
 	max, fileMax int64
+	maxAge       time.Duration    // a copy read longer ago is read again; 0: no limit
+	now          func() time.Time // the clock (the node's Config.Now)
 
 	mu        sync.Mutex // guards all below except the counters
 	byIno     map[uint64]*cacheEntry
@@ -80,12 +174,14 @@ func newDataCache(max, fileMax int64) *dataCache {
 	if max <= 0 {
 		return nil
 	}
+	max = min(max, MaxDataCache) // CheckDataCache refuses more; a library caller gets the limit
 	if fileMax <= 0 {
 		fileMax = DefaultCacheFileMax
 	}
+	fileMax = min(fileMax, MaxCacheFileMax)
 	// The sketch counts about as many keys as a cache of 4 KiB files
 	// holds (the paper's width: the cache's entries).
-	c := &dataCache{max: max, fileMax: fileMax, byIno: map[uint64]*cacheEntry{},
+	c := &dataCache{max: max, fileMax: fileMax, now: time.Now, byIno: map[uint64]*cacheEntry{},
 		freq: newTinyLFU(int(min(max/4096, 1<<22))), fills: map[version]*fill{}}
 	for _, l := range []*cacheEntry{&c.probation, &c.protected} {
 		l.next, l.prev = l, l
@@ -93,9 +189,11 @@ func newDataCache(max, fileMax int64) *dataCache {
 	return c
 }
 
-// cacheable reports whether a file of size bytes goes through the cache.
+// cacheable reports whether a file of size bytes goes through the cache:
+// at most fileMax, and able to fit at all (one that cannot would be read
+// whole for nothing).
 func (c *dataCache) cacheable(size uint64) bool {
-	return c != nil && size <= uint64(c.fileMax)
+	return c != nil && size <= uint64(c.fileMax) && charge(int64(size)) <= c.max
 }
 
 // lookup returns the cached bytes of v, counting a request for v's inode
@@ -110,22 +208,35 @@ func (c *dataCache) lookup(v version) ([]byte, bool) {
 func (c *dataCache) lookupLocked(v version) ([]byte, bool) {
 	c.freq.touch(v.ino)
 	e := c.byIno[v.ino]
-	if e != nil && e.v == v {
+	old := e != nil && c.tooOld(e)
+	if e != nil && e.v == v && !old {
 		c.promote(e)
 		c.hits.Add(1)
 		return e.data, true
 	}
-	if e != nil {
-		c.remove(e)
+	if e != nil && e.v != v && (old || v.supersedes(e.v)) {
+		c.remove(e) // stale
 	}
+	// A copy of v too old to use stays until the read of v replaces it:
+	// it keeps its place and its popularity is not asked again.
 	c.misses.Add(1)
 	return nil, false
+}
+
+// tooOld reports whether e was read longer than maxAge ago: its content
+// may have changed without its attributes (see DefaultDataCacheMaxAge).
+func (c *dataCache) tooOld(e *cacheEntry) bool {
+	return c.maxAge > 0 && c.now().Sub(e.read) > c.maxAge
 }
 
 // get returns v's bytes from the cache, or from read, run once for all
 // concurrent misses of v; what read returns is offered to the cache. A
 // waiter whose ctx ends stops waiting; the read goes on for the others.
-func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, error)) ([]byte, error) {
+//
+// With partial (the request wants part of the file) a miss that would not
+// be admitted is not read: errNotAdmitted, and the caller reads just the
+// part it needs.
+func (c *dataCache) get(ctx context.Context, v version, partial bool, read func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if data, ok := c.lookupLocked(v); ok {
 		c.mu.Unlock()
@@ -140,9 +251,14 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 			return nil, ctx.Err()
 		}
 	}
+	if partial && !c.wouldTake(v) {
+		c.mu.Unlock()
+		return nil, errNotAdmitted
+	}
 	f := &fill{done: make(chan struct{})}
 	c.fills[v] = f
 	c.mu.Unlock()
+	start := c.now()
 
 	f.err = errFillAborted // what waiters see if read panics
 	defer func() {
@@ -151,7 +267,7 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 		c.mu.Lock()
 		delete(c.fills, v)
 		if f.err == nil {
-			c.admit(v, f.data)
+			c.admit(v, f.data, start)
 		}
 		c.mu.Unlock()
 		close(f.done)
@@ -160,50 +276,85 @@ func (c *dataCache) get(ctx context.Context, v version, read func() ([]byte, err
 	return f.data, f.err
 }
 
-var errFillAborted = errors.New("data cache: the read of this file was aborted")
+var (
+	errFillAborted = errors.New("data cache: the read of this file was aborted")
+	errNotAdmitted = errors.New("data cache: this file would not be admitted")
+)
 
 // admit offers v's bytes to the cache. They go in if they fit in the free
 // space, or if v's inode is estimated more popular than every entry they
 // would evict from the cold end; otherwise the cache stays as it is.
 // c.mu is held.
-func (c *dataCache) admit(v version, data []byte) {
+func (c *dataCache) admit(v version, data []byte, read time.Time) {
 	if uint64(len(data)) != v.size || int64(len(data)) > c.fileMax {
 		return // a short read, or a file that grew past the limit meanwhile
 	}
-	e := &cacheEntry{v: v, data: data}
+	e := &cacheEntry{v: v, data: data, read: read}
 	need := e.cost()
 	if need > c.max {
 		return
 	}
 	if old := c.byIno[v.ino]; old != nil {
-		if old.v == v {
-			return // another fill of the same version got here first
+		switch {
+		case old.v == v && !old.read.Before(read):
+			return // another fill of it got here first
+		case old.v == v && old.cost() == need:
+			// A copy read again for its age: the new bytes in its place.
+			old.data, old.read = data, read
+			return
+		case old.v != v && !v.supersedes(old.v) && !c.tooOld(old):
+			return // a newer version is cached
 		}
-		c.remove(old) // stale either way
+		c.remove(old)
 	}
-	if over := c.used.Load() + need - c.max; over > 0 {
-		// The victims, in eviction order until enough is freed, must
-		// all be less popular, else nothing changes.
-		cand := c.freq.estimate(v.ino)
-		freed := int64(0)
-		for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
-			if victim == nil {
-				return // cannot happen: used covers the entries' costs
-			}
-			if c.freq.estimate(victim.v.ino) >= cand {
-				return
-			}
-			freed += victim.cost()
-		}
-		for c.used.Load()+need > c.max {
-			c.remove(c.victim(nil))
-			c.evictions.Add(1)
-		}
+	if !c.fits(v.ino, need) {
+		return
+	}
+	for c.used.Load()+need > c.max {
+		c.remove(c.victim(nil))
+		c.evictions.Add(1)
 	}
 	c.byIno[v.ino] = e
 	pushFront(&c.probation, e)
 	c.used.Add(need)
 	c.admissions.Add(1)
+}
+
+// wouldTake reports whether a read of v would be admitted: in place of a
+// copy of v too old to use, or fitting (fits) where no newer version is.
+// c.mu is held, after lookupLocked dropped what v supersedes.
+func (c *dataCache) wouldTake(v version) bool {
+	if e := c.byIno[v.ino]; e != nil {
+		if e.v == v {
+			return true
+		}
+		if !v.supersedes(e.v) && !c.tooOld(e) {
+			return false
+		}
+	}
+	return c.fits(v.ino, charge(int64(v.size)))
+}
+
+// fits reports whether need bytes of inode ino would be admitted: they fit
+// in the free space, or the victims, in eviction order until enough is
+// freed, are all less popular. c.mu is held.
+func (c *dataCache) fits(ino uint64, need int64) bool {
+	over := c.used.Load() + need - c.max
+	if over <= 0 {
+		return true
+	}
+	if need > c.max {
+		return false
+	}
+	cand := c.freq.estimate(ino)
+	freed := int64(0)
+	for victim := c.victim(nil); freed < over; victim = c.victim(victim) {
+		if victim == nil || c.freq.estimate(victim.v.ino) >= cand {
+			return false // nil cannot happen: used covers the entries' costs
+		}
+		freed += victim.cost()
+	}
+	return true
 }
 
 // protectedShare is the protected segment's part of the bytes, in
@@ -219,7 +370,7 @@ func (c *dataCache) promote(e *cacheEntry) {
 		c.protUsed += e.cost()
 	}
 	pushFront(&c.protected, e)
-	for c.protUsed > c.max*protectedShare/100 {
+	for c.protUsed > c.max/100*protectedShare { // c.max*protectedShare could overflow
 		d := c.protected.prev
 		unlink(d)
 		d.protected = false

@@ -2,16 +2,21 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -291,5 +296,184 @@ func TestCacheConcurrentRequests(t *testing.T) {
 	wg.Wait()
 	if s.cache.hits.Load() == 0 || s.cache.evictions.Load() == 0 {
 		t.Errorf("hits %d, evictions %d: the cache was not exercised", s.cache.hits.Load(), s.cache.evictions.Load())
+	}
+}
+
+// A Range request on a file the cache cannot hold (over the clamped
+// --cache-file-max, larger than the whole cache) reads only the range.
+func TestRangeOnUncacheableFile(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/big.bin", make([]byte, 8<<20))
+	s := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20, CacheFileMax: 1 << 30})
+	t.Cleanup(s.Close)
+	fills := 0
+	s.fill = func(ctx context.Context, a proto.Attr) ([]byte, error) { fills++; return s.readWhole(ctx, a) }
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "http://a.test/big.bin", nil)
+		r.Header.Set("Range", "bytes=0-0")
+		s.ServeHTTP(w, r)
+		if w.Code != http.StatusPartialContent || w.Body.Len() != 1 {
+			t.Fatalf("status %d, %d bytes", w.Code, w.Body.Len())
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if fills != 0 || s.cache.misses.Load() != 0 {
+		t.Errorf("%d whole-file reads, %d cache misses for ranges of an 8M file in a 1M cache", fills, s.cache.misses.Load())
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
+		t.Errorf("3 one-byte ranges allocated %d bytes: the 8M file was read whole", got)
+	}
+}
+
+// Content that reached the I/O servers without the setattr that publishes
+// it (the writer has not closed the file, or died first) leaves the
+// attributes as they were: a cached node shows it once the copy is older
+// than --data-cache-max-age, as an uncached node shows it at once.
+func TestCacheMaxAgeUnpublishedWrite(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/f.txt", []byte("version one"))
+	var mu sync.Mutex
+	now := time.Unix(1e9, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	on := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20, Now: clock})
+	off := New(Config{Meta: fsys.Meta.Addr})
+	t.Cleanup(on.Close)
+	t.Cleanup(off.Close)
+	onS, offS := httptest.NewServer(on), httptest.NewServer(off)
+	t.Cleanup(onS.Close)
+	t.Cleanup(offS.Close)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "version one" {
+		t.Fatalf("first GET: %q", got)
+	}
+	w := client.New(fsys.Meta.Addr)
+	t.Cleanup(w.Close)
+	f, err := w.Open(context.Background(), "/www/a.test/f.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("VERSION TWO"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(); err != nil { // on the I/O servers; no Close
+		t.Fatal(err)
+	}
+	if got := fetch(t, offS.URL, "GET", "/f.txt", nil).body; got != "VERSION TWO" {
+		t.Fatalf("uncached node: %q (the test's premise: the bytes are on the I/O servers)", got)
+	}
+	step(DefaultDataCacheMaxAge / 2)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "version one" {
+		t.Logf("within the max age the cached node already shows %q", got)
+	}
+	step(DefaultDataCacheMaxAge)
+	if got := fetch(t, onS.URL, "GET", "/f.txt", nil).body; got != "VERSION TWO" {
+		t.Errorf("cached node %v after the write: %q", DefaultDataCacheMaxAge*3/2, got)
+	}
+}
+
+// A conditional GET answered 304 reads nothing into the cache on a miss
+// (no body to send); one that is not 304 does.
+func TestCacheNotModifiedNoFill(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/f.txt", []byte("hello"))
+	s := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20})
+	t.Cleanup(s.Close)
+	var fills atomic.Int32
+	s.fill = func(ctx context.Context, a proto.Attr) ([]byte, error) { fills.Add(1); return s.readWhole(ctx, a) }
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	head := fetch(t, srv.URL, "HEAD", "/f.txt", nil)
+	etag, lm := head.header.Get("ETag"), head.header.Get("Last-Modified")
+	for _, h := range []map[string]string{
+		{"If-None-Match": etag},
+		{"If-None-Match": `"x", W/` + etag},
+		{"If-None-Match": "*"},
+		{"If-Modified-Since": lm},
+	} {
+		if a := fetch(t, srv.URL, "GET", "/f.txt", h); a.status != http.StatusNotModified {
+			t.Errorf("%v: status %d", h, a.status)
+		}
+	}
+	if fills.Load() != 0 || s.cache.len() != 0 {
+		t.Errorf("304 answers read the file %d times into the cache (%d entries)", fills.Load(), s.cache.len())
+	}
+	for _, h := range []map[string]string{{"If-None-Match": `"other"`}, {"If-Modified-Since": "Mon, 02 Jan 2006 15:04:05 GMT"}} {
+		if a := fetch(t, srv.URL, "GET", "/f.txt", h); a.status != http.StatusOK || a.body != "hello" {
+			t.Errorf("%v: status %d, %q", h, a.status, a.body)
+		}
+	}
+	if fills.Load() != 1 || s.cache.len() != 1 {
+		t.Errorf("modified since: %d reads, %d entries; want the file read once and cached", fills.Load(), s.cache.len())
+	}
+}
+
+// Requests waiting for another's read of a file: one whose client leaves
+// returns at once without reading (499 in the log); when the read fails
+// they all fail with it (503), none reads the file again.
+func TestCacheWaitersOfAFill(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	cl := client.New(fsys.Meta.Addr)
+	t.Cleanup(cl.Close)
+	put(t, cl, "/www/a.test/f.txt", []byte("hello"))
+	s := New(Config{Meta: fsys.Meta.Addr, DataCache: 1 << 20, Log: slog.New(slog.DiscardHandler)})
+	t.Cleanup(s.Close)
+	started, release := make(chan struct{}), make(chan struct{})
+	var fills atomic.Int32
+	s.fill = func(ctx context.Context, a proto.Attr) ([]byte, error) {
+		if fills.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return nil, errors.New("iod down")
+	}
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	serve := func(ctx context.Context) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest("GET", "http://a.test/f.txt", nil).WithContext(ctx))
+		return w
+	}
+	waitMisses := func(n uint64) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); s.cache.misses.Load() < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d requests reached the cache", s.cache.misses.Load(), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	const n = 4 // the filler and 3 waiters
+	codes := make(chan int, n)
+	go func() { codes <- serve(context.Background()).Code }()
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan *httptest.ResponseRecorder)
+	go func() { gone <- serve(ctx) }()
+	waitMisses(2)
+	cancel()
+	if w := <-gone; w.Code != StatusClientClosed || w.Body.Len() != 0 {
+		t.Errorf("a waiter whose client left: status %d, %d body bytes; want %d, nothing", w.Code, w.Body.Len(), StatusClientClosed)
+	}
+	for range n - 1 {
+		go func() { codes <- serve(context.Background()).Code }()
+	}
+	waitMisses(2 + n - 1)
+	once.Do(func() { close(release) })
+	for range n {
+		if c := <-codes; c != http.StatusServiceUnavailable {
+			t.Errorf("a request of the failed read: status %d, want 503", c)
+		}
+	}
+	if fills.Load() != 1 {
+		t.Errorf("%d reads, want the one shared", fills.Load())
 	}
 }

@@ -101,7 +101,7 @@ func registerCacheMetrics(reg prometheus.Registerer, c *dataCache) {
 		counter("corral_node_cache_evictions_total", "files the data cache pushed out to make room for more popular ones",
 			func(c *dataCache) float64 { return float64(c.evictions.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_cache_bytes",
-			Help: "bytes the data cache holds (file bytes plus a fixed charge per file), at most --data-cache"},
+			Help: "memory the data cache holds (file bytes rounded up to their heap allocation size, plus a fixed charge per file), at most --data-cache"},
 			val(func(c *dataCache) float64 { return float64(c.used.Load()) })),
 	)
 }

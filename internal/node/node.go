@@ -98,6 +98,11 @@ type Config struct {
 	// DefaultDataCache). CacheFileMax is the largest file it holds (zero:
 	// DefaultCacheFileMax).
 	DataCache, CacheFileMax int64
+	// DataCacheMaxAge is how long a cached copy is used before the file
+	// is read again though its attributes are unchanged (content written
+	// without a close shows within it): zero takes DefaultDataCacheMaxAge,
+	// less than zero is no limit.
+	DataCacheMaxAge time.Duration
 	// WriteTimeout and IdleTimeout: zero takes the defaults above.
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
@@ -116,6 +121,9 @@ type Server struct {
 	admin    *http.ServeMux
 	metrics  *nodeMetrics
 	cache    *dataCache // nil: off
+	// fill reads a whole file for the cache: readWhole (tests count or
+	// fail the reads through it).
+	fill func(context.Context, proto.Attr) ([]byte, error)
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
 
@@ -146,6 +154,16 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
 	s.cache = newDataCache(cfg.DataCache, cfg.CacheFileMax)
+	if s.cache != nil {
+		s.cache.now = cfg.Now
+		switch {
+		case cfg.DataCacheMaxAge == 0:
+			s.cache.maxAge = DefaultDataCacheMaxAge
+		case cfg.DataCacheMaxAge > 0:
+			s.cache.maxAge = cfg.DataCacheMaxAge
+		}
+	}
+	s.fill = s.readWhole
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
@@ -370,10 +388,25 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := root + rel
+	mtime := time.Unix(0, a.Mtime)
+	etag := fmt.Sprintf(`"%x-%x-%x"`, a.Ino, a.Size, a.Mtime)
 	// The content: the cached copy of this very version of the file, or
 	// the file itself. Either way the answer below is made the same way.
-	content, ok := s.cached(ctx, r, a)
-	if !ok {
+	content, err := s.cached(ctx, r, a, etag, mtime)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// The client left while another request read the file: nobody
+		// to answer, and no read to start (nginx logs this as 499).
+		w.WriteHeader(StatusClientClosed)
+		return
+	case err != nil:
+		// The read the cache shared failed: every request that waited
+		// for it fails at once rather than all reading again.
+		s.cfg.Log.Warn("read failed", "path", trunc(p), "err", trunc(err.Error()))
+		http.Error(w, "503 file system unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if content == nil {
 		f, err := s.fs.OpenAttr(ctx, a)
 		if err != nil {
 			s.cfg.Log.Warn("open failed", "path", trunc(p), "err", trunc(err.Error()))
@@ -390,8 +423,7 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 		}
 		content = f
 	}
-	mtime := time.Unix(0, a.Mtime)
-	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x-%x"`, a.Ino, a.Size, a.Mtime))
+	w.Header().Set("ETag", etag)
 	size := int64(a.Size)
 	fixRange(r, size)
 	s.inflight.Add(size)
@@ -402,24 +434,54 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 
 // cached returns the content of the file a describes from the data cache:
 // a hit, or for a GET a miss read once (for all concurrent misses of this
-// version) and offered to the cache. false: serve it from the file system
-// (no cache, a file too large or not regular, a HEAD that missed, a failed
-// read, which the uncached path then reports as it always does).
-func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr) (io.ReaderAt, bool) {
+// version) and offered to the cache. nil and no error: serve it from the
+// file system (no cache, a file too large or not regular, a HEAD or a
+// request answered 304 that missed, a Range the cache would not take). An
+// error: the shared read failed, or ctx ended while waiting for it.
+func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr, etag string, mtime time.Time) (io.ReaderAt, error) {
 	if !s.cache.cacheable(a.Size) || a.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return nil, false
+		return nil, nil
 	}
 	v := version{ino: a.Ino, size: a.Size, mtime: a.Mtime, ctime: a.Ctime}
-	if r.Method != http.MethodGet {
-		// A HEAD needs no bytes: it uses a copy but does not read one.
-		data, ok := s.cache.lookup(v)
-		return bytes.NewReader(data), ok
+	if r.Method != http.MethodGet || notModified(r, etag, mtime) {
+		// No body to send: a copy is used, none is read.
+		if data, ok := s.cache.lookup(v); ok {
+			return bytes.NewReader(data), nil
+		}
+		return nil, nil
 	}
-	data, err := s.cache.get(ctx, v, func() ([]byte, error) { return s.readWhole(ctx, a) })
-	if err != nil {
-		return nil, false
+	// A Range request reads the whole file only for a copy the cache
+	// would take: otherwise only the part it asks for.
+	partial := r.Header.Get("Range") != ""
+	data, err := s.cache.get(ctx, v, partial, func() ([]byte, error) { return s.fill(ctx, a) })
+	switch {
+	case errors.Is(err, errNotAdmitted):
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
-	return bytes.NewReader(data), true
+	return bytes.NewReader(data), nil
+}
+
+// StatusClientClosed is the status logged (and counted) for a request
+// whose client left before its answer (nginx's 499); nothing is sent.
+const StatusClientClosed = 499
+
+// notModified reports whether r's answer will be 304 Not Modified (RFC
+// 9110 13.2.2: If-None-Match decides, else If-Modified-Since), so that a
+// miss is not read whole for an answer without a body. Only a guess for
+// the cache: http.ServeContent makes the answer.
+func notModified(r *http.Request, etag string, mtime time.Time) bool {
+	if inm := r.Header.Get("If-None-Match"); inm != "" {
+		for _, t := range strings.Split(inm, ",") {
+			if t = strings.TrimSpace(t); t == "*" || strings.TrimPrefix(t, "W/") == etag {
+				return true
+			}
+		}
+		return false
+	}
+	t, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	return err == nil && !mtime.Truncate(time.Second).After(t)
 }
 
 // readWhole reads the file a describes, all a.Size bytes of it, for the

@@ -7,7 +7,7 @@ import "math/bits"
 // Policy", 2017). A key's first sighting only sets its bit in the
 // doorkeeper, a small Bloom filter, so the many keys seen once (a crawler's
 // scan) never reach the count-min sketch; later sightings count there.
-// Every sampleSize additions all counters halve and the doorkeeper empties,
+// Every sampleSize touches all counters halve and the doorkeeper empties,
 // so the estimates follow a popularity that shifts (aging).
 //
 // Not safe for concurrent use: the data cache calls it under its lock.
@@ -52,11 +52,13 @@ func (t *tinyLFU) estimate(key uint64) int {
 }
 
 // reset halves every counter and empties the doorkeeper: a key's old
-// popularity weighs half as much as its new.
+// popularity weighs half as much as its new. The next aging is a whole
+// sample later (halving additions, as the paper does, makes every aging
+// after the first come twice as often).
 func (t *tinyLFU) reset() {
 	t.sketch.halve()
 	t.door.clear()
-	t.additions /= 2
+	t.additions = 0
 }
 
 // countMax is the largest count a sketch counter holds (4 bits' worth,
