@@ -18,6 +18,7 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // RaftConfig configures one member of a Raft group.
@@ -87,21 +88,25 @@ type Raft struct {
 	lead, term, commit, applied atomic.Uint64
 
 	mu        sync.Mutex
-	waiters   map[uint64]*batchWait  // batch ID → proposals waiting for it
-	confWait  map[uint64]chan error  // conf change ID → its waiter
-	addrs     map[uint64]string      // every member's address
-	confState raftpb.ConfState       // membership as of the last applied change
-	changed   chan struct{}          // closed and replaced when leader or applied moves
-	recv      map[uint64]*snapRecv   // snapshot transfers being received, by token
-	received  map[uint64]string      // complete snapshot files by Raft index
-	peers     map[uint64]*peerSender // by member ID
-	fatal     error                  // the state machine failed: nothing more applies
+	waiters   map[uint64]*batchWait       // batch ID → proposals waiting for it
+	confWait  map[uint64]chan error       // conf change ID → its waiter
+	addrs     map[uint64]string           // every member's address
+	confState raftpb.ConfState            // membership as of the last applied change
+	changed   chan struct{}               // closed and replaced when leader or applied moves
+	readyDone chan struct{}               // closed and replaced after each Ready is handled
+	recv      map[uint64]*snapRecv        // snapshot transfers being received, by token
+	received  map[uint64]string           // complete snapshot files by Raft index
+	peers     map[uint64]*peerSender      // by member ID
+	fatal     error                       // the state machine failed: nothing more applies
+	progress  map[uint64]tracker.Progress // leader's view of the members, refreshed per tick
+	heard     map[uint64]time.Time        // when the leader last saw each member active
 
 	confMu sync.Mutex // one membership change at a time (Raft allows one pending)
 
 	// owned by the run loop
 	cmdIndex  uint64 // state machine command index of the last applied entry
 	snapIndex uint64 // Raft index of the last snapshot
+	forceSnap bool   // a member was added: the next snapshot must name it
 	idBase    uint64
 	idNext    atomic.Uint64
 }
@@ -141,8 +146,8 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 	r := &Raft{cfg: cfg, log: cfg.Log.With("member", cfg.ID), storage: raft.NewMemoryStorage(), wal: w, sm: cfg.SM,
 		propc: make(chan *proposal, 4096), readq: make(chan chan error, 4096), readSt: make(chan raft.ReadState, 64),
 		done: make(chan struct{}), waiters: map[uint64]*batchWait{}, confWait: map[uint64]chan error{},
-		addrs: map[uint64]string{cfg.ID: cfg.Addr}, changed: make(chan struct{}), recv: map[uint64]*snapRecv{},
-		received: map[uint64]string{}, peers: map[uint64]*peerSender{}}
+		addrs: map[uint64]string{cfg.ID: cfg.Addr}, changed: make(chan struct{}), readyDone: make(chan struct{}), recv: map[uint64]*snapRecv{},
+		received: map[uint64]string{}, heard: map[uint64]time.Time{}, peers: map[uint64]*peerSender{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Snapshot files of transfers a crash interrupted.
 	if old, _ := filepath.Glob(filepath.Join(cfg.Dir, "snap-*")); len(old) > 0 {
@@ -416,9 +421,22 @@ func (r *Raft) proposeLoop() {
 		r.mu.Lock()
 		r.waiters[id] = &batchWait{props: batch, at: time.Now()}
 		r.mu.Unlock()
+		r.mu.Lock()
+		next := r.readyDone
+		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Bound)
 		err := r.node.Propose(ctx, encodeBatch(id, cmds))
 		cancel()
+		if err == nil {
+			// Group commit: while the log write under way finishes,
+			// commands queue up for the next batch (one entry, one
+			// fsync for all of them) instead of trickling in one by one.
+			select {
+			case <-next:
+			case <-time.After(r.cfg.Tick):
+			case <-r.done:
+			}
+		}
 		if err != nil {
 			if errors.Is(err, raft.ErrProposalDropped) {
 				err = r.leaderGone(r.lead.Load())
@@ -572,6 +590,18 @@ func (r *Raft) run() {
 		case <-t.C:
 			r.node.Tick()
 			ticks++
+			if r.lead.Load() == r.cfg.ID {
+				rs := r.node.Status()
+				now := time.Now()
+				r.mu.Lock()
+				r.progress = rs.Progress
+				for id, pr := range rs.Progress {
+					if pr.RecentActive {
+						r.heard[id] = now
+					}
+				}
+				r.mu.Unlock()
+			}
 			if ticks%electionTicks == 0 {
 				r.expire()
 				if r.lead.Load() == r.cfg.ID {
@@ -589,6 +619,10 @@ func (r *Raft) run() {
 				return
 			}
 			r.node.Advance()
+			r.mu.Lock()
+			close(r.readyDone)
+			r.readyDone = make(chan struct{})
+			r.mu.Unlock()
 		case <-r.done:
 			return
 		}
@@ -752,6 +786,9 @@ func (r *Raft) applyConf(e raftpb.Entry) {
 		if len(cc.Context) > 0 && cc.NodeID != r.cfg.ID {
 			r.addrs[cc.NodeID] = string(cc.Context)
 		}
+		// A member refuses a snapshot whose configuration lacks it: the
+		// one it may need must be taken after its addition.
+		r.forceSnap = r.snapIndex > 0 || r.cmdIndex > 0
 	case raftpb.ConfChangeRemoveNode:
 		delete(r.addrs, cc.NodeID)
 		if p := r.peers[cc.NodeID]; p != nil {
@@ -776,9 +813,10 @@ func (r *Raft) applyConf(e raftpb.Entry) {
 // behind it is compacted, keeping KeepEntries for members a little behind.
 func (r *Raft) maybeSnapshot() error {
 	applied := r.applied.Load()
-	if applied-r.snapIndex < r.cfg.SnapshotEvery {
+	if applied-r.snapIndex < r.cfg.SnapshotEvery && !r.forceSnap {
 		return nil
 	}
+	r.forceSnap = false
 	r.mu.Lock()
 	addrs := make(map[uint64]string, len(r.addrs))
 	for id, a := range r.addrs {
@@ -817,7 +855,14 @@ func (r *Raft) installSnapshot(s raftpb.Snapshot) error {
 	idx := s.Metadata.Index
 	r.mu.Lock()
 	path := r.received[idx]
-	delete(r.received, idx)
+	for i, p := range r.received { // this one, and older ones Raft turned down
+		if i <= idx {
+			delete(r.received, i)
+			if i != idx {
+				os.Remove(p)
+			}
+		}
+	}
 	r.mu.Unlock()
 	if path == "" {
 		return fmt.Errorf("snapshot at %d: its data never arrived", idx)
@@ -879,7 +924,9 @@ func (r *Raft) promote() {
 	}
 	for id := range st.Config.Learners {
 		pr, ok := st.Progress[id]
-		if !ok || !pr.RecentActive || pr.Match+promoteSlack < st.Commit {
+		// Not RecentActive: CheckQuorum clears it every election timeout;
+		// a learner close to the commit index has just been heard from.
+		if !ok || pr.Match+promoteSlack < st.Commit {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Bound)
@@ -959,20 +1006,22 @@ func (r *Raft) confChange(ctx context.Context, cc raftpb.ConfChange) error {
 	}
 }
 
-// Status implements Engine.
+// Status implements Engine. Cheap (no round trip through Raft's goroutine):
+// the metadata service asks it per request; the leader's view of the
+// others' progress is refreshed every tick.
 func (r *Raft) Status() Status {
 	st := Status{ID: r.cfg.ID, Leader: r.lead.Load(), Term: r.term.Load(), Commit: r.commit.Load(), Applied: r.applied.Load()}
-	var rs raft.Status
-	if !r.stopped() {
-		rs = r.node.Status()
-		st.Term, st.Commit, st.Leader = rs.Term, rs.Commit, rs.Lead
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	add := func(id uint64, learner bool) {
 		m := Member{ID: id, Addr: r.addrs[id], Learner: learner}
-		if pr, ok := rs.Progress[id]; ok {
-			m.Match, m.Active = pr.Match, pr.RecentActive || id == r.cfg.ID
+		if st.Leader == r.cfg.ID {
+			if pr, ok := r.progress[id]; ok {
+				// RecentActive is cleared every election timeout
+				// (CheckQuorum): active means seen within ~1.5 of them.
+				m.Match = pr.Match
+				m.Active = id == r.cfg.ID || time.Since(r.heard[id]) < 15*r.cfg.Tick
+			}
 		}
 		st.Members = append(st.Members, m)
 	}
@@ -1000,6 +1049,9 @@ func (r *Raft) Close() error {
 		for _, s := range r.recv {
 			s.f.Close()
 			os.Remove(s.f.Name())
+		}
+		for _, p := range r.received {
+			os.Remove(p)
 		}
 		r.mu.Unlock()
 		r.failAll(ErrStopped)

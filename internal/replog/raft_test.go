@@ -300,15 +300,21 @@ func TestRaftReplicates(t *testing.T) {
 	if err := l.eng.Load().ReadBarrier(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	st := l.eng.Load().Status()
-	if len(st.Members) != 3 || st.LeaderAddr() != l.addr {
-		t.Fatalf("status %+v", st)
-	}
-	for _, m := range st.Members {
-		if m.Addr != c.ms[m.ID].addr || !m.Active || m.Learner {
-			t.Errorf("member %+v", m)
+	// The leader's view: every member, its address, progress and activity
+	// (refreshed per tick: polled, bounded).
+	var st Status
+	for i := 0; i < 50; i++ {
+		st = l.eng.Load().Status()
+		ok := len(st.Members) == 3 && st.LeaderAddr() == l.addr
+		for _, m := range st.Members {
+			ok = ok && m.Addr == c.ms[m.ID].addr && m.Active && !m.Learner && m.Match > 0
 		}
+		if ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
+	t.Fatalf("status %+v", st)
 }
 
 func TestRaftReadBarrierBatches(t *testing.T) {
@@ -463,8 +469,8 @@ func TestRaftAddMemberCatchesUpBySnapshot(t *testing.T) {
 	c := newCluster(t, 3, 20)
 	l := c.leader(5 * time.Second)
 	var all []string
-	for i := 0; i < 8; i++ {
-		a, errs := propose(l, fmt.Sprintf("s%d", i), 10)
+	for i := 0; i < 30; i++ { // one at a time: many entries, so the log is compacted
+		a, errs := propose(l, fmt.Sprintf("s%d", i), 1)
 		if len(errs) > 0 {
 			t.Fatal(errs)
 		}
@@ -479,6 +485,9 @@ func TestRaftAddMemberCatchesUpBySnapshot(t *testing.T) {
 	}
 	n.start(t, nil, true, 20)
 	c.converge(all, 4)
+	if first, _ := l.eng.Load().storage.FirstIndex(); first <= 1 {
+		t.Errorf("the leader's log was not compacted (first index %d): no snapshot was needed", first)
+	}
 	// It is promoted to a voter once caught up.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
