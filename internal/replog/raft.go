@@ -107,8 +107,12 @@ type Raft struct {
 	cmdIndex  uint64 // state machine command index of the last applied entry
 	snapIndex uint64 // Raft index of the last snapshot
 	forceSnap bool   // a member was added: the next snapshot must name it
-	idBase    uint64
-	idNext    atomic.Uint64
+	// seeded: the state machine held commands before the log began (a
+	// restored store). Until a snapshot compacts the log from its start,
+	// a new member replaying from index 1 would miss them.
+	seeded bool
+	idBase uint64
+	idNext atomic.Uint64
 }
 
 type batchWait struct {
@@ -188,6 +192,7 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 				return fail(err)
 			}
 			r.cmdIndex = base
+			r.seeded, r.forceSnap = true, true
 		}
 		var peers []raft.Peer
 		for id, a := range cfg.Peers {
@@ -208,6 +213,8 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 // load restores the storage from the log read at start.
 func (r *Raft) load(st walState) error {
 	r.cmdIndex = st.base
+	r.seeded = st.base > 0 && raft.IsEmptySnap(st.snap)
+	r.forceSnap = r.seeded
 	if !raft.IsEmptySnap(st.snap) {
 		if err := r.storage.ApplySnapshot(st.snap); err != nil {
 			return err
@@ -813,7 +820,7 @@ func (r *Raft) applyConf(e raftpb.Entry) {
 // behind it is compacted, keeping KeepEntries for members a little behind.
 func (r *Raft) maybeSnapshot() error {
 	applied := r.applied.Load()
-	if applied-r.snapIndex < r.cfg.SnapshotEvery && !r.forceSnap {
+	if applied <= r.snapIndex || (applied-r.snapIndex < r.cfg.SnapshotEvery && !r.forceSnap) {
 		return nil
 	}
 	r.forceSnap = false
@@ -828,8 +835,15 @@ func (r *Raft) maybeSnapshot() error {
 	if err != nil {
 		return fmt.Errorf("snapshot at %d: %w", applied, err)
 	}
+	compact := uint64(0)
 	if applied > r.cfg.KeepEntries {
-		if err := r.storage.Compact(applied - r.cfg.KeepEntries); err != nil && !errors.Is(err, raft.ErrCompacted) {
+		compact = applied - r.cfg.KeepEntries
+	}
+	if r.seeded {
+		compact, r.seeded = applied, false
+	}
+	if compact > 0 {
+		if err := r.storage.Compact(compact); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return err
 		}
 	}
