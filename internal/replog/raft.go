@@ -106,6 +106,7 @@ type Raft struct {
 	// owned by the run loop
 	cmdIndex  uint64 // state machine command index of the last applied entry
 	snapIndex uint64 // Raft index of the last snapshot
+	snapCmd   uint64 // command index at that snapshot
 	forceSnap bool   // a member was added: the next snapshot must name it
 	// seeded: the state machine held commands before the log began (a
 	// restored store). Until a snapshot compacts the log from its start,
@@ -203,6 +204,11 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 	default:
 		return fail(fmt.Errorf("raft log %s is empty: give --peers to start a new group or --join to enter one", cfg.Dir))
 	}
+	if len(r.confState.Voters) == 1 && r.confState.Voters[0] == cfg.ID {
+		// Alone: no one to wait for, lead at once instead of after an
+		// election timeout (a restart of a single member serves sooner).
+		go r.node.Campaign(r.ctx)
+	}
 	r.wg.Add(3)
 	go r.run()
 	go r.proposeLoop()
@@ -223,7 +229,7 @@ func (r *Raft) load(st walState) error {
 		if err != nil {
 			return fmt.Errorf("raft log %s: snapshot at %d: %w", r.cfg.Dir, st.snap.Metadata.Index, err)
 		}
-		r.cmdIndex = mk.cmdIndex
+		r.cmdIndex, r.snapCmd = mk.cmdIndex, mk.cmdIndex
 		for id, a := range mk.addrs {
 			r.addrs[id] = a
 		}
@@ -820,7 +826,11 @@ func (r *Raft) applyConf(e raftpb.Entry) {
 // behind it is compacted, keeping KeepEntries for members a little behind.
 func (r *Raft) maybeSnapshot() error {
 	applied := r.applied.Load()
-	if applied <= r.snapIndex || (applied-r.snapIndex < r.cfg.SnapshotEvery && !r.forceSnap) {
+	// Every SnapshotEvery entries or commands, whichever comes first:
+	// batch entries can hold hundreds of commands, and replay costs
+	// commands.
+	due := applied-r.snapIndex >= r.cfg.SnapshotEvery || r.cmdIndex-r.snapCmd >= r.cfg.SnapshotEvery
+	if applied <= r.snapIndex || (!due && !r.forceSnap) {
 		return nil
 	}
 	r.forceSnap = false
@@ -858,7 +868,7 @@ func (r *Raft) maybeSnapshot() error {
 	if err := r.wal.rewrite(snap, hs, ents); err != nil {
 		return err
 	}
-	r.snapIndex = applied
+	r.snapIndex, r.snapCmd = applied, r.cmdIndex
 	r.log.Debug("snapshot and log compaction", "index", applied, "commands", r.cmdIndex)
 	return nil
 }
@@ -903,7 +913,7 @@ func (r *Raft) installSnapshot(s raftpb.Snapshot) error {
 	}
 	r.confState = s.Metadata.ConfState
 	r.mu.Unlock()
-	r.cmdIndex = mk.cmdIndex
+	r.cmdIndex, r.snapCmd = mk.cmdIndex, mk.cmdIndex
 	r.snapIndex = idx
 	r.applied.Store(idx)
 	r.log.Info("state restored from the leader's snapshot", "index", idx, "commands", r.sm.Applied())
