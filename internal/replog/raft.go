@@ -53,7 +53,7 @@ const (
 	electionTicks  = 10
 	heartbeatTicks = 1
 	maxBatchBytes  = 4 << 20
-	snapChunk      = 4 << 20
+
 	// promoteSlack: a learner this close to the commit index is caught up
 	// and becomes a voter.
 	promoteSlack = 64

@@ -31,6 +31,10 @@ const (
 	maxRecv       = 4 // snapshot transfers received at once
 )
 
+// snapChunk is the data of one RaftSnap (a variable: tests make it small
+// to cross chunk boundaries).
+var snapChunk = 4 << 20
+
 type peerSender struct {
 	r    *Raft
 	id   uint64
