@@ -362,11 +362,21 @@ func (r *Raft) awaitLeadership(ctx context.Context) error {
 		case <-t.C:
 			return fmt.Errorf("%w (no leader elected within %v)", ErrNoQuorum, r.cfg.Bound)
 		case <-ctx.Done():
-			return ctx.Err()
+			return ctxErr(ctx)
 		case <-r.done:
 			return ErrStopped
 		}
 	}
+}
+
+// ctxErr is the error of a wait the caller's deadline ended: no quorum
+// answered in time (errors.Is matches both ErrNoQuorum and the context's
+// error); a cancel is just the cancel.
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (nothing confirmed before the caller's deadline): %w", ErrNoQuorum, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 func (r *Raft) fatalErr() error {
@@ -398,7 +408,7 @@ func (r *Raft) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	case <-t.C:
 		return nil, fmt.Errorf("%w (proposal not committed within %v)", ErrNoQuorum, r.cfg.Bound)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctxErr(ctx)
 	case <-r.done:
 		return nil, ErrStopped
 	}
@@ -514,7 +524,7 @@ func (r *Raft) ReadBarrier(ctx context.Context) error {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctxErr(ctx)
 	case <-r.done:
 		return ErrStopped
 	}

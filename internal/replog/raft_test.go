@@ -715,3 +715,67 @@ func FuzzRaftDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestRaftThroughputMeasure (opt-in: RAFT_THROUGHPUT_MEASURE=1): commands
+// per second through three members over loopback, 512 callers, with the
+// toy state machine (the engine's ceiling, not the metadata server's).
+func TestRaftThroughputMeasure(t *testing.T) {
+	if os.Getenv("RAFT_THROUGHPUT_MEASURE") == "" {
+		t.Skip("set RAFT_THROUGHPUT_MEASURE=1")
+	}
+	c := newCluster(t, 3, 0)
+	l := c.leader(5 * time.Second)
+	e := l.eng.Load()
+	const total, par = 200000, 512
+	start := time.Now()
+	var wg sync.WaitGroup
+	var fails atomic.Int64
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < total; i += par {
+				if _, err := e.Propose(context.Background(), []byte(fmt.Sprintf("create /d/f-%07d mode=0644 layout=65536x3", i))); err != nil {
+					fails.Add(1)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	d := time.Since(start)
+	t.Logf("3 members: %d commands in %v = %.0f/s (%d failed), %d log entries", total, d.Round(time.Millisecond), float64(total)/d.Seconds(), fails.Load(), e.Status().Commit)
+	start = time.Now()
+	const reads = 100000
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < reads; i += par {
+				if err := e.ReadBarrier(context.Background()); err != nil {
+					fails.Add(1)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	d = time.Since(start)
+	t.Logf("3 members: %d read barriers in %v = %.0f/s", reads, d.Round(time.Millisecond), float64(reads)/d.Seconds())
+}
+
+// A caller's deadline shorter than the bound ends the wait with an error
+// that is both ErrNoQuorum and the deadline.
+func TestRaftDeadlineIsNoQuorum(t *testing.T) {
+	c := newCluster(t, 3, 0)
+	l := c.leader(5 * time.Second)
+	for _, m := range c.ms {
+		if m != l {
+			m.stop()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := l.eng.Load().Propose(ctx, []byte("x"))
+	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v", err)
+	}
+}
