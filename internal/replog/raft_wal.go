@@ -77,6 +77,13 @@ func openWAL(dir string) (*wal, walState, error) {
 		f.Close()
 		return nil, st, err
 	}
+	if st.empty {
+		// A new log: its directory entry must survive a crash too.
+		if d, err := os.Open(dir); err == nil {
+			d.Sync()
+			d.Close()
+		}
+	}
 	return &wal{dir: dir, f: f}, st, nil
 }
 
