@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -777,5 +778,28 @@ func TestRaftDeadlineIsNoQuorum(t *testing.T) {
 	_, err := l.eng.Load().Propose(ctx, []byte("x"))
 	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Damage inside the log (good records after it) is refused, not cut: the
+// records after it were acknowledged.
+func TestWALDamageRefused(t *testing.T) {
+	dir := t.TempDir()
+	w, _, err := openWAL(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.saveBase(1)
+	w.saveBase(2)
+	w.close()
+	path := dir + "/" + walName
+	b, _ := os.ReadFile(path)
+	b[10] ^= 0xff // inside the first record's data
+	os.WriteFile(path, b, 0o644)
+	if _, _, err := openWAL(dir); err == nil || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("damaged log opened: %v", err)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != int64(len(b)) {
+		t.Error("damaged log was cut")
 	}
 }

@@ -67,7 +67,19 @@ func openWAL(dir string) (*wal, walState, error) {
 		return nil, st, fmt.Errorf("raft log %s: %w", path, err)
 	}
 	if fi, err := f.Stat(); err == nil && fi.Size() > good {
-		// A batch cut by a crash: it was never fsynced, so never acknowledged.
+		// A batch cut by a crash was never fsynced, so never acknowledged:
+		// cut it. But a damaged record followed by good ones is damage to
+		// acknowledged entries: cutting them would make this member forget
+		// what it promised the others.
+		rest := make([]byte, fi.Size()-good)
+		if _, err := f.ReadAt(rest, good); err != nil {
+			f.Close()
+			return nil, st, fmt.Errorf("raft log %s: %w", path, err)
+		}
+		if at := validRecordIn(rest[1:]); at >= 0 {
+			f.Close()
+			return nil, st, fmt.Errorf("raft log %s is damaged at offset %d with good records after it (at %d): this member cannot trust its log; remove it from the group (corral fs meta remove), empty its data directory and add it again (--join)", path, good, good+1+int64(at))
+		}
 		if err := f.Truncate(good); err != nil {
 			f.Close()
 			return nil, st, fmt.Errorf("raft log %s: cutting the torn tail at %d: %w", path, good, err)
@@ -114,6 +126,22 @@ func readWAL(r io.Reader, st *walState) (int64, error) {
 		st.empty = false
 		off += 8 + int64(n)
 	}
+}
+
+// validRecordIn returns the offset of the first whole record with a good
+// CRC in b, or -1.
+func validRecordIn(b []byte) int {
+	for i := 0; i+9 <= len(b); i++ {
+		n := binary.LittleEndian.Uint32(b[i:])
+		if n == 0 || uint64(n) > uint64(len(b)-i-8) {
+			continue
+		}
+		rec := b[i+8 : i+8+int(n)]
+		if rec[0] >= recEntry && rec[0] <= recBase && crc32.Checksum(rec, crcTable) == binary.LittleEndian.Uint32(b[i+4:]) {
+			return i
+		}
+	}
+	return -1
 }
 
 func (st *walState) add(typ byte, data []byte) error {
