@@ -803,3 +803,30 @@ func TestWALDamageRefused(t *testing.T) {
 		t.Error("damaged log was cut")
 	}
 }
+
+// PreVote: a follower cut off long enough to time out does not, when it
+// comes back, depose the leader (its term does not run ahead).
+func TestRaftReturningFollowerDoesNotDisrupt(t *testing.T) {
+	c := newCluster(t, 3, 0)
+	l := c.leader(5 * time.Second)
+	term := l.eng.Load().Status().Term
+	var f *member
+	for _, m := range c.ms {
+		if m != l {
+			f = m
+			break
+		}
+	}
+	f.cut.Store(true)
+	a, errs := propose(l, "while-cut", 10) // the other two still make a majority
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	time.Sleep(2500 * time.Millisecond) // over an election timeout: f campaigns (pre-vote only)
+	f.cut.Store(false)
+	c.converge(a, f.id)
+	st := l.eng.Load().Status()
+	if !st.IsLeader() || st.Term != term {
+		t.Fatalf("the returning follower disrupted the leader: term %d -> %d, leader %d", term, st.Term, st.Leader)
+	}
+}
