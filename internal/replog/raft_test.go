@@ -179,8 +179,10 @@ func (m *member) start(t *testing.T, peers map[uint64]string, join bool, snapEve
 	m.eng.Store(e)
 }
 
+// stop stops the member as a crash would: no leadership hand-over.
 func (m *member) stop() {
 	if e := m.eng.Swap(nil); e != nil {
+		e.abrupt = true
 		e.Close()
 	}
 }
@@ -829,4 +831,30 @@ func TestRaftReturningFollowerDoesNotDisrupt(t *testing.T) {
 	if !st.IsLeader() || st.Term != term {
 		t.Fatalf("the returning follower disrupted the leader: term %d -> %d, leader %d", term, st.Term, st.Leader)
 	}
+}
+
+// A leader stopped on purpose hands leadership over: the group goes on
+// without waiting for an election timeout.
+func TestRaftCloseHandsOver(t *testing.T) {
+	c := newCluster(t, 3, 0)
+	l := c.leader(5 * time.Second)
+	a, _ := propose(l, "before", 10)
+	time.Sleep(300 * time.Millisecond) // the leader's view of the others refreshes per tick
+	e := l.eng.Swap(nil)
+	start := time.Now()
+	e.Close()
+	var nl *member
+	for _, m := range c.ms {
+		if en := m.eng.Load(); en != nil && en.Status().IsLeader() {
+			nl = m
+		}
+	}
+	if nl == nil {
+		t.Fatalf("no leader right after the old one closed (%v)", time.Since(start))
+	}
+	b, errs := propose(nl, "after", 10)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	c.converge(append(a, b...), nl.id)
 }
