@@ -180,8 +180,11 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 		r.node = raft.RestartNode(rc)
 	case cfg.Join:
 		// A member an add brought in: no configuration of its own, the
-		// leader sends it the log or a snapshot.
-		r.cmdIndex = cfg.SM.Applied()
+		// leader sends it the log or a snapshot. Its store must be empty:
+		// the log it receives may start at the group's first command.
+		if a := cfg.SM.Applied(); a > 0 {
+			return fail(fmt.Errorf("member %d: --join needs an empty data directory, but its store holds %d commands (of another group, or restored: start a restored store with --peers as a group of one)", cfg.ID, a))
+		}
 		r.node = raft.RestartNode(rc)
 	case len(cfg.Peers) > 0:
 		if a, ok := cfg.Peers[cfg.ID]; !ok || a != cfg.Addr {

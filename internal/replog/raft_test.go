@@ -638,6 +638,7 @@ func TestRaftFlagsRefused(t *testing.T) {
 		{ID: 1, Addr: "127.0.0.1:1", Dir: dir, SM: sm, Transport: &member{}},                                             // no peers, no join, empty log
 		{ID: 1, Addr: "127.0.0.1:1", Dir: dir, SM: sm, Transport: &member{}, Peers: map[uint64]string{1: "127.0.0.1:2"}}, // own address differs
 		{ID: 0, Addr: "127.0.0.1:1", Dir: dir, SM: sm, Transport: &member{}, Peers: map[uint64]string{1: "127.0.0.1:1"}},
+		{ID: 2, Addr: "127.0.0.1:1", Dir: dir, SM: &listSM{applied: 3}, Transport: &member{}, Join: true}, // join with a store
 	} {
 		if e, err := NewRaft(cfg); err == nil {
 			e.Close()
