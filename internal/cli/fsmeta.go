@@ -18,7 +18,8 @@ import (
 
 // metaAdminCmd is 'corral fs meta': the replicated metadata group's
 // members, their changes, backup and restore.
-func metaAdminCmd(run fsRunner) *cobra.Command {
+func metaAdminCmd(_ fsRunner) *cobra.Command {
+	run := metaRun
 	c := &cobra.Command{Use: "meta members|add|remove|backup|restore", Short: "Manage the metadata members: list, add, remove, back up, restore",
 		Long: `Manage the metadata servers (docs/meta.md). With 'corral meta --peers' the
 metadata is replicated by 3 or 5 members through Raft; these commands show
@@ -123,6 +124,26 @@ layouts, so files written after the backup are not in it.`,
 
 	c.AddCommand(members, add, remove, backup, restore)
 	return c
+}
+
+// metaRun is fs's runner without its reach check: that check reads the
+// root, which needs a quorum, and 'members' must answer without one (it is
+// how one finds out why there is none).
+func metaRun(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		get := func(name string) string { v, _ := cmd.Flags().GetString(name); return v }
+		sf := secFlags{secretFile: get("secret-file"), cert: get("tls-cert"), key: get("tls-key"), ca: get("tls-ca")}
+		sec, err := sf.security(false)
+		if err != nil {
+			return err
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		cl := client.New(get("meta"), client.WithSecurity(sec))
+		cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
+		defer cl.Close()
+		return f(ctx, cl, args)
+	}
 }
 
 func memberID(s string) (uint64, error) {

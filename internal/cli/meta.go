@@ -102,7 +102,15 @@ The Raft log lives in DIR/raft.`,
 			cfg := meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
 				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived}
 			if rf.replicated() {
-				pool := &proto.Pool{Security: sec, Name: func(a string) string { return "metadata member at " + a }}
+				// Members call each other with the secret meta serves with
+				// (DATA/cluster.secret unless given): the same file meta.Open
+				// loads or creates.
+				if cfg.Security.Cred == nil {
+					if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(data, proto.SecretFileName)); err != nil {
+						return err
+					}
+				}
+				pool := &proto.Pool{Security: cfg.Security, Name: func(a string) string { return "metadata member at " + a }}
 				defer pool.Close()
 				if err := setEngine(&cfg, rf.engine(listen, data, pool, cfg.Log)); err != nil {
 					return err
