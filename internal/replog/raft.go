@@ -774,7 +774,11 @@ func (r *Raft) apply(ents []raftpb.Entry) error {
 			if err := flush(); err != nil {
 				return err
 			}
-			r.applyConf(e)
+			w := r.applyConf(e)
+			r.applied.Store(e.Index)
+			if w != nil {
+				w <- nil // after the index moved: the caller's Status shows the change applied
+			}
 		}
 		r.applied.Store(e.Index)
 	}
@@ -787,23 +791,25 @@ func (r *Raft) apply(ents []raftpb.Entry) error {
 	return nil
 }
 
-func (r *Raft) applyConf(e raftpb.Entry) {
+// applyConf applies a membership change to Raft and returns the channel
+// of the caller waiting for it, if any.
+func (r *Raft) applyConf(e raftpb.Entry) chan error {
 	var cc raftpb.ConfChange
 	if e.Type == raftpb.EntryConfChangeV2 {
 		var v2 raftpb.ConfChangeV2
 		if err := v2.Unmarshal(e.Data); err != nil {
 			r.log.Error("undecodable membership change", "index", e.Index, "err", err)
-			return
+			return nil
 		}
 		cs := r.node.ApplyConfChange(v2)
 		r.mu.Lock()
 		r.confState = *cs
 		r.mu.Unlock()
-		return
+		return nil
 	}
 	if err := cc.Unmarshal(e.Data); err != nil {
 		r.log.Error("undecodable membership change", "index", e.Index, "err", err)
-		return
+		return nil
 	}
 	cs := r.node.ApplyConfChange(cc)
 	r.mu.Lock()
@@ -826,13 +832,11 @@ func (r *Raft) applyConf(e raftpb.Entry) {
 	w := r.confWait[cc.ID]
 	delete(r.confWait, cc.ID)
 	r.mu.Unlock()
-	if w != nil {
-		w <- nil
-	}
 	r.log.Info("membership changed", "change", cc.Type.String(), "member", cc.NodeID, "addr", string(cc.Context), "index", e.Index)
 	if cc.Type == raftpb.ConfChangeRemoveNode && cc.NodeID == r.cfg.ID {
 		r.log.Warn("this member was removed from the metadata group; it no longer takes part")
 	}
+	return w
 }
 
 // maybeSnapshot takes a snapshot every SnapshotEvery applied entries: its
