@@ -859,3 +859,77 @@ func TestRaftCloseHandsOver(t *testing.T) {
 	}
 	c.converge(append(a, b...), nl.id)
 }
+
+// syncSM "loses" what it applied since its last Sync on a crash, like a
+// store committing without fsync.
+type syncSM struct {
+	listSM
+	durable []byte // a snapshot at the last Sync
+	syncs   atomic.Int32
+}
+
+func (s *syncSM) Sync() error {
+	var b bytes.Buffer
+	s.Snapshot(&b)
+	s.mu.Lock()
+	s.durable = b.Bytes()
+	s.mu.Unlock()
+	s.syncs.Add(1)
+	return nil
+}
+
+func (s *syncSM) crash() {
+	s.mu.Lock()
+	d := s.durable
+	s.mu.Unlock()
+	s.listSM = listSM{}
+	if d != nil {
+		s.listSM.Restore(bytes.NewReader(d))
+	}
+}
+
+// A state machine that does not fsync (Syncer) loses its tail in a crash;
+// the log gives it back, and compaction never outruns its last Sync.
+func TestRaftSyncerCrash(t *testing.T) {
+	m := newMember(t, 1)
+	sm := &syncSM{}
+	start := func(peers map[uint64]string) {
+		e, err := NewRaft(RaftConfig{ID: 1, Addr: m.addr, Peers: peers, Dir: m.dir, SM: sm, Transport: m, Log: quiet, SnapshotEvery: 20, KeepEntries: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.eng.Store(e)
+	}
+	start(map[uint64]string{1: m.addr})
+	c := &cluster{t: t, ms: map[uint64]*member{1: m}}
+	var all []string
+	for i := 0; i < 50; i++ {
+		c.leader(5 * time.Second)
+		out, err := m.eng.Load().Propose(context.Background(), []byte(fmt.Sprintf("c%d", i)))
+		if err != nil || out == nil {
+			t.Fatal(err)
+		}
+		all = append(all, fmt.Sprintf("c%d", i))
+	}
+	if sm.syncs.Load() == 0 {
+		t.Fatal("the log was compacted without syncing the state machine")
+	}
+	e := m.eng.Swap(nil)
+	e.abrupt = true
+	e.Close()
+	sm.crash()
+	if sm.Applied() == 50 {
+		t.Fatal("the crash lost nothing: the test proves nothing")
+	}
+	start(nil)
+	c.leader(5 * time.Second)
+	if err := m.eng.Load().ReadBarrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	has := sm.has()
+	for _, a := range all {
+		if has[a] != 1 {
+			t.Fatalf("after the crash %s is there %d times", a, has[a])
+		}
+	}
+}
