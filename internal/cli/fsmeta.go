@@ -37,7 +37,7 @@ something go to the leader (found through the member --meta names).`,
            follower automatically once caught up)
   MATCH    the highest log index the leader knows the member holds
   LAG      commit index - MATCH: entries the member still lacks
-  ACTIVE   the leader heard from it within an election timeout (1 s)
+  ACTIVE   the leader heard from it within the last 1.5 s
 Without a leader (no quorum) the member asked answers with its own view.`,
 		Example: `  corral fs meta members
   corral fs meta members --json`, Args: cobra.NoArgs,

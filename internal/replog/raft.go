@@ -59,7 +59,11 @@ type Transport interface {
 }
 
 const (
-	electionTicks  = 10
+	// electionTicks: 8 (not etcd's 10) so that a follower's randomised
+	// timeout, [8, 16) ticks = [0.8, 1.6) s, plus an election and a client's
+	// retry, stays within the 2 s the group has to resume after losing its
+	// leader. PreVote and CheckQuorum keep a stall-induced election cheap.
+	electionTicks  = 8
 	heartbeatTicks = 1
 	maxBatchBytes  = 4 << 20
 
