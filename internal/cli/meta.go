@@ -1,12 +1,21 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func metaCmd() *cobra.Command {
@@ -15,8 +24,9 @@ func metaCmd() *cobra.Command {
 	var lf limitFlags
 	var reserve float64
 	var httpFlag string
+	var rf raftFlags
 	c := &cobra.Command{
-		Use:   "meta --listen HOST:PORT --data DIR",
+		Use:   "meta --listen HOST:PORT --data DIR [--id N --peers ID=ADDR,... | --id N --join]",
 		Short: "Run the file system's metadata server (name space, attributes, layouts)",
 		Long: `Run the metadata server: directories, files, symbolic links, their attributes
 and each file's layout, in an embedded store (DIR/meta.db, bbolt). Every
@@ -33,9 +43,24 @@ secret --read-only'), to be served.
 New files go only to I/O servers heard from since it started whose free
 space is above --reserve percent of their capacity. Its first start makes the
 cluster ID that every I/O server's data directory records, so a directory of
-another file system is refused.`,
-		Example: "  corral meta --listen 127.0.0.1:7400 --data /var/lib/corral/meta",
-		Args:    cobra.NoArgs,
+another file system is refused.
+
+Replication (docs/meta.md): with --id and --peers the server is one member
+of a Raft group of 3 or 5; a change is acknowledged once a majority holds it
+on disk, and only the leader serves (the others answer with the leader's
+address, which clients follow). Every member is started with the same
+--peers list, its own --id, and --listen equal to its own entry in --peers.
+A member added later with 'corral fs meta add ID ADDR' is started with --id
+and --join on an empty --data: it catches up from a snapshot of the leader.
+The Raft log lives in DIR/raft.`,
+		Example: `  corral meta --listen 127.0.0.1:7400 --data /var/lib/corral/meta
+  # three members (same --peers everywhere, own --id and --listen):
+  corral meta --id 1 --listen 127.0.0.1:7400 --data m1 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
+  corral meta --id 2 --listen 127.0.0.2:7400 --data m2 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
+  corral meta --id 3 --listen 127.0.0.3:7400 --data m3 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
+  # a fourth member, after 'corral fs meta add 4 127.0.0.4:7400':
+  corral meta --id 4 --listen 127.0.0.4:7400 --data m4 --join`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size, err := parseSize(stripe)
 			if err != nil {
@@ -56,6 +81,9 @@ another file system is refused.`,
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return err
 			}
+			if err := rf.check(listen); err != nil {
+				return err
+			}
 			sec, err := sf.security(true)
 			if err != nil {
 				return err
@@ -70,9 +98,22 @@ another file system is refused.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			return meta.Run(ctx, listen, meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
-				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived},
-				func(a string) { ready("meta", a) })
+			cfg := meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
+				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived}
+			if rf.replicated() {
+				// Members call each other with the secret meta serves with
+				// (DATA/cluster.secret unless given): the same file meta.Open
+				// loads or creates.
+				if cfg.Security.Cred == nil {
+					if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(data, proto.SecretFileName)); err != nil {
+						return err
+					}
+				}
+				pool := &proto.Pool{Security: cfg.Security, Name: func(a string) string { return "metadata member at " + a }}
+				defer pool.Close()
+				cfg.Engine = rf.engine(listen, data, pool, cfg.Log)
+			}
+			return meta.Run(ctx, listen, cfg, func(a string) { ready("meta", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", defaultMeta, "address to serve on")
@@ -82,5 +123,94 @@ another file system is refused.`,
 	lf.add(c.Flags(), "64M")
 	c.Flags().Float64Var(&reserve, "reserve", meta.DefaultReserve, "percent of each I/O server's capacity kept free: below it a server gets no new files")
 	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
+	rf.add(c.Flags())
 	return c
 }
+
+// raftFlags are corral meta's replication flags.
+type raftFlags struct {
+	id     uint64
+	peers  string
+	join   bool
+	parsed map[uint64]string
+}
+
+func (f *raftFlags) add(fs *pflag.FlagSet) {
+	fs.Uint64Var(&f.id, "id", 0, "this member's ID in the replicated group (with --peers or --join)")
+	fs.StringVar(&f.peers, "peers", "", "every member of a new group as ID=HOST:PORT,... (this one included); none: one server, no replication")
+	fs.BoolVar(&f.join, "join", false, "enter a group that 'corral fs meta add' told about this member (empty --data)")
+}
+
+func (f *raftFlags) replicated() bool { return f.peers != "" || f.join }
+
+// check validates the flags before anything starts: usage errors.
+func (f *raftFlags) check(listen string) error {
+	if !f.replicated() {
+		if f.id != 0 {
+			return usageError{errors.New("--id goes with --peers (a new group) or --join (an added member)")}
+		}
+		return nil
+	}
+	if f.id == 0 {
+		return usageError{errors.New("--peers and --join need this member's --id (a number > 0)")}
+	}
+	if f.join {
+		if f.peers != "" {
+			return usageError{errors.New("--join and --peers exclude each other: --peers starts a new group, --join enters one")}
+		}
+		return nil
+	}
+	peers, err := parsePeers(f.peers)
+	if err != nil {
+		return usageError{err}
+	}
+	own, ok := peers[f.id]
+	if !ok {
+		return usageError{fmt.Errorf("--peers %s has no entry for --id %d", f.peers, f.id)}
+	}
+	if own != listen {
+		// Members reach each other at the addresses in --peers: a member
+		// listening elsewhere could never be reached.
+		return usageError{fmt.Errorf("--listen %s must equal this member's address in --peers (%d=%s)", listen, f.id, own)}
+	}
+	f.parsed = peers
+	return nil
+}
+
+// parsePeers reads ID=HOST:PORT,...
+func parsePeers(s string) (map[uint64]string, error) {
+	peers := map[uint64]string{}
+	seen := map[string]uint64{}
+	for _, p := range strings.Split(s, ",") {
+		idStr, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		id, err := strconv.ParseUint(idStr, 10, 64)
+		if !ok || err != nil || id == 0 || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not ID=HOST:PORT with an ID > 0", p)
+		}
+		if _, dup := peers[id]; dup {
+			return nil, fmt.Errorf("--peers: member %d given twice", id)
+		}
+		if other, dup := seen[addr]; dup {
+			return nil, fmt.Errorf("--peers: members %d and %d share the address %s", other, id, addr)
+		}
+		peers[id], seen[addr] = addr, id
+	}
+	if n := len(peers); n%2 == 0 {
+		ids := make([]string, 0, n)
+		for id := range peers {
+			ids = append(ids, strconv.FormatUint(id, 10))
+		}
+		sort.Strings(ids)
+		fmt.Fprintf(os.Stderr, "warning: --peers names %d members (%s): an even group tolerates no more failures than one member fewer; use 3 or 5\n", n, strings.Join(ids, ","))
+	}
+	return peers, nil
+}
+
+// engine builds the Raft member over the metadata state machine.
+func (f *raftFlags) engine(listen, data string, pool *proto.Pool, log *slog.Logger) func(replog.StateMachine) (replog.Engine, error) {
+	return func(sm replog.StateMachine) (replog.Engine, error) {
+		return replog.NewRaft(replog.RaftConfig{ID: f.id, Addr: listen, Peers: f.parsed, Join: f.join,
+			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log})
+	}
+}
+

@@ -33,6 +33,9 @@ func samples() []Msg {
 		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
 		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
 		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
+		&Members{}, &MembersReply{1, 2, 3, 40, 39, []MemberInfo{{1, "127.0.0.1:7400", false, 40, true}, {4, "127.0.0.4:7400", true, 7, false}}},
+		&MemberChange{MemberAdd, 4, "127.0.0.4:7400"}, &Backup{9, 1 << 20}, &BackupReply{9, 1 << 20, 3 << 20, []byte("img"), true},
+		&RaftSnap{7, 0, []byte("state"), true, []byte("msg")}, &Raft{Data: []byte{1, 2, 3}},
 	}
 }
 
