@@ -1,7 +1,9 @@
 package meta
 
 import (
+	"bytes"
 	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"fmt"
 	"io"
@@ -248,29 +250,48 @@ func decodeResult(b []byte) (uint64, proto.Msg, error) {
 	return binary.LittleEndian.Uint64(b), m, nil
 }
 
+// A snapshot is framed so that Restore can tell a whole image from a cut
+// or foreign one before it touches the store: magic, the image length
+// (u64, big endian), the bbolt image, its CRC-32C (u32, big endian).
+var snapMagic = []byte("CORRALMETASNAP01")
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// maxSnapshot bounds the length a snapshot header may claim (1 TiB).
+const maxSnapshot = 1 << 40
+
 // Snapshot implements replog.StateMachine: bbolt's consistent copy of a
-// read transaction, the applied index included.
+// read transaction, the applied index included, framed (see snapMagic).
 func (m *machine) Snapshot(w io.Writer) error {
 	return m.view(func(btx *bolt.Tx) error {
-		_, err := btx.WriteTo(w)
+		hdr := binary.BigEndian.AppendUint64(append([]byte(nil), snapMagic...), uint64(btx.Size()))
+		if _, err := w.Write(hdr); err != nil {
+			return err
+		}
+		h := crc32.New(crc32c)
+		if _, err := btx.WriteTo(io.MultiWriter(w, h)); err != nil {
+			return err
+		}
+		_, err := w.Write(binary.BigEndian.AppendUint32(nil, h.Sum32()))
 		return err
 	})
 }
 
 // Restore implements replog.StateMachine: the image goes to a temporary
-// file, synced, then replaces the store, so a crash leaves either the old
-// store or the new one whole.
+// file, synced, is checked (frame, checksum, bbolt's own consistency
+// check) and only then replaces the store, so a cut or corrupt image
+// leaves the old store in service and a crash leaves either store whole.
 func (m *machine) Restore(r io.Reader) error {
 	tmp := m.path + ".restore"
-	if err := writeSynced(tmp, r); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("restore metadata snapshot: %w", err)
+	defer os.Remove(tmp) // gone after a successful rename: harmless
+	if err := receiveSnapshot(tmp, r); err != nil {
+		return fmt.Errorf("restore metadata snapshot (store %s kept): %w", m.path, err)
 	}
 	m.mu.Lock()
 	err := m.swap(tmp)
 	m.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("restore metadata snapshot: %w", err)
+		return fmt.Errorf("restore metadata snapshot into %s: %w", m.path, err)
 	}
 	if m.hooks.restored != nil {
 		m.hooks.restored()
@@ -278,11 +299,66 @@ func (m *machine) Restore(r io.Reader) error {
 	return nil
 }
 
+// receiveSnapshot writes the framed image r to path and verifies it.
+func receiveSnapshot(path string, r io.Reader) error {
+	hdr := make([]byte, len(snapMagic)+8)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return fmt.Errorf("snapshot header: %w", err)
+	}
+	if !bytes.Equal(hdr[:len(snapMagic)], snapMagic) {
+		return fmt.Errorf("not a metadata snapshot (header %q)", hdr[:len(snapMagic)])
+	}
+	n := binary.BigEndian.Uint64(hdr[len(snapMagic):])
+	if n == 0 || n > maxSnapshot {
+		return fmt.Errorf("snapshot header claims %d bytes of image", n)
+	}
+	h := crc32.New(crc32c)
+	if err := writeSynced(path, io.TeeReader(io.LimitReader(r, int64(n)), h), int64(n)); err != nil {
+		return err
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(r, sum[:]); err != nil {
+		return fmt.Errorf("snapshot checksum: %w (image cut short?)", err)
+	}
+	if got := binary.BigEndian.Uint32(sum[:]); got != h.Sum32() {
+		return fmt.Errorf("snapshot checksum %08x, image hashes to %08x: corrupt", got, h.Sum32())
+	}
+	return checkStore(path)
+}
+
+// checkStore opens the bbolt file at path and runs its consistency check
+// (every page reachable once, free pages not in use); the first problem
+// is the error.
+func checkStore(path string) error {
+	db, err := openDB(path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.View(func(btx *bolt.Tx) error {
+		// Drain the channel whole: Check's goroutine reads the mapped file
+		// until it closes it, so the transaction must outlive it.
+		var first error
+		for err := range btx.Check() {
+			if first == nil {
+				first = fmt.Errorf("snapshot image inconsistent: %w", err)
+			}
+		}
+		return first
+	})
+}
+
 func (m *machine) swap(tmp string) error {
 	if err := m.db.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, m.path); err != nil {
+		// The old store is still in place: serve it again.
+		db, oerr := openDB(m.path)
+		if oerr != nil {
+			return fmt.Errorf("%w; reopen the old store: %v", err, oerr)
+		}
+		m.db = db
 		return err
 	}
 	if d, err := os.Open(filepath.Dir(m.path)); err == nil {
@@ -298,13 +374,18 @@ func (m *machine) swap(tmp string) error {
 	return nil
 }
 
-func writeSynced(path string, r io.Reader) error {
+// writeSynced writes the n bytes of r to path and syncs it; fewer is an
+// error.
+func writeSynced(path string, r io.Reader, n int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
+	if got, err := io.Copy(f, r); err != nil || got != n {
 		f.Close()
+		if err == nil {
+			err = fmt.Errorf("snapshot image cut short: %d of %d bytes", got, n)
+		}
 		return err
 	}
 	if err := f.Sync(); err != nil {
