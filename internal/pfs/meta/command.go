@@ -2,8 +2,8 @@ package meta
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"syscall"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	bolt "go.etcd.io/bbolt"
@@ -86,10 +86,15 @@ func (c *command) encode() []byte {
 
 func decodeCommand(b []byte) (*command, error) {
 	d := proto.Dec{B: b}
-	if v := d.U8(); v != commandVersion {
-		return nil, fmt.Errorf("metadata command of version %d: this server knows version %d (a newer member wrote it?)", v, commandVersion)
+	// Older versions stay readable (a log written before an upgrade);
+	// a newer one is an error: this member must not guess.
+	if v := d.U8(); v == 0 || v > commandVersion {
+		return nil, fmt.Errorf("metadata command of version %d: this server knows versions up to %d (a newer member wrote it? upgrade this one)", v, commandVersion)
 	}
 	c := &command{Kind: cmdKind(d.U8())}
+	if c.Kind < cmdReq || c.Kind > cmdExpire {
+		return nil, fmt.Errorf("metadata command of unknown kind %d (a newer member wrote it? upgrade this one)", c.Kind)
+	}
 	c.Now = d.I64()
 	c.Client, c.Seq, c.Done = d.U64(), d.U64(), d.U64()
 	c.DefSize = d.U32()
@@ -111,7 +116,7 @@ func decodeCommand(b []byte) (*command, error) {
 	if len(req) > 0 {
 		m, err := proto.Decode(proto.Op(req[0]), req[1:])
 		if err != nil {
-			return nil, fmt.Errorf("corrupt metadata command: request: %w", err)
+			return nil, fmt.Errorf("metadata command: request of op %d (unknown to this server, or corrupt): %w", req[0], err)
 		}
 		c.Req = m
 	}
@@ -156,7 +161,7 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 	case cmdExpire:
 		return nil, t.expireClients(c.Cut, c.Inos)
 	}
-	return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("metadata command of unknown kind %d", c.Kind))
+	return nil, fmt.Errorf("metadata command of unknown kind %d", c.Kind)
 }
 
 func (t tx) applyReq(c *command) (proto.Msg, error) {
@@ -202,9 +207,11 @@ func (t tx) applyReq(c *command) (proto.Msg, error) {
 	case *proto.RenewOrphans:
 		return nil, t.renewOrphans(m)
 	case nil:
-		return nil, proto.Errorf(syscall.EINVAL, "metadata request command without a request")
+		return nil, errors.New("metadata request command without a request")
 	}
-	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("metadata command: op %d is not a mutation", c.Req.Op()))
+	// The leader proposes mutations only: an op this build does not
+	// apply was written by a newer one.
+	return nil, fmt.Errorf("metadata command: op %d is not a mutation this server applies (a newer member wrote it?)", c.Req.Op())
 }
 
 // initStore gives a new store its cluster ID and root directory; a store

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
@@ -37,6 +36,7 @@ type hooks struct {
 	server   func(si proto.ServerInfo)
 	reclaim  func()
 	restored func()
+	halted   func(err error) // Apply cannot go on
 }
 
 var _ replog.StateMachine = (*machine)(nil)
@@ -98,10 +98,12 @@ func (c *change) touch(ino uint64) {
 }
 
 // Apply implements replog.StateMachine: one bbolt transaction for the
-// batch, the applied index inside it. A command that fails other than with
-// an errno (a corrupt record) must leave no write behind, so the batch is
-// rolled back and run again with that command answered EIO; bounded by the
-// batch size.
+// batch, the applied index inside it. A command this member cannot decode
+// (a newer release wrote it) or that fails other than with an errno (a
+// corrupt record) is an error, not a reply: answering it here while the
+// other members apply it would let the stores diverge silently. The batch
+// is rolled back, the applied index stays before it, and the engine must
+// stop applying (the hooks' halted reports it).
 func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -112,41 +114,29 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	last := first + uint64(len(cmds)) - 1
 	outs := make([][]byte, len(cmds))
 	changes := make([]change, len(cmds))
-	failed := map[int]error{}
-	for attempt := 0; ; attempt++ {
-		bad := -1
-		err := m.db.Update(func(btx *bolt.Tx) error {
-			for i, raw := range cmds {
-				idx := first + uint64(i)
-				if idx <= applied {
-					continue // applied before a crash: the log replays it
-				}
-				changes[i] = change{}
-				var reply []byte
-				if ferr, ok := failed[i]; ok {
-					reply = encodeMsg(proto.ErrorReply(ferr))
-				} else {
-					r, err := applyOne(btx, raw, &changes[i])
-					if err != nil {
-						bad = i
-						return err
-					}
-					reply = r
-				}
-				outs[i] = append(binary.LittleEndian.AppendUint64(nil, idx), reply...)
+	err := m.db.Update(func(btx *bolt.Tx) error {
+		for i, raw := range cmds {
+			idx := first + uint64(i)
+			if idx <= applied {
+				continue // applied before a crash: the log replays it
 			}
-			if last <= applied {
-				return nil
+			reply, err := applyOne(btx, raw, &changes[i])
+			if err != nil {
+				return fmt.Errorf("command %d: %w", idx, err)
 			}
-			return btx.Bucket(bSys).Put(kApplied, u64key(last))
-		})
-		if err == nil {
-			break
+			outs[i] = append(binary.LittleEndian.AppendUint64(nil, idx), reply...)
 		}
-		if bad < 0 || attempt >= len(cmds) {
-			return nil, fmt.Errorf("meta state machine: apply commands %d-%d: %w", first, last, err)
+		if last <= applied {
+			return nil
 		}
-		failed[bad] = proto.Errorf(syscall.EIO, fmt.Sprintf("metadata command %d: %v", first+uint64(bad), err))
+		return btx.Bucket(bSys).Put(kApplied, u64key(last))
+	})
+	if err != nil {
+		err = fmt.Errorf("meta state machine halted at commands %d-%d (%d applied; this member cannot go on until fixed or replaced): %w", first, last, applied, err)
+		if m.hooks.halted != nil {
+			m.hooks.halted(err)
+		}
+		return nil, err
 	}
 	if last > applied {
 		m.applied.Store(last)
@@ -172,7 +162,7 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 func applyOne(btx *bolt.Tx, raw []byte, ch *change) ([]byte, error) {
 	c, err := decodeCommand(raw)
 	if err != nil {
-		return encodeMsg(proto.ErrorReply(proto.Errorf(syscall.EINVAL, err.Error()))), nil
+		return nil, err
 	}
 	t := tx{Tx: btx, now: c.Now, ch: ch}
 	var key []byte

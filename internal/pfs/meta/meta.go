@@ -143,7 +143,8 @@ func Open(cfg Config) (*Service, error) {
 		m.close()
 		return nil, err
 	}
-	m.hooks = hooks{notify: s.notify, server: s.setServer, reclaim: s.wake, restored: s.restored}
+	m.hooks = hooks{notify: s.notify, server: s.setServer, reclaim: s.wake, restored: s.restored,
+		halted: func(err error) { s.log.Error("METADATA MEMBER HALTED: it applies no more commands", "err", err) }}
 	if cfg.Engine == nil {
 		s.eng = replog.NewSingle(m, cfg.addr)
 	} else if s.eng, err = cfg.Engine(m); err != nil {
