@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	bolt "go.etcd.io/bbolt"
@@ -261,31 +262,56 @@ func (t tx) putServer(c *command) (proto.Msg, error) {
 	return &proto.ServersReply{Servers: []proto.ServerInfo{si}}, nil
 }
 
-// expireClients forgets the request IDs of the clients not heard from
-// since cut (their replies can no longer be asked for).
+// ClientTombstone: how long an expired client's watermark outlives its
+// replies. A duplicate of a request from a client idle longer than
+// ClientIdle is refused (ESTALE) while the tombstone lasts; past both, a
+// duplicate would be taken for a new client's request, so the rule's
+// assumption is that no request is delayed (queued, retried) for more
+// than ClientIdle + ClientTombstone (requests carry deadlines of minutes).
+// A constant of the state machine: every member must apply the same one.
+const ClientTombstone = 24 * time.Hour
+
+// expireClients forgets the replies of the clients not heard from since
+// cut (they can no longer be asked for), keeping a tombstone that retires
+// every seq the client used; a tombstone idle since cut-ClientTombstone
+// is deleted.
 func (t tx) expireClients(cut int64, clients []uint64) error {
-	seen := t.Bucket(bClientSeen)
 	for _, id := range clients {
-		v := seen.Get(u64key(id))
-		if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) >= cut {
+		r, ok := getClient(t.Tx, id)
+		switch {
+		case !ok || r.seen >= cut:
 			continue // active again meanwhile
+		case r.retired && r.seen < cut-int64(ClientTombstone):
+			if err := t.Bucket(bClientSeen).Delete(u64key(id)); err != nil {
+				return err
+			}
+			continue
+		case r.retired:
+			continue
 		}
 		if err := t.dropReplies(id, ^uint64(0)); err != nil {
 			return err
 		}
-		if err := seen.Delete(u64key(id)); err != nil {
+		r.retired, r.low = true, r.high+1
+		if err := putClient(t.Tx, id, r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// idleClients lists the clients whose last command is older than cut.
+// idleClients lists the clients whose last command is older than cut, and
+// the tombstones due for deletion.
 func idleClients(btx *bolt.Tx, cut int64) []uint64 {
 	var out []uint64
 	btx.Bucket(bClientSeen).ForEach(func(k, v []byte) error {
-		if len(k) == 8 && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < cut {
-			out = append(out, binary.BigEndian.Uint64(k))
+		if len(k) != 8 {
+			return nil
+		}
+		id := binary.BigEndian.Uint64(k)
+		r, _ := getClient(btx, id)
+		if r.seen < cut && (!r.retired || r.seen < cut-int64(ClientTombstone)) {
+			out = append(out, id)
 		}
 		return nil
 	})

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
@@ -42,8 +44,8 @@ type hooks struct {
 var _ replog.StateMachine = (*machine)(nil)
 
 var (
-	bClient     = []byte("client")     // client ID + seq -> reply (op + payload)
-	bClientSeen = []byte("clientseen") // client ID -> last command time (i64 ns)
+	bClient     = []byte("client")     // client ID + seq -> request sum (u64) + reply (op + payload)
+	bClientSeen = []byte("clientseen") // client ID -> clientRec
 	kApplied    = []byte("applied")    // log index of the last applied command
 )
 
@@ -166,13 +168,22 @@ func applyOne(btx *bolt.Tx, raw []byte, ch *change) ([]byte, error) {
 	}
 	t := tx{Tx: btx, now: c.Now, ch: ch}
 	var key []byte
+	var sum uint64
 	if c.Client != 0 {
 		key = binary.BigEndian.AppendUint64(u64key(c.Client), c.Seq)
-		if err := t.seenClient(c); err != nil {
-			return nil, err
+		sum = reqSum(c.Req)
+		if refusal, err := t.seenClient(c); err != nil || refusal != nil {
+			if err != nil {
+				return nil, err
+			}
+			return encodeMsg(proto.ErrorReply(refusal)), nil
 		}
-		if old := btx.Bucket(bClient).Get(key); old != nil {
-			return append([]byte(nil), old...), nil // a retry: the first reply, nothing applied again
+		if old := btx.Bucket(bClient).Get(key); len(old) >= 8 {
+			if binary.BigEndian.Uint64(old) != sum {
+				return encodeMsg(proto.ErrorReply(proto.Errorf(syscall.EINVAL, fmt.Sprintf(
+					"request ID %d/%d reused for another request", c.Client, c.Seq)))), nil
+			}
+			return append([]byte(nil), old[8:]...), nil // a retry: the first reply, nothing applied again
 		}
 	}
 	r, err := t.apply(c)
@@ -187,23 +198,84 @@ func applyOne(btx *bolt.Tx, raw []byte, ch *change) ([]byte, error) {
 	}
 	reply := encodeMsg(r)
 	if key != nil {
-		if err := btx.Bucket(bClient).Put(key, reply); err != nil {
+		if err := btx.Bucket(bClient).Put(key, append(u64key(sum), reply...)); err != nil {
 			return nil, err
 		}
 	}
 	return reply, nil
 }
 
-// seenClient records the client's last command time and forgets the
-// replies it said it has (seq < Done).
-func (t tx) seenClient(c *command) error {
-	if err := t.Bucket(bClientSeen).Put(u64key(c.Client), u64key(uint64(c.Now))); err != nil {
-		return err
+// reqSum identifies a request's content (FNV-64a of op + payload): a
+// stored reply answers a retry of the same request only.
+func reqSum(m proto.Msg) uint64 {
+	h := fnv.New64a()
+	if m != nil {
+		h.Write(encodeMsg(m))
 	}
-	if c.Done == 0 {
-		return nil
+	return h.Sum64()
+}
+
+// clientRec is what the store keeps per client ID (bClientSeen): its last
+// command time, its low watermark (every seq below it is retired: its reply
+// is forgotten, so a late duplicate must be refused, not applied again),
+// the highest seq seen, and whether the client was expired (a tombstone:
+// replies gone, low = high+1). An 8-byte value (the time only) is read
+// with low and high 0.
+type clientRec struct {
+	seen      int64
+	low, high uint64
+	retired   bool
+}
+
+func getClient(btx *bolt.Tx, id uint64) (clientRec, bool) {
+	v := btx.Bucket(bClientSeen).Get(u64key(id))
+	if len(v) < 8 {
+		return clientRec{}, false
 	}
-	return t.dropReplies(c.Client, c.Done)
+	r := clientRec{seen: int64(binary.BigEndian.Uint64(v))}
+	if len(v) >= 25 {
+		r.low, r.high, r.retired = binary.BigEndian.Uint64(v[8:]), binary.BigEndian.Uint64(v[16:]), v[24] != 0
+	}
+	return r, true
+}
+
+func putClient(btx *bolt.Tx, id uint64, r clientRec) error {
+	v := binary.BigEndian.AppendUint64(u64key(uint64(r.seen)), r.low)
+	v = binary.BigEndian.AppendUint64(v, r.high)
+	v = append(v, 0)
+	if r.retired {
+		v[24] = 1
+	}
+	return btx.Bucket(bClientSeen).Put(u64key(id), v)
+}
+
+// errRetired answers a request ID below its client's low watermark.
+func errRetired(c *command) error {
+	return proto.Errorf(syscall.ESTALE, fmt.Sprintf("request ID %d/%d already retired (its reply was forgotten; a late duplicate?)", c.Client, c.Seq))
+}
+
+// seenClient records the client's command: a seq below the low watermark
+// is refused (the refusal is the result); else the time, the highest seq
+// and the watermark advance and the replies below it are forgotten.
+// Done means the client holds every reply of seq < Done, but it is trusted
+// only up to the command's own seq (a Done above Seq would forget the very
+// reply this request may be a retry of).
+// A client unknown here (new, or its tombstone gone, see expireClients) is
+// accepted whatever its seq.
+func (t tx) seenClient(c *command) (refusal error, err error) {
+	r, _ := getClient(t.Tx, c.Client)
+	if c.Seq < r.low {
+		return errRetired(c), nil
+	}
+	r.seen, r.retired = c.Now, false
+	r.high = max(r.high, c.Seq)
+	if w := min(c.Done, c.Seq); w > r.low {
+		r.low = w
+		if err := t.dropReplies(c.Client, w); err != nil {
+			return nil, err
+		}
+	}
+	return nil, putClient(t.Tx, c.Client, r)
 }
 
 // dropReplies deletes client's stored replies of sequence numbers < below.
