@@ -36,7 +36,8 @@ func leaderOp(op proto.Op) bool {
 	return false
 }
 
-// engineErr turns an engine failure into the error a client acts on.
+// engineErr turns an engine failure into the error a client acts on: one
+// it retries (elsewhere, or later), never a plain EIO it would give up on.
 func engineErr(err error) error {
 	var nl *replog.NotLeaderError
 	switch {
@@ -44,6 +45,13 @@ func engineErr(err error) error {
 		return proto.NotLeader(nl.Addr)
 	case errors.Is(err, replog.ErrNoQuorum):
 		return proto.Errorf(proto.ErrnoNoQuorum, err.Error())
+	case errors.Is(err, replog.ErrStopped):
+		// This member is shutting down: another one may lead.
+		return proto.NotLeader("")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// Gave up waiting for the group (commit or barrier): as good as
+		// no quorum; the request ID makes a retry safe.
+		return proto.Errorf(proto.ErrnoNoQuorum, "metadata log: "+err.Error()+" waiting for a quorum")
 	}
 	return err
 }
