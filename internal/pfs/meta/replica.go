@@ -106,15 +106,38 @@ func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
 	return r, nil
 }
 
-// notLeader is nil on the leader, else the answer naming the leader. It
-// reads the role leadership last saw, not the engine's Status (which may
-// wait for a batch being applied): a member that just lost the lead still
-// proposes for a moment, and the engine refuses it.
+// notLeader is nil on the leader, else the answer naming the leader. The
+// common case reads the role the leadership loop last saw, not the
+// engine's Status (which may wait for a batch being applied). Before
+// refusing it asks the engine: for up to a tick after winning an election
+// the cached role is stale, and the refusal would name this very member.
+// A member that just lost the lead still proposes for a moment, and the
+// engine refuses it.
 func (s *Service) notLeader() error {
 	if s.leaderSince.Load() != 0 {
 		return nil
 	}
-	return proto.NotLeader(s.eng.Status().LeaderAddr())
+	st := s.eng.Status()
+	if st.IsLeader() {
+		s.becomeLeader()
+		return nil
+	}
+	return proto.NotLeader(st.LeaderAddr())
+}
+
+// becomeLeader starts this member's term as the leader (once per term:
+// whoever of the leadership loop and notLeader sees it first).
+func (s *Service) becomeLeader() {
+	s.iodsMu.Lock()
+	defer s.iodsMu.Unlock()
+	if s.leaderSince.Load() != 0 {
+		return
+	}
+	// Heartbeats heard as a follower (none: they are refused) or in an
+	// earlier term prove nothing now: wait for servers afresh.
+	s.heard = map[uint32]int64{}
+	s.leaderSince.Store(time.Now().UnixNano())
+	s.wake()
 }
 
 // leadership follows this member's role: leader-only work starts when it
@@ -142,13 +165,7 @@ func (s *Service) checkLeader() error {
 	was := s.leaderSince.Load() != 0
 	switch {
 	case lead && !was:
-		// Heartbeats heard as a follower (none: they are refused) or in an
-		// earlier term prove nothing now: wait for servers afresh.
-		s.iodsMu.Lock()
-		s.heard = map[uint32]int64{}
-		s.iodsMu.Unlock()
-		s.leaderSince.Store(time.Now().UnixNano())
-		s.wake()
+		s.becomeLeader()
 	case !lead && was:
 		s.leaderSince.Store(0)
 	}

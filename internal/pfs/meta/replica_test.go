@@ -38,3 +38,27 @@ func TestEngineErrRetryable(t *testing.T) {
 		t.Fatalf("mkdir on a stopped engine: %v, want not leader", err)
 	}
 }
+
+// TestJustElectedServes: right after this member wins an election, before
+// the leadership loop notices, it serves mutations instead of answering
+// "not leader" naming itself.
+func TestJustElectedServes(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Data: dir, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f := &follower{}
+	s, err = Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
+		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
+		return f, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	errno(t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755}, proto.ErrnoNotLeader)
+	f.lead.Store(true) // the election is won; the 100 ms loop has not seen it
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+}
