@@ -260,7 +260,13 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			return nil, err
 		}
 	case leaderOp(req.Op()):
-		if err := s.notLeader(); err != nil {
+		// The term started after a barrier (becomeLeader); these rare
+		// requests take one more each, cheap insurance for decisions on
+		// the server records.
+		if err := s.notLeader(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.barrier(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -541,7 +547,7 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
 	s.awaitServers(ctx)
@@ -866,8 +872,11 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err // the servers counted below are the leader's
+	}
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
 	}
 	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
 		// A policy no file could get is refused now, not at the first put.

@@ -81,7 +81,7 @@ func (s *Service) proposeReq(ctx context.Context, req proto.Msg, decide func(*co
 // applied and the caches it invalidates are dropped, and returns its reply;
 // an errno refusal comes back as the error.
 func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
 	if c.Now == 0 {
@@ -113,31 +113,48 @@ func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
 // the cached role is stale, and the refusal would name this very member.
 // A member that just lost the lead still proposes for a moment, and the
 // engine refuses it.
-func (s *Service) notLeader() error {
+func (s *Service) notLeader(ctx context.Context) error {
 	if s.leaderSince.Load() != 0 {
 		return nil
 	}
-	st := s.eng.Status()
-	if st.IsLeader() {
-		s.becomeLeader()
-		return nil
-	}
-	return proto.NotLeader(st.LeaderAddr())
+	return s.becomeLeader(ctx)
 }
 
 // becomeLeader starts this member's term as the leader (once per term:
-// whoever of the leadership loop and notLeader sees it first).
-func (s *Service) becomeLeader() {
+// whoever of the leadership loop and notLeader gets there first), or says
+// why it cannot. A new Raft leader may hold entries committed in earlier
+// terms that it has not applied: the I/O server records, layouts and
+// request IDs leader-only decisions read. So the term starts only after a
+// read barrier (Raft's ReadIndex: everything committed before is applied
+// here) and with Applied >= Commit; until then requests are refused
+// "not leader" naming no one (clients ask around and retry: nothing was
+// applied). Later decisions in the term need no barrier each: every entry
+// committed since was proposed through this leader.
+func (s *Service) becomeLeader(ctx context.Context) error {
+	st := s.eng.Status()
+	if !st.IsLeader() {
+		return proto.NotLeader(st.LeaderAddr())
+	}
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
+	if st = s.eng.Status(); !st.IsLeader() || st.Applied < st.Commit {
+		if st.IsLeader() {
+			return proto.NotLeader("") // still catching up: naming itself would loop the client here
+		}
+		return proto.NotLeader(st.LeaderAddr())
+	}
 	s.iodsMu.Lock()
 	defer s.iodsMu.Unlock()
 	if s.leaderSince.Load() != 0 {
-		return
+		return nil
 	}
 	// Heartbeats heard as a follower (none: they are refused) or in an
 	// earlier term prove nothing now: wait for servers afresh.
 	s.heard = map[uint32]int64{}
 	s.leaderSince.Store(time.Now().UnixNano())
 	s.wake()
+	return nil
 }
 
 // leadership follows this member's role: leader-only work starts when it
@@ -165,7 +182,13 @@ func (s *Service) checkLeader() error {
 	was := s.leaderSince.Load() != 0
 	switch {
 	case lead && !was:
-		s.becomeLeader()
+		ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
+		err := s.becomeLeader(ctx)
+		cancel()
+		if err != nil {
+			s.log.Debug("won the election, not serving yet", "err", err)
+			return nil // the next tick tries again
+		}
 	case !lead && was:
 		s.leaderSince.Store(0)
 	}

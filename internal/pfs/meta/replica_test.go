@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -61,4 +62,62 @@ func TestJustElectedServes(t *testing.T) {
 	errno(t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755}, proto.ErrnoNotLeader)
 	f.lead.Store(true) // the election is won; the 100 ms loop has not seen it
 	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+}
+
+// lagging is a follower engine that, once leading, reports Lag committed
+// commands not yet applied here, and counts read barriers.
+type lagging struct {
+	follower
+	lag      atomic.Uint64
+	barriers atomic.Int64
+}
+
+func (l *lagging) Status() replog.Status {
+	st := l.follower.Status()
+	st.Commit += l.lag.Load()
+	return st
+}
+
+func (l *lagging) ReadBarrier(ctx context.Context) error {
+	l.barriers.Add(1)
+	return l.follower.ReadBarrier(ctx)
+}
+
+// TestNewLeaderCatchesUpFirst: a member just elected with committed
+// commands not yet applied serves no leader-only request (refusing "not
+// leader" naming no one, not itself); once caught up it serves them, each
+// after a read barrier.
+func TestNewLeaderCatchesUpFirst(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Config{Data: dir, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	l := &lagging{}
+	s, err = Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
+		l.Single = replog.NewSingle(sm, "127.0.0.1:7000")
+		return l, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l.lag.Store(3)
+	l.lead.Store(true)
+	for _, req := range []proto.Msg{&proto.Register{Addr: "127.0.0.1:1"}, &proto.Servers{},
+		&proto.Create{Parent: RootIno, Name: "f"}, &proto.SetLayout{Ino: RootIno, StripeCount: 1}} {
+		_, err := s.Handle(context.Background(), req)
+		if addr, ok := proto.LeaderHint(err); !ok || addr != "" {
+			t.Errorf("%T on a leader still applying: %v, want not-leader naming no one", req, err)
+		}
+	}
+	l.lag.Store(0)
+	before := l.barriers.Load()
+	call[*proto.ServersReply](t, s, &proto.Register{Addr: "127.0.0.1:1"})
+	call[*proto.ServersReply](t, s, &proto.Servers{})
+	call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: RootIno, StripeCount: 1})
+	if n := l.barriers.Load() - before; n < 3 {
+		t.Errorf("%d read barriers for 3 leader-only requests", n)
+	}
 }
