@@ -54,6 +54,12 @@ func openMachine(path string) (*machine, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Temporary files a crash left behind (see Snapshot and Restore).
+	if old, _ := filepath.Glob(path + ".snapshot-*"); len(old) > 0 {
+		for _, f := range old {
+			os.Remove(f)
+		}
+	}
 	m := &machine{db: db, path: path}
 	m.applied.Store(readApplied(db))
 	return m, nil
@@ -324,19 +330,41 @@ const maxSnapshot = 1 << 40
 
 // Snapshot implements replog.StateMachine: bbolt's consistent copy of a
 // read transaction, the applied index included, framed (see snapMagic).
+// The copy goes to a local temporary file first and is streamed from
+// there: a read transaction held for a slow transfer would keep the
+// leader's store from growing its mapping (writers wait for it).
 func (m *machine) Snapshot(w io.Writer) error {
-	return m.view(func(btx *bolt.Tx) error {
-		hdr := binary.BigEndian.AppendUint64(append([]byte(nil), snapMagic...), uint64(btx.Size()))
-		if _, err := w.Write(hdr); err != nil {
-			return err
-		}
-		h := crc32.New(crc32c)
-		if _, err := btx.WriteTo(io.MultiWriter(w, h)); err != nil {
-			return err
-		}
-		_, err := w.Write(binary.BigEndian.AppendUint32(nil, h.Sum32()))
+	f, err := os.CreateTemp(filepath.Dir(m.path), filepath.Base(m.path)+".snapshot-*")
+	if err != nil {
+		return fmt.Errorf("metadata snapshot: %w", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	h := crc32.New(crc32c)
+	var size int64
+	err = m.view(func(btx *bolt.Tx) error {
+		size = btx.Size()
+		_, err := btx.WriteTo(io.MultiWriter(f, h))
 		return err
 	})
+	if err != nil {
+		return fmt.Errorf("metadata snapshot to %s: %w", f.Name(), err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	hdr := binary.BigEndian.AppendUint64(append([]byte(nil), snapMagic...), uint64(size))
+	if _, err := w.Write(hdr); err != nil {
+		return err
+	}
+	if n, err := io.Copy(w, f); err != nil || n != size {
+		if err == nil {
+			err = fmt.Errorf("%s holds %d bytes, the copy wrote %d", f.Name(), n, size)
+		}
+		return fmt.Errorf("metadata snapshot: %w", err)
+	}
+	_, err = w.Write(binary.BigEndian.AppendUint32(nil, h.Sum32()))
+	return err
 }
 
 // Restore implements replog.StateMachine: the image goes to a temporary

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -49,4 +50,41 @@ func TestRestoreRefusesBadImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	call[*proto.AttrReply](t, b, &proto.Walk{Path: "/dir-0299"})
+}
+
+// gate is a writer whose first Write waits for the test.
+type gate struct {
+	once          sync.Once
+	entered, open chan struct{}
+	bytes.Buffer
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered); <-g.open })
+	return g.Buffer.Write(p)
+}
+
+// TestSnapshotStreamsWithoutReadTx: while a snapshot is being sent (the
+// receiver slow), no read transaction of the store is open, and the image
+// still restores.
+func TestSnapshotStreamsWithoutReadTx(t *testing.T) {
+	s := open(t, Open)
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o700})
+	g := &gate{entered: make(chan struct{}), open: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- s.Machine().Snapshot(g) }()
+	<-g.entered
+	openTx := s.m.db.Stats().OpenTxN
+	close(g.open)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if openTx != 0 {
+		t.Errorf("%d read transactions open while the snapshot was being sent", openTx)
+	}
+	b := open(t, Open)
+	if err := b.Machine().Restore(&g.Buffer); err != nil {
+		t.Fatal(err)
+	}
+	call[*proto.AttrReply](t, b, &proto.Walk{Path: "/d"})
 }
