@@ -30,7 +30,9 @@ type command struct {
 	Now  int64 // the leader's clock: every time stamp the command writes
 	// Request ID (0: none), see proto.Idem.
 	Client, Seq, Done uint64
-	// Create: DefSize is the stripe size where no directory sets one;
+	// Init: DefSize is the file system's default stripe size (kDefSize).
+	// Create: DefSize is the leader's, used only by a store that has no
+	// default yet (made before kDefSize);
 	// Picked the usable servers in placement order (a file with count c
 	// takes the first c); when none is usable, Registered and Summary say
 	// why for the error.
@@ -137,7 +139,7 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 	case cmdReq:
 		return t.applyReq(c)
 	case cmdInit:
-		return nil, t.initStore(c.Cluster)
+		return nil, t.initStore(c.Cluster, c.DefSize)
 	case cmdServer:
 		return t.putServer(c)
 	case cmdReclaim:
@@ -215,12 +217,25 @@ func (t tx) applyReq(c *command) (proto.Msg, error) {
 	return nil, fmt.Errorf("metadata command: op %d is not a mutation this server applies (a newer member wrote it?)", c.Req.Op())
 }
 
-// initStore gives a new store its cluster ID and root directory; a store
-// that has them keeps them.
-func (t tx) initStore(cluster string) error {
+// kDefSize: the file system's default stripe size (u32), where neither a
+// file nor its directories set one. It is part of the state, set by the
+// first cmdInit from the first leader's --stripe-size (Config
+// .DefaultStripeSize): every member places alike whatever its own flags,
+// and a later flag changes nothing (set layouts on the root instead).
+var kDefSize = []byte("defstripesize")
+
+// initStore gives a new store its cluster ID, root directory and default
+// stripe size; a store that has them keeps them (an older store gets the
+// stripe size it lacks).
+func (t tx) initStore(cluster string, defSize uint32) error {
 	b := t.Bucket(bSys)
 	if b.Get(kCluster) == nil && cluster != "" {
 		if err := b.Put(kCluster, []byte(cluster)); err != nil {
+			return err
+		}
+	}
+	if b.Get(kDefSize) == nil && defSize != 0 {
+		if err := b.Put(kDefSize, binary.BigEndian.AppendUint32(nil, defSize)); err != nil {
 			return err
 		}
 	}

@@ -48,7 +48,10 @@ type Config struct {
 	// Data is the directory holding the store (meta.db).
 	Data string
 	// DefaultStripeSize applies where neither the file nor its directories
-	// set one (default layout.DefaultStripeSize).
+	// set one (default layout.DefaultStripeSize). It only seeds the file
+	// system's default when the store is made (the first start): the value
+	// is kept in the replicated state, so members started with other flags
+	// and later restarts place alike.
 	DefaultStripeSize uint32
 	Log               *slog.Logger
 	// Security: the cluster secret (nil: DATA/cluster.secret, created at
@@ -605,6 +608,9 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 	}
 	if size == 0 {
 		size = c.DefSize
+		if v := t.Bucket(bSys).Get(kDefSize); len(v) == 4 {
+			size = binary.BigEndian.Uint32(v)
+		}
 	}
 	servers, err := c.pick(int(count))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
+	bolt "go.etcd.io/bbolt"
 )
 
 // reqIDKey carries a request's ID (from proto.Idem) to the command made
@@ -192,7 +193,7 @@ func (s *Service) checkLeader() error {
 	case !lead && was:
 		s.leaderSince.Store(0)
 	}
-	if !lead || s.Cluster() != "" {
+	if !lead || s.Cluster() != "" && s.hasDefSize() {
 		return nil
 	}
 	id, err := newClusterID()
@@ -201,6 +202,16 @@ func (s *Service) checkLeader() error {
 	}
 	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
-	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id})
+	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id, DefSize: s.defSize})
 	return err
+}
+
+// hasDefSize reports whether the store holds the default stripe size.
+func (s *Service) hasDefSize() bool {
+	var ok bool
+	s.m.view(func(btx *bolt.Tx) error {
+		ok = btx.Bucket(bSys).Get(kDefSize) != nil
+		return nil
+	})
+	return ok
 }

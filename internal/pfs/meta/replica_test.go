@@ -121,3 +121,35 @@ func TestNewLeaderCatchesUpFirst(t *testing.T) {
 		t.Errorf("%d read barriers for 3 leader-only requests", n)
 	}
 }
+
+// TestDefaultStripeSizeIsState: the default stripe size is the one the
+// store was made with; a member started later with another flag places
+// alike.
+func TestDefaultStripeSizeIsState(t *testing.T) {
+	dir := t.TempDir()
+	var id uint32
+	reg := func(s *Service) {
+		r, err := s.Handle(context.Background(), &proto.Register{ID: id, Addr: "127.0.0.1:1", Cluster: s.Cluster()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id = r.(*proto.ServersReply).Servers[0].ID
+	}
+	s, err := Open(Config{Data: dir, Log: quiet, DefaultStripeSize: 128 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg(s)
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "a", Mode: 0o644}).Attr
+	s.Close()
+	s, err = Open(Config{Data: dir, Log: quiet, DefaultStripeSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	reg(s)
+	b := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "b", Mode: 0o644}).Attr
+	if a.StripeSize != 128<<10 || b.StripeSize != 128<<10 {
+		t.Fatalf("stripe sizes %d then %d, want the store's 128 KiB both times", a.StripeSize, b.StripeSize)
+	}
+}
