@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -87,4 +88,41 @@ func TestSnapshotStreamsWithoutReadTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	call[*proto.AttrReply](t, b, &proto.Walk{Path: "/d"})
+}
+
+// TestRestoreUnderLoad: restores while requests run neither race nor
+// fail the restore.
+func TestRestoreUnderLoad(t *testing.T) {
+	a := open(t, Open)
+	call[*proto.AttrReply](t, a, &proto.Mkdir{Parent: RootIno, Name: "kept", Mode: 0o700})
+	var img bytes.Buffer
+	if err := a.Machine().Snapshot(&img); err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, Open)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b.Handle(context.Background(), &proto.GetAttr{Ino: RootIno})
+				b.Handle(context.Background(), &proto.Mkdir{Parent: RootIno, Name: fmt.Sprintf("g%d-%d", g, i), Mode: 0o700})
+				b.Cluster()
+				b.servers()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	for i := 0; i < 10; i++ {
+		if err := b.Machine().Restore(bytes.NewReader(img.Bytes())); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
