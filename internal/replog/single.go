@@ -2,6 +2,7 @@ package replog
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -17,6 +18,10 @@ type Single struct {
 	gone chan struct{} // closed when the loop has exited: nothing more applies
 	wg   sync.WaitGroup
 	mu   sync.Mutex // held while applying: Status reads a stable index
+	// halted: Apply failed; nothing applies any more, every proposal and
+	// barrier gets this error (a state machine that cannot apply a
+	// command must not skip it).
+	halted error
 }
 
 type proposal struct {
@@ -66,7 +71,13 @@ func (s *Single) loop() {
 			cmds[i] = p.cmd
 		}
 		s.mu.Lock()
-		outs, err := s.sm.Apply(s.sm.Applied()+1, cmds)
+		err := s.halted
+		var outs [][]byte
+		if err == nil {
+			if outs, err = s.sm.Apply(s.sm.Applied()+1, cmds); err != nil {
+				s.halted = fmt.Errorf("replicated log halted: %w", err)
+			}
+		}
 		s.mu.Unlock()
 		for i, p := range batch {
 			if err != nil {
@@ -106,6 +117,12 @@ func (s *Single) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 // ReadBarrier implements Engine: one member always holds every command it
 // acknowledged.
 func (s *Single) ReadBarrier(ctx context.Context) error {
+	s.mu.Lock()
+	halted := s.halted
+	s.mu.Unlock()
+	if halted != nil {
+		return halted
+	}
 	select {
 	case <-s.done:
 		return ErrStopped

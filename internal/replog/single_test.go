@@ -108,3 +108,36 @@ func TestSingleCloseNeverHangs(t *testing.T) {
 		t.Fatal("single engine accepted a member change")
 	}
 }
+
+// picky fails to apply a command 0xff (one it cannot understand).
+type picky struct{ counter }
+
+func (p *picky) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
+	for _, c := range cmds {
+		if c[0] == 0xff {
+			return nil, errors.New("command 0xff not understood")
+		}
+	}
+	return p.counter.Apply(first, cmds)
+}
+
+// TestSingleHaltsOnApplyError: a command the state machine cannot apply is
+// not skipped: it and everything after fail, nothing more applies.
+func TestSingleHaltsOnApplyError(t *testing.T) {
+	p := &picky{}
+	s := NewSingle(p, "127.0.0.1:1")
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.Propose(ctx, []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Propose(ctx, []byte{0xff}); err == nil {
+		t.Fatal("a command the state machine refused was answered")
+	}
+	if _, err := s.Propose(ctx, []byte{2}); err == nil || p.Applied() != 1 {
+		t.Fatalf("after the halt: propose gave %v, applied %d; want an error and 1", err, p.Applied())
+	}
+	if err := s.ReadBarrier(ctx); err == nil {
+		t.Fatal("read barrier of a halted engine succeeded")
+	}
+}

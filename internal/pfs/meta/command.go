@@ -2,8 +2,9 @@ package meta
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"syscall"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	bolt "go.etcd.io/bbolt"
@@ -29,7 +30,9 @@ type command struct {
 	Now  int64 // the leader's clock: every time stamp the command writes
 	// Request ID (0: none), see proto.Idem.
 	Client, Seq, Done uint64
-	// Create: DefSize is the stripe size where no directory sets one;
+	// Init: DefSize is the file system's default stripe size (kDefSize).
+	// Create: DefSize is the leader's, used only by a store that has no
+	// default yet (made before kDefSize);
 	// Picked the usable servers in placement order (a file with count c
 	// takes the first c); when none is usable, Registered and Summary say
 	// why for the error.
@@ -86,10 +89,15 @@ func (c *command) encode() []byte {
 
 func decodeCommand(b []byte) (*command, error) {
 	d := proto.Dec{B: b}
-	if v := d.U8(); v != commandVersion {
-		return nil, fmt.Errorf("metadata command of version %d: this server knows version %d (a newer member wrote it?)", v, commandVersion)
+	// Older versions stay readable (a log written before an upgrade);
+	// a newer one is an error: this member must not guess.
+	if v := d.U8(); v == 0 || v > commandVersion {
+		return nil, fmt.Errorf("metadata command of version %d: this server knows versions up to %d (a newer member wrote it? upgrade this one)", v, commandVersion)
 	}
 	c := &command{Kind: cmdKind(d.U8())}
+	if c.Kind < cmdReq || c.Kind > cmdExpire {
+		return nil, fmt.Errorf("metadata command of unknown kind %d (a newer member wrote it? upgrade this one)", c.Kind)
+	}
 	c.Now = d.I64()
 	c.Client, c.Seq, c.Done = d.U64(), d.U64(), d.U64()
 	c.DefSize = d.U32()
@@ -111,7 +119,7 @@ func decodeCommand(b []byte) (*command, error) {
 	if len(req) > 0 {
 		m, err := proto.Decode(proto.Op(req[0]), req[1:])
 		if err != nil {
-			return nil, fmt.Errorf("corrupt metadata command: request: %w", err)
+			return nil, fmt.Errorf("metadata command: request of op %d (unknown to this server, or corrupt): %w", req[0], err)
 		}
 		c.Req = m
 	}
@@ -131,7 +139,7 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 	case cmdReq:
 		return t.applyReq(c)
 	case cmdInit:
-		return nil, t.initStore(c.Cluster)
+		return nil, t.initStore(c.Cluster, c.DefSize)
 	case cmdServer:
 		return t.putServer(c)
 	case cmdReclaim:
@@ -156,7 +164,7 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 	case cmdExpire:
 		return nil, t.expireClients(c.Cut, c.Inos)
 	}
-	return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("metadata command of unknown kind %d", c.Kind))
+	return nil, fmt.Errorf("metadata command of unknown kind %d", c.Kind)
 }
 
 func (t tx) applyReq(c *command) (proto.Msg, error) {
@@ -202,17 +210,32 @@ func (t tx) applyReq(c *command) (proto.Msg, error) {
 	case *proto.RenewOrphans:
 		return nil, t.renewOrphans(m)
 	case nil:
-		return nil, proto.Errorf(syscall.EINVAL, "metadata request command without a request")
+		return nil, errors.New("metadata request command without a request")
 	}
-	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("metadata command: op %d is not a mutation", c.Req.Op()))
+	// The leader proposes mutations only: an op this build does not
+	// apply was written by a newer one.
+	return nil, fmt.Errorf("metadata command: op %d is not a mutation this server applies (a newer member wrote it?)", c.Req.Op())
 }
 
-// initStore gives a new store its cluster ID and root directory; a store
-// that has them keeps them.
-func (t tx) initStore(cluster string) error {
+// kDefSize: the file system's default stripe size (u32), where neither a
+// file nor its directories set one. It is part of the state, set by the
+// first cmdInit from the first leader's --stripe-size (Config
+// .DefaultStripeSize): every member places alike whatever its own flags,
+// and a later flag changes nothing (set layouts on the root instead).
+var kDefSize = []byte("defstripesize")
+
+// initStore gives a new store its cluster ID, root directory and default
+// stripe size; a store that has them keeps them (an older store gets the
+// stripe size it lacks).
+func (t tx) initStore(cluster string, defSize uint32) error {
 	b := t.Bucket(bSys)
 	if b.Get(kCluster) == nil && cluster != "" {
 		if err := b.Put(kCluster, []byte(cluster)); err != nil {
+			return err
+		}
+	}
+	if b.Get(kDefSize) == nil && defSize != 0 {
+		if err := b.Put(kDefSize, binary.BigEndian.AppendUint32(nil, defSize)); err != nil {
 			return err
 		}
 	}
@@ -254,31 +277,56 @@ func (t tx) putServer(c *command) (proto.Msg, error) {
 	return &proto.ServersReply{Servers: []proto.ServerInfo{si}}, nil
 }
 
-// expireClients forgets the request IDs of the clients not heard from
-// since cut (their replies can no longer be asked for).
+// ClientTombstone: how long an expired client's watermark outlives its
+// replies. A duplicate of a request from a client idle longer than
+// ClientIdle is refused (ESTALE) while the tombstone lasts; past both, a
+// duplicate would be taken for a new client's request, so the rule's
+// assumption is that no request is delayed (queued, retried) for more
+// than ClientIdle + ClientTombstone (requests carry deadlines of minutes).
+// A constant of the state machine: every member must apply the same one.
+const ClientTombstone = 24 * time.Hour
+
+// expireClients forgets the replies of the clients not heard from since
+// cut (they can no longer be asked for), keeping a tombstone that retires
+// every seq the client used; a tombstone idle since cut-ClientTombstone
+// is deleted.
 func (t tx) expireClients(cut int64, clients []uint64) error {
-	seen := t.Bucket(bClientSeen)
 	for _, id := range clients {
-		v := seen.Get(u64key(id))
-		if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) >= cut {
+		r, ok := getClient(t.Tx, id)
+		switch {
+		case !ok || r.seen >= cut:
 			continue // active again meanwhile
+		case r.retired && r.seen < cut-int64(ClientTombstone):
+			if err := t.Bucket(bClientSeen).Delete(u64key(id)); err != nil {
+				return err
+			}
+			continue
+		case r.retired:
+			continue
 		}
 		if err := t.dropReplies(id, ^uint64(0)); err != nil {
 			return err
 		}
-		if err := seen.Delete(u64key(id)); err != nil {
+		r.retired, r.low = true, r.high+1
+		if err := putClient(t.Tx, id, r); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// idleClients lists the clients whose last command is older than cut.
+// idleClients lists the clients whose last command is older than cut, and
+// the tombstones due for deletion.
 func idleClients(btx *bolt.Tx, cut int64) []uint64 {
 	var out []uint64
 	btx.Bucket(bClientSeen).ForEach(func(k, v []byte) error {
-		if len(k) == 8 && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) < cut {
-			out = append(out, binary.BigEndian.Uint64(k))
+		if len(k) != 8 {
+			return nil
+		}
+		id := binary.BigEndian.Uint64(k)
+		r, _ := getClient(btx, id)
+		if r.seen < cut && (!r.retired || r.seen < cut-int64(ClientTombstone)) {
+			out = append(out, id)
 		}
 		return nil
 	})

@@ -48,7 +48,10 @@ type Config struct {
 	// Data is the directory holding the store (meta.db).
 	Data string
 	// DefaultStripeSize applies where neither the file nor its directories
-	// set one (default layout.DefaultStripeSize).
+	// set one (default layout.DefaultStripeSize). It only seeds the file
+	// system's default when the store is made (the first start): the value
+	// is kept in the replicated state, so members started with other flags
+	// and later restarts place alike.
 	DefaultStripeSize uint32
 	Log               *slog.Logger
 	// Security: the cluster secret (nil: DATA/cluster.secret, created at
@@ -143,7 +146,8 @@ func Open(cfg Config) (*Service, error) {
 		m.close()
 		return nil, err
 	}
-	m.hooks = hooks{notify: s.notify, server: s.setServer, reclaim: s.wake, restored: s.restored}
+	m.hooks = hooks{notify: s.notify, server: s.setServer, reclaim: s.wake, restored: s.restored,
+		halted: func(err error) { s.log.Error("METADATA MEMBER HALTED: it applies no more commands", "err", err) }}
 	if cfg.Engine == nil {
 		s.eng = replog.NewSingle(m, cfg.addr)
 	} else if s.eng, err = cfg.Engine(m); err != nil {
@@ -259,7 +263,13 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			return nil, err
 		}
 	case leaderOp(req.Op()):
-		if err := s.notLeader(); err != nil {
+		// The term started after a barrier (becomeLeader); these rare
+		// requests take one more each, cheap insurance for decisions on
+		// the server records.
+		if err := s.notLeader(ctx); err != nil {
+			return nil, err
+		}
+		if err := s.barrier(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -540,7 +550,7 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
 	s.awaitServers(ctx)
@@ -598,6 +608,9 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 	}
 	if size == 0 {
 		size = c.DefSize
+		if v := t.Bucket(bSys).Get(kDefSize); len(v) == 4 {
+			size = binary.BigEndian.Uint32(v)
+		}
 	}
 	servers, err := c.pick(int(count))
 	if err != nil {
@@ -865,8 +878,11 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err // the servers counted below are the leader's
+	}
+	if err := s.barrier(ctx); err != nil {
+		return nil, err
 	}
 	if m.StripeCount != 0 && m.StripeCount != proto.AllServers {
 		// A policy no file could get is refused now, not at the first put.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
+	bolt "go.etcd.io/bbolt"
 )
 
 // reqIDKey carries a request's ID (from proto.Idem) to the command made
@@ -36,7 +37,8 @@ func leaderOp(op proto.Op) bool {
 	return false
 }
 
-// engineErr turns an engine failure into the error a client acts on.
+// engineErr turns an engine failure into the error a client acts on: one
+// it retries (elsewhere, or later), never a plain EIO it would give up on.
 func engineErr(err error) error {
 	var nl *replog.NotLeaderError
 	switch {
@@ -44,6 +46,13 @@ func engineErr(err error) error {
 		return proto.NotLeader(nl.Addr)
 	case errors.Is(err, replog.ErrNoQuorum):
 		return proto.Errorf(proto.ErrnoNoQuorum, err.Error())
+	case errors.Is(err, replog.ErrStopped):
+		// This member is shutting down: another one may lead.
+		return proto.NotLeader("")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// Gave up waiting for the group (commit or barrier): as good as
+		// no quorum; the request ID makes a retry safe.
+		return proto.Errorf(proto.ErrnoNoQuorum, "metadata log: "+err.Error()+" waiting for a quorum")
 	}
 	return err
 }
@@ -73,7 +82,7 @@ func (s *Service) proposeReq(ctx context.Context, req proto.Msg, decide func(*co
 // applied and the caches it invalidates are dropped, and returns its reply;
 // an errno refusal comes back as the error.
 func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
-	if err := s.notLeader(); err != nil {
+	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
 	if c.Now == 0 {
@@ -98,15 +107,55 @@ func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
 	return r, nil
 }
 
-// notLeader is nil on the leader, else the answer naming the leader. It
-// reads the role leadership last saw, not the engine's Status (which may
-// wait for a batch being applied): a member that just lost the lead still
-// proposes for a moment, and the engine refuses it.
-func (s *Service) notLeader() error {
+// notLeader is nil on the leader, else the answer naming the leader. The
+// common case reads the role the leadership loop last saw, not the
+// engine's Status (which may wait for a batch being applied). Before
+// refusing it asks the engine: for up to a tick after winning an election
+// the cached role is stale, and the refusal would name this very member.
+// A member that just lost the lead still proposes for a moment, and the
+// engine refuses it.
+func (s *Service) notLeader(ctx context.Context) error {
 	if s.leaderSince.Load() != 0 {
 		return nil
 	}
-	return proto.NotLeader(s.eng.Status().LeaderAddr())
+	return s.becomeLeader(ctx)
+}
+
+// becomeLeader starts this member's term as the leader (once per term:
+// whoever of the leadership loop and notLeader gets there first), or says
+// why it cannot. A new Raft leader may hold entries committed in earlier
+// terms that it has not applied: the I/O server records, layouts and
+// request IDs leader-only decisions read. So the term starts only after a
+// read barrier (Raft's ReadIndex: everything committed before is applied
+// here) and with Applied >= Commit; until then requests are refused
+// "not leader" naming no one (clients ask around and retry: nothing was
+// applied). Later decisions in the term need no barrier each: every entry
+// committed since was proposed through this leader.
+func (s *Service) becomeLeader(ctx context.Context) error {
+	st := s.eng.Status()
+	if !st.IsLeader() {
+		return proto.NotLeader(st.LeaderAddr())
+	}
+	if err := s.barrier(ctx); err != nil {
+		return err
+	}
+	if st = s.eng.Status(); !st.IsLeader() || st.Applied < st.Commit {
+		if st.IsLeader() {
+			return proto.NotLeader("") // still catching up: naming itself would loop the client here
+		}
+		return proto.NotLeader(st.LeaderAddr())
+	}
+	s.iodsMu.Lock()
+	defer s.iodsMu.Unlock()
+	if s.leaderSince.Load() != 0 {
+		return nil
+	}
+	// Heartbeats heard as a follower (none: they are refused) or in an
+	// earlier term prove nothing now: wait for servers afresh.
+	s.heard = map[uint32]int64{}
+	s.leaderSince.Store(time.Now().UnixNano())
+	s.wake()
+	return nil
 }
 
 // leadership follows this member's role: leader-only work starts when it
@@ -134,17 +183,17 @@ func (s *Service) checkLeader() error {
 	was := s.leaderSince.Load() != 0
 	switch {
 	case lead && !was:
-		// Heartbeats heard as a follower (none: they are refused) or in an
-		// earlier term prove nothing now: wait for servers afresh.
-		s.iodsMu.Lock()
-		s.heard = map[uint32]int64{}
-		s.iodsMu.Unlock()
-		s.leaderSince.Store(time.Now().UnixNano())
-		s.wake()
+		ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
+		err := s.becomeLeader(ctx)
+		cancel()
+		if err != nil {
+			s.log.Debug("won the election, not serving yet", "err", err)
+			return nil // the next tick tries again
+		}
 	case !lead && was:
 		s.leaderSince.Store(0)
 	}
-	if !lead || s.Cluster() != "" {
+	if !lead || s.Cluster() != "" && s.hasDefSize() {
 		return nil
 	}
 	id, err := newClusterID()
@@ -153,6 +202,16 @@ func (s *Service) checkLeader() error {
 	}
 	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
-	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id})
+	_, err = s.propose(ctx, &command{Kind: cmdInit, Cluster: id, DefSize: s.defSize})
 	return err
+}
+
+// hasDefSize reports whether the store holds the default stripe size.
+func (s *Service) hasDefSize() bool {
+	var ok bool
+	s.m.view(func(btx *bolt.Tx) error {
+		ok = btx.Bucket(bSys).Get(kDefSize) != nil
+		return nil
+	})
+	return ok
 }
