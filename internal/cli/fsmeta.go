@@ -157,19 +157,13 @@ func memberID(s string) (uint64, error) {
 // callLeader sends req to the --meta member, and to the leader it names if
 // it is not the leader. It returns the reply and the address that gave it.
 func callLeader(ctx context.Context, cl *client.Client, req proto.Msg) (proto.Msg, string, error) {
+	// The client follows not-leader answers itself; Current is the member
+	// that answered, which later chunks of a backup must come from.
 	r, err := cl.Call(ctx, req)
-	if err == nil {
-		return r, cl.Meta(), nil
-	}
-	addr, ok := proto.LeaderHint(err)
-	if !ok {
+	if err != nil {
 		return nil, "", err
 	}
-	if addr == "" {
-		return nil, "", fmt.Errorf("%s knows no metadata leader (election in progress, or no quorum): %w", cl.Meta(), err)
-	}
-	r, err = cl.Pool().Call(ctx, addr, req)
-	return r, addr, err
+	return r, cl.Leader().Current(), nil
 }
 
 // groupView is the leader's view of the group when there is a leader, else

@@ -15,7 +15,6 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
-	bolt "go.etcd.io/bbolt"
 )
 
 // handleMembers serves the membership and backup requests (ops 61-65);
@@ -226,27 +225,12 @@ func RestoreBackup(backup, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return fmt.Errorf("restore %s into %s: %w", backup, dataDir, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
 	tmp.Close()
-	db, err := bolt.Open(tmp.Name(), 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		return fmt.Errorf("restore %s: not a metadata backup (%v)", backup, err)
-	}
-	empty := true
-	db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
-	})
-	db.Close()
-	if empty {
-		return fmt.Errorf("restore %s: the backup holds no metadata", backup)
+	defer os.Remove(tmp.Name())
+	// The backup is a framed snapshot: its length, checksum and the store's
+	// own consistency check are verified before anything is put in place.
+	if err := receiveSnapshot(tmp.Name(), in); err != nil {
+		return fmt.Errorf("restore %s: not a usable metadata backup: %w", backup, err)
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return err
