@@ -90,6 +90,8 @@ type Service struct {
 	started time.Time
 	regMu   sync.Mutex       // one registration decision at a time
 	heard   map[uint32]int64 // last registration since this start (ns); persisted Seen times prove nothing
+
+	watchState // client cache invalidation (watch.go)
 }
 
 type commit struct {

@@ -21,15 +21,18 @@ const MaxChangedInos = 1 << 16
 // acknowledges, for watcher Client, that every change up to Since is
 // forgotten. With nothing to report the leader holds the request up to a
 // heartbeat interval and answers an empty ChangesReply. Since 0 registers
-// a watcher that has nothing cached.
+// a watcher that has nothing cached. Epoch is the last reply's: indexes
+// of another epoch (another leader or a restarted one) mean nothing, and
+// the answer is Reset.
 type Watch struct {
 	Client uint64 // the watcher: a random ID per client.Client
 	Since  uint64
+	Epoch  uint64
 }
 
 func (*Watch) Op() Op          { return OpWatch }
-func (m *Watch) Encode(e *Enc) { e.U64(m.Client); e.U64(m.Since) }
-func (m *Watch) Decode(d *Dec) { m.Client = d.U64(); m.Since = d.U64() }
+func (m *Watch) Encode(e *Enc) { e.U64(m.Client); e.U64(m.Since); e.U64(m.Epoch) }
+func (m *Watch) Decode(d *Dec) { m.Client, m.Since, m.Epoch = d.U64(), d.U64(), d.U64() }
 
 // Unwatch: watcher Client caches nothing any more; writers stop waiting
 // for it at once instead of at the end of its lease.
@@ -45,6 +48,7 @@ func (m *Unwatch) Decode(d *Dec) { m.Client = d.U64() }
 // another leader, too many): the client drops its whole cache.
 type ChangesReply struct {
 	Index uint64
+	Epoch uint64
 	Reset bool
 	Inos  []uint64
 }
@@ -52,11 +56,12 @@ type ChangesReply struct {
 func (*ChangesReply) Op() Op { return OpChanges }
 func (m *ChangesReply) Encode(e *Enc) {
 	e.U64(m.Index)
+	e.U64(m.Epoch)
 	e.Bool(m.Reset)
 	e.U64s(m.Inos)
 }
 func (m *ChangesReply) Decode(d *Dec) {
-	m.Index = d.U64()
+	m.Index, m.Epoch = d.U64(), d.U64()
 	m.Reset = d.Bool()
 	m.Inos = d.U64s()
 	if len(m.Inos) > MaxChangedInos && d.err == nil {

@@ -33,7 +33,7 @@ func samples() []Msg {
 		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
 		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
 		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
-		&Watch{Client: 9, Since: 5}, &Unwatch{Client: 9}, &ChangesReply{Index: 7, Reset: true, Inos: []uint64{1, 1 << 40}},
+		&Watch{Client: 9, Since: 5, Epoch: 3}, &Unwatch{Client: 9}, &ChangesReply{Index: 7, Epoch: 3, Reset: true, Inos: []uint64{1, 1 << 40}},
 	}
 }
 
