@@ -18,9 +18,6 @@ import (
 // lost its lease (awaitInvalidated).
 
 const (
-	// CacheLease: a client trusts its cache until this long after it sent
-	// its last answered Watch.
-	CacheLease = 2 * time.Second
 	// leaseMargin covers the clock rate difference between a client and
 	// the leader over one lease: the leader's view of a lease ends later.
 	leaseMargin = 250 * time.Millisecond
@@ -47,7 +44,7 @@ type watchState struct {
 	epoch    uint64 // random per leadership: a Since of another epoch resets
 	epochOf  time.Time
 	watchers map[uint64]*watcher
-	lease    time.Duration // server side: CacheLease + leaseMargin
+	lease    time.Duration // server side: proto.CacheLease + leaseMargin
 	hb       time.Duration
 	watched  bool // a Watch came since start (see watch_shim.go)
 }
@@ -74,7 +71,7 @@ func (w *watchState) initWatch() {
 		w.ringCap = changeRing
 	}
 	if w.lease == 0 {
-		w.lease = CacheLease + leaseMargin
+		w.lease = proto.CacheLease + leaseMargin
 	}
 	if w.hb == 0 {
 		w.hb = watchHeartbeat

@@ -1,6 +1,9 @@
 package proto
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Cache invalidation (docs/meta.md, "Client cache"): a client that caches
 // metadata long-polls the metadata leader for the inodes that changed.
@@ -12,6 +15,11 @@ const (
 	OpWatch   Op = 66
 	OpUnwatch Op = 67
 )
+
+// CacheLease: a client trusts its metadata cache until this long after it
+// sent its last answered Watch; the leader counts it (plus a margin) from
+// when it answered.
+const CacheLease = 2 * time.Second
 
 // MaxChangedInos bounds the inode numbers of one ChangesReply: a reply
 // that would carry more says Reset instead (the client drops everything).
