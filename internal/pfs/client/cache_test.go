@@ -1,0 +1,322 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// cachedClient returns a caching client of addr whose cache is trusted
+// (its first Watch answered).
+func cachedClient(t *testing.T, addr string) *client.Client {
+	t.Helper()
+	c := client.New(addr, client.WithCache())
+	t.Cleanup(c.Close)
+	for i := 0; !c.CacheStats().Trusted; i++ {
+		if i == 500 {
+			t.Fatal("the cache's first watch was never answered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c
+}
+
+func put(t *testing.T, c *client.Client, p, data string) {
+	t.Helper()
+	ctx := ctxT(t)
+	f, err := c.CreatePath(ctx, p, 0o644, client.CreateOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, c *client.Client, p string) string {
+	t.Helper()
+	ctx := ctxT(t)
+	f, err := c.Open(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, f.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Close-to-open across clients without an open round trip: once A's close
+// returns, B (which had the old attributes cached) sees the new size and
+// content; in between, B's stats are served by its cache.
+func TestCacheCoherentAcrossClients(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	ctx := ctxT(t)
+	a := cachedClient(t, fsys.Meta.Addr)
+	b := cachedClient(t, fsys.Meta.Addr)
+	if err := a.MkdirAll(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	put(t, a, "/d/f", "one")
+
+	if st, err := b.Stat(ctx, "/d/f"); err != nil || st.Size != 3 {
+		t.Fatalf("B stat: %+v %v, want size 3", st, err)
+	}
+	if _, err := b.Stat(ctx, "/d/g"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("B stat of a missing file: %v", err)
+	}
+	ents, err := b.ReadDir(ctx, "/d")
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("B readdir: %v %v", ents, err)
+	}
+	before := b.CacheStats()
+	for range 100 {
+		if st, err := b.Stat(ctx, "/d/f"); err != nil || st.Size != 3 {
+			t.Fatalf("B stat: %+v %v", st, err)
+		}
+		if _, err := b.Stat(ctx, "/d/g"); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("B stat of a missing file: %v", err)
+		}
+	}
+	after := b.CacheStats()
+	if after.Misses != before.Misses || after.Hits < before.Hits+200 {
+		t.Fatalf("repeated stats went to meta: before %+v after %+v", before, after)
+	}
+
+	put(t, a, "/d/f", "hello, world")
+	if st, err := b.Stat(ctx, "/d/f"); err != nil || st.Size != 12 {
+		t.Fatalf("B stat after A's close: %+v %v, want size 12", st, err)
+	}
+	if got := get(t, b, "/d/f"); got != "hello, world" {
+		t.Fatalf("B reads %q", got)
+	}
+	put(t, a, "/d/g", "new")
+	if st, err := b.Stat(ctx, "/d/g"); err != nil || st.Size != 3 {
+		t.Fatalf("B stat of a file A created: %+v %v", st, err)
+	}
+	if ents, err := b.ReadDir(ctx, "/d"); err != nil || len(ents) != 2 {
+		t.Fatalf("B readdir after A's create: %v %v", ents, err)
+	}
+	if err := a.RenamePath(ctx, "/d/g", "/d/h", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "/d/g"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("B stat of a renamed-away name: %v", err)
+	}
+	if err := a.Remove(ctx, "/d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "/d/f"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("B stat of a removed file: %v", err)
+	}
+	// Symbolic links: cached, and replaced.
+	if err := a.SymlinkPath(ctx, "h", "/d/l"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Stat(ctx, "/d/l"); err != nil || st.Size != 3 {
+		t.Fatalf("B stat through a link: %+v %v", st, err)
+	}
+	if err := a.Remove(ctx, "/d/l"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SymlinkPath(ctx, "missing", "/d/l"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "/d/l"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("B stat through a replaced link: %v", err)
+	}
+	if st, err := b.StatBeneath(ctx, "/d", "h"); err != nil || st.Size != 3 {
+		t.Fatalf("B stat beneath: %+v %v", st, err)
+	}
+	if err := a.SymlinkPath(ctx, "..", "/d/up"); err != nil {
+		t.Fatal(err)
+	}
+	// The cache resolves as meta does: compare with a client without one.
+	plain := client.New(fsys.Meta.Addr)
+	t.Cleanup(plain.Close)
+	for _, p := range []string{"up/d/h", "h", "l", "nope", "h/x", "up"} {
+		want, werr := plain.StatBeneath(ctx, "/d", p)
+		got, gerr := b.StatBeneath(ctx, "/d", p)
+		if got.Ino != want.Ino || errno(gerr) != errno(werr) {
+			t.Errorf("StatBeneath(/d, %s): cached %d %v, meta %d %v", p, got.Ino, gerr, want.Ino, werr)
+		}
+	}
+	if _, err := b.StatBeneath(ctx, "/d", "up/d/h"); !errors.Is(err, syscall.EXDEV) {
+		t.Fatalf("B stat beneath escaping: %v", err)
+	}
+	for _, p := range []string{"/d/up/d/h", "/d/l", "/d/up", "/d/h/x", "/d/up/d/up/d"} {
+		want, werr := plain.Stat(ctx, p)
+		got, gerr := b.Stat(ctx, p)
+		if got.Ino != want.Ino || errno(gerr) != errno(werr) {
+			t.Errorf("Stat(%s): cached %d %v, meta %d %v", p, got.Ino, gerr, want.Ino, werr)
+		}
+		want, werr = plain.Lstat(ctx, p)
+		got, gerr = b.Lstat(ctx, p)
+		if got.Ino != want.Ino || errno(gerr) != errno(werr) {
+			t.Errorf("Lstat(%s): cached %d %v, meta %d %v", p, got.Ino, gerr, want.Ino, werr)
+		}
+	}
+	if s := b.CacheStats(); s.Invalidations == 0 {
+		t.Fatalf("B's cache was never invalidated: %+v", s)
+	}
+}
+
+// A client whose watch stops being answered stops trusting its cache once
+// its lease ends: it asks meta (here: cannot reach it) instead.
+func TestCacheLeaseEndsWhenWatchIsCut(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	ctx := ctxT(t)
+	px := newProxy(t, fsys.Meta.Addr)
+	b := cachedClient(t, px.addr())
+	if err := b.MkdirAll(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	px.stall()
+	for i := 0; b.CacheStats().Trusted; i++ {
+		if i == 1000 {
+			t.Fatal("cache still trusted long after its lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if st, err := b.Stat(short, "/d"); err == nil {
+		t.Fatalf("stat answered %+v from an untrusted cache", st)
+	}
+	px.resume()
+	// Once a watch is answered again the cache is used again.
+	for i := 0; !b.CacheStats().Trusted; i++ {
+		if i == 1000 {
+			t.Fatal("cache not trusted again after the watch resumed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := b.Stat(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// proxy forwards TCP connections to a server; stall cuts every connection
+// and refuses new ones (their bytes go nowhere) until resume.
+type proxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+	paused bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, target: target}
+	done := make(chan struct{})
+	go p.serve(done)
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		p.closeAll()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) serve(done chan struct{}) {
+	defer close(done)
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		paused := p.paused
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		if paused {
+			continue // held open, never answered: a dead peer, not a refusal
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, s)
+		p.mu.Unlock()
+		go func() { io.Copy(s, c); s.Close() }()
+		go func() { io.Copy(c, s); c.Close() }()
+	}
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// stall closes the forwarding connections' server sides silently for
+// the client: the client's connections stay open but get no answers.
+func (p *proxy) stall() {
+	p.mu.Lock()
+	p.paused = true
+	conns := slices.Clone(p.conns)
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		if tc, ok := c.(*net.TCPConn); ok && tc.RemoteAddr().String() == p.target {
+			tc.Close()
+		} else {
+			p.mu.Lock()
+			p.conns = append(p.conns, c)
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *proxy) resume() {
+	p.mu.Lock()
+	p.paused = false
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close() // the client redials through the forwarding path
+	}
+}
+
+// errno is the errno err carries, 0 for nil.
+func errno(err error) syscall.Errno {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	if err != nil {
+		return proto.ErrnoOf(err)
+	}
+	return 0
+}
