@@ -137,7 +137,7 @@ func New(cfg Config) *Server {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
-	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
+	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security), client.WithCache())}
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
