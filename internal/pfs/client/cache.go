@@ -486,10 +486,10 @@ const rootIno = 1
 // (links followed in every component but the last), one cached Lookup per
 // component: a path whose every step is cached costs no round trip.
 func (c *Client) walkCached(ctx context.Context, p string) (proto.Attr, error) {
-	cur, err := c.getAttrCached(ctx, rootIno)
-	if err != nil {
-		return cur, err
-	}
+	// The root's attributes change with every entry made in it: fetched
+	// only when they are the answer.
+	root := proto.Attr{Ino: rootIno, Mode: syscall.S_IFDIR}
+	cur := root
 	comps := strings.Split(p, "/")
 	links := 0
 	for i := 0; i < len(comps); i++ {
@@ -523,14 +523,15 @@ func (c *Client) walkCached(ctx context.Context, p string) (proto.Attr, error) {
 				return proto.Attr{}, err
 			}
 			if strings.HasPrefix(t, "/") {
-				if cur, err = c.getAttrCached(ctx, rootIno); err != nil {
-					return cur, err
-				}
+				cur = root
 			}
 			comps, i = append(strings.Split(t, "/"), comps[i+1:]...), -1
 			continue
 		}
 		cur = n
+	}
+	if cur.Ino == rootIno {
+		return c.getAttrCached(ctx, rootIno)
 	}
 	return cur, nil
 }
