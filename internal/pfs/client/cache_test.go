@@ -1,12 +1,17 @@
 package client_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -319,4 +324,95 @@ func errno(err error) syscall.Errno {
 		return proto.ErrnoOf(err)
 	}
 	return 0
+}
+
+// peerEnv names the metadata server a re-executed test binary serves as a
+// caching peer (TestCachePeer) for TestCacheTwoProcesses.
+const peerEnv = "CORRAL_TEST_CACHE_PEER"
+
+// TestCachePeer is the other process of TestCacheTwoProcesses: it reads
+// "stat PATH", "read PATH" and "misses" lines and answers each with one
+// line. Without the variable it does nothing.
+func TestCachePeer(t *testing.T) {
+	addr := os.Getenv(peerEnv)
+	if addr == "" {
+		t.Skip("run by TestCacheTwoProcesses")
+	}
+	c := cachedClient(t, addr)
+	ctx := ctxT(t)
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, p, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
+		case "stat":
+			st, err := c.Stat(ctx, p)
+			fmt.Printf("%d %v\n", st.Size, err)
+		case "read":
+			fmt.Printf("%q\n", get(t, c, p))
+		case "misses":
+			fmt.Println(c.CacheStats().Misses)
+		}
+	}
+}
+
+// Close-to-open between two processes, each with its own cache.
+func TestCacheTwoProcesses(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	ctx := ctxT(t)
+	a := cachedClient(t, fsys.Meta.Addr)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCachePeer$", "-test.v=false")
+	cmd.Env = append(os.Environ(), peerEnv+"="+fsys.Meta.Addr)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	out := bufio.NewScanner(stdout)
+	ask := func(line string) string {
+		t.Helper()
+		fmt.Fprintln(stdin, line)
+		if !out.Scan() {
+			t.Fatalf("peer process gave no answer to %q: %v", line, out.Err())
+		}
+		return out.Text()
+	}
+	if err := a.MkdirAll(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	put(t, a, "/d/f", "one")
+	if got := ask("stat /d/f"); got != "3 <nil>" {
+		t.Fatalf("peer stat: %s", got)
+	}
+	misses := ask("misses")
+	for range 20 {
+		ask("stat /d/f")
+	}
+	if got := ask("misses"); got != misses {
+		t.Fatalf("peer's repeated stats went to meta: misses %s, then %s", misses, got)
+	}
+	put(t, a, "/d/f", "hello, world")
+	if got := ask("stat /d/f"); got != "12 <nil>" {
+		t.Fatalf("peer stat after A's close: %s", got)
+	}
+	if got := ask("read /d/f"); got != `"hello, world"` {
+		t.Fatalf("peer read after A's close: %s", got)
+	}
 }
