@@ -78,6 +78,16 @@ func (w *watchState) initWatch() {
 	}
 }
 
+// watcher returns watcher id, registering it; called under wmu.
+func (w *watchState) watcher(id uint64) *watcher {
+	wt := w.watchers[id]
+	if wt == nil {
+		wt = &watcher{}
+		w.watchers[id] = wt
+	}
+	return wt
+}
+
 // wake tells every waiter (held Watches, awaitInvalidated) to look again.
 func (w *watchState) wake() {
 	close(w.changed)
@@ -176,11 +186,7 @@ func (s *Service) watch(ctx context.Context, m *proto.Watch) (proto.Msg, error) 
 	w.initWatch()
 	w.watched = true
 	epoch := s.currentEpoch()
-	wt := w.watchers[m.Client]
-	if wt == nil {
-		wt = &watcher{}
-		w.watchers[m.Client] = wt
-	}
+	wt := w.watcher(m.Client)
 	since := m.Since
 	if m.Epoch != epoch {
 		since = 0 // acks nothing: the client's indexes mean nothing here
@@ -192,10 +198,22 @@ func (s *Service) watch(ctx context.Context, m *proto.Watch) (proto.Msg, error) 
 	defer timer.Stop()
 	final := false
 	for {
-		if w.epoch != epoch {
-			// Leadership changed while the poll was held.
+		// Only a leader may renew a lease: a member that lost leadership
+		// while the poll was held must not answer it (its ring is not
+		// what the new leader acknowledges).
+		if !s.isLeader() {
 			w.wmu.Unlock()
-			return &proto.ChangesReply{Reset: true}, nil
+			return nil, proto.NotLeader(s.leaderAddr())
+		}
+		if w.epoch != epoch || !s.leaderSince().Equal(w.epochOf) {
+			// A new leadership began while the poll was held: register
+			// with it (so its mutations wait for this watcher) and reset.
+			epoch = s.currentEpoch()
+			wt = w.watcher(m.Client)
+			wt.answered = time.Now()
+			r := &proto.ChangesReply{Index: w.last, Epoch: epoch, Reset: true}
+			w.wmu.Unlock()
+			return r, nil
 		}
 		r := &proto.ChangesReply{Index: w.last, Epoch: epoch}
 		if m.Epoch != epoch {
