@@ -102,7 +102,9 @@ type mcache struct {
 	hits, misses   atomic.Uint64
 	invals, resets uint64
 
-	// The watch loop's state.
+	// The watch loop's state. It starts with the first cached read, not
+	// in New: a caller may still set up the pool (Observe) before.
+	start        sync.Once
 	id           uint64
 	since, epoch uint64
 	stop         context.CancelFunc
@@ -240,11 +242,20 @@ func (cc *mcache) answered(r *proto.ChangesReply, sent time.Time) {
 	cc.leaseEnd = sent.Add(cc.lease)
 }
 
+// cached returns the cache, its watch loop started.
+func (c *Client) cached() *mcache {
+	cc := c.cache
+	cc.start.Do(c.startWatch)
+	return cc
+}
+
 // startWatch runs the watch loop until Close.
 func (c *Client) startWatch() {
 	cc := c.cache
 	ctx, cancel := context.WithCancel(context.Background())
+	cc.mu.Lock()
 	cc.stop = cancel
+	cc.mu.Unlock()
 	go func() {
 		defer close(cc.done)
 		backoff := 20 * time.Millisecond
@@ -290,6 +301,11 @@ func (c *Client) watchOnce(ctx context.Context) error {
 // stopWatch ends the watch loop and tells meta this client caches nothing.
 func (c *Client) stopWatch() {
 	cc := c.cache
+	started := true
+	cc.start.Do(func() { started = false }) // none from now on
+	if !started {
+		return
+	}
 	cc.stop()
 	<-cc.done
 	cc.expire()
@@ -384,7 +400,7 @@ func noEntry(name string) error {
 
 // lookup answers Lookup from the cache, asking meta on a miss.
 func (c *Client) lookupCached(ctx context.Context, parent uint64, name string) (proto.Attr, error) {
-	cc := c.cache
+	cc := c.cached()
 	if it, ok := cc.get(ckey{kEnt, parent, name}); ok {
 		if it.child == 0 {
 			cc.hit()
@@ -409,7 +425,7 @@ func (c *Client) lookupCached(ctx context.Context, parent uint64, name string) (
 }
 
 func (c *Client) getAttrCached(ctx context.Context, ino uint64) (proto.Attr, error) {
-	cc := c.cache
+	cc := c.cached()
 	if a, ok := cc.attr(ino); ok {
 		cc.hit()
 		return a, nil
@@ -424,7 +440,7 @@ func (c *Client) getAttrCached(ctx context.Context, ino uint64) (proto.Attr, err
 }
 
 func (c *Client) readlinkCached(ctx context.Context, ino uint64) (string, error) {
-	cc := c.cache
+	cc := c.cached()
 	if it, ok := cc.get(ckey{kLink, ino, ""}); ok {
 		cc.hit()
 		return it.target, nil
@@ -442,7 +458,7 @@ func (c *Client) readlinkCached(ctx context.Context, ino uint64) (string, error)
 // entry's inode changes (the entries carry attributes), and the entries and
 // attributes it names.
 func (c *Client) readdirCached(ctx context.Context, ino uint64) ([]proto.Entry, error) {
-	cc := c.cache
+	cc := c.cached()
 	if it, ok := cc.get(ckey{kDir, ino, ""}); ok {
 		cc.hit()
 		return append([]proto.Entry(nil), it.ents...), nil

@@ -20,6 +20,9 @@ func BenchmarkCreateWatched(b *testing.B) {
 			for range watchers {
 				w := client.New(fsys.Meta.Addr, client.WithCache())
 				b.Cleanup(w.Close)
+				if _, err := w.GetAttr(context.Background(), 1); err != nil { // starts its watch
+					b.Fatal(err)
+				}
 			}
 			w := client.New(fsys.Meta.Addr)
 			b.Cleanup(w.Close)

@@ -28,6 +28,10 @@ func cachedClient(t *testing.T, addr string) *client.Client {
 	t.Helper()
 	c := client.New(addr, client.WithCache())
 	t.Cleanup(c.Close)
+	// The first cached read starts the watch.
+	if _, err := c.GetAttr(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; !c.CacheStats().Trusted; i++ {
 		if i == 500 {
 			t.Fatal("the cache's first watch was never answered")

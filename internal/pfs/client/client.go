@@ -52,9 +52,6 @@ func New(meta string, opts ...Option) *Client {
 		// first call; a bad file: its own error, on every call.
 		c.pool.Security.Cred, c.credErr = proto.DefaultCredential()
 	}
-	if c.cache != nil {
-		c.startWatch()
-	}
 	return c
 }
 
