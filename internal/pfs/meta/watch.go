@@ -106,9 +106,10 @@ func (s *Service) notify(index uint64, inos []uint64) {
 func (s *Service) notifyLocked(index uint64, inos []uint64) {
 	w := &s.watchState
 	w.initWatch()
-	if index <= w.last {
+	if index < w.last {
 		// Indexes went back (a restored snapshot): no Since before this
-		// can be trusted. A new epoch resets every watcher.
+		// can be trusted. A new epoch resets every watcher. (The same
+		// index again adds to that change.)
 		s.log.Warn("cache invalidation: change index went back; every client cache is reset", "index", index, "last", w.last)
 		w.epoch = 0
 	}
