@@ -105,6 +105,7 @@ type mcache struct {
 	// The watch loop's state. It starts with the first cached read, not
 	// in New: a caller may still set up the pool (Observe) before.
 	start        sync.Once
+	hold         sync.Mutex // held by tests to freeze the watch (a hung client)
 	id           uint64
 	since, epoch uint64
 	stop         context.CancelFunc
@@ -294,7 +295,9 @@ func (c *Client) watchOnce(ctx context.Context) error {
 	if !ok {
 		return unexpected(c.meta, r)
 	}
+	cc.hold.Lock()
 	cc.answered(cr, sent)
+	cc.hold.Unlock()
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,8 +27,22 @@ import (
 // (its first Watch answered).
 func cachedClient(t *testing.T, addr string) *client.Client {
 	t.Helper()
+	return countedClient(t, addr, nil)
+}
+
+// countedClient is cachedClient counting in calls the requests it sends
+// to meta other than its watch.
+func countedClient(t *testing.T, addr string, calls *atomic.Int64) *client.Client {
+	t.Helper()
 	c := client.New(addr, client.WithCache())
 	t.Cleanup(c.Close)
+	if calls != nil {
+		c.Pool().Observe = func(op proto.Op, _ time.Duration, _ error) {
+			if op != proto.OpWatch {
+				calls.Add(1)
+			}
+		}
+	}
 	// The first cached read starts the watch.
 	if _, err := c.GetAttr(ctxT(t), 1); err != nil {
 		t.Fatal(err)
@@ -78,7 +93,8 @@ func TestCacheCoherentAcrossClients(t *testing.T) {
 	fsys := pfstest.Start(t, 2)
 	ctx := ctxT(t)
 	a := cachedClient(t, fsys.Meta.Addr)
-	b := cachedClient(t, fsys.Meta.Addr)
+	var calls atomic.Int64
+	b := countedClient(t, fsys.Meta.Addr, &calls)
 	if err := a.MkdirAll(ctx, "/d", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +110,7 @@ func TestCacheCoherentAcrossClients(t *testing.T) {
 	if err != nil || len(ents) != 1 {
 		t.Fatalf("B readdir: %v %v", ents, err)
 	}
-	before := b.CacheStats()
+	before, sent := b.CacheStats(), calls.Load()
 	for range 100 {
 		if st, err := b.Stat(ctx, "/d/f"); err != nil || st.Size != 3 {
 			t.Fatalf("B stat: %+v %v", st, err)
@@ -104,8 +120,8 @@ func TestCacheCoherentAcrossClients(t *testing.T) {
 		}
 	}
 	after := b.CacheStats()
-	if after.Misses != before.Misses || after.Hits < before.Hits+200 {
-		t.Fatalf("repeated stats went to meta: before %+v after %+v", before, after)
+	if after.Misses != before.Misses || after.Hits < before.Hits+200 || calls.Load() != sent {
+		t.Fatalf("repeated stats went to meta (%d requests): before %+v after %+v", calls.Load()-sent, before, after)
 	}
 
 	put(t, a, "/d/f", "hello, world")
@@ -184,6 +200,30 @@ func TestCacheCoherentAcrossClients(t *testing.T) {
 	if s := b.CacheStats(); s.Invalidations == 0 {
 		t.Fatalf("B's cache was never invalidated: %+v", s)
 	}
+}
+
+// A client that stops acknowledging holds a writer's close up until its
+// lease has ended; by then it no longer trusts what it cached, so after
+// the close returns it reads the new size all the same.
+func TestCacheHungClientDelaysWriter(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	ctx := ctxT(t)
+	a := cachedClient(t, fsys.Meta.Addr)
+	b := cachedClient(t, fsys.Meta.Addr)
+	put(t, a, "/f", "one")
+	if st, err := b.Stat(ctx, "/f"); err != nil || st.Size != 3 {
+		t.Fatalf("B stat: %+v %v", st, err)
+	}
+	if st, err := b.Stat(ctx, "/f"); err != nil || st.Size != 3 || b.CacheStats().Hits == 0 {
+		t.Fatalf("B stat from its cache: %+v %v %+v", st, err, b.CacheStats())
+	}
+	thaw := b.FreezeWatch()
+	t.Cleanup(thaw)
+	put(t, a, "/f", "hello, world")
+	if st, err := b.Stat(ctx, "/f"); err != nil || st.Size != 12 {
+		t.Fatalf("B (hung watch) stat after A's close: %+v %v, want size 12", st, err)
+	}
+	thaw()
 }
 
 // A client whose watch stops being answered stops trusting its cache once
