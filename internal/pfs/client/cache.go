@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"path"
 	"strings"
 	"sync"
@@ -104,8 +105,13 @@ type mcache struct {
 
 	// The watch loop's state. It starts with the first cached read, not
 	// in New: a caller may still set up the pool (Observe) before.
-	start        sync.Once
-	hold         sync.Mutex // held by tests to freeze the watch (a hung client)
+	start sync.Once
+	hold  sync.Mutex // held by tests to freeze the watch (a hung client)
+	// pool: the watch's own connection. On the client's connections a
+	// poll could queue behind mutations that wait for its answer (the
+	// server handles a bounded number of requests per connection).
+	pool         *proto.Pool
+	leader       string // the leader a member named, "" for the client's meta
 	id           uint64
 	since, epoch uint64
 	stop         context.CancelFunc
@@ -256,6 +262,7 @@ func (c *Client) startWatch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	cc.mu.Lock()
 	cc.stop = cancel
+	cc.pool = &proto.Pool{PerServer: 1, Security: c.pool.Security, Name: c.pool.Name}
 	cc.mu.Unlock()
 	go func() {
 		defer close(cc.done)
@@ -287,7 +294,7 @@ func (c *Client) watchOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, cc.lease)
 	defer cancel()
 	sent := time.Now()
-	r, err := c.call(ctx, req)
+	r, err := c.watchCall(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -299,6 +306,29 @@ func (c *Client) watchOnce(ctx context.Context) error {
 	cc.answered(cr, sent)
 	cc.hold.Unlock()
 	return nil
+}
+
+// watchCall sends a watch request on the watch's own connection to the
+// leader, following a member that names another.
+func (c *Client) watchCall(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if c.credErr != nil {
+		return nil, fmt.Errorf("%s: %w", proto.SecretEnv, c.credErr)
+	}
+	cc := c.cache
+	cc.mu.Lock()
+	addr := cc.leader
+	cc.mu.Unlock()
+	if addr == "" {
+		addr = c.meta
+	}
+	r, err := cc.pool.Call(ctx, addr, req)
+	if err != nil {
+		next, _ := proto.LeaderHint(err) // "" (back to meta) on any other error
+		cc.mu.Lock()
+		cc.leader = next
+		cc.mu.Unlock()
+	}
+	return r, err
 }
 
 // stopWatch ends the watch loop and tells meta this client caches nothing.
@@ -314,7 +344,8 @@ func (c *Client) stopWatch() {
 	cc.expire()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	c.call(ctx, &proto.Unwatch{Client: cc.id}) // best effort: else its lease ends
+	c.watchCall(ctx, &proto.Unwatch{Client: cc.id}) // best effort: else its lease ends
+	cc.pool.Close()
 }
 
 // affected lists the inodes a mutating request changes, as far as this

@@ -226,6 +226,32 @@ func TestCacheHungClientDelaysWriter(t *testing.T) {
 	thaw()
 }
 
+// Many concurrent mutations from a caching client: each waits for every
+// watcher's acknowledgement, the client's own too, which must not queue
+// behind them on its connections.
+func TestCacheConcurrentMutations(t *testing.T) {
+	fsys := pfstest.Start(t, 1)
+	ctx := ctxT(t)
+	a := cachedClient(t, fsys.Meta.Addr)
+	cachedClient(t, fsys.Meta.Addr) // another watcher
+	const n = 300
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := a.Mkdir(ctx, 1, fmt.Sprintf("d%d", i), 0o755)
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, err := a.ReadDir(ctx, "/"); err != nil || len(ents) != n {
+		t.Fatalf("readdir: %d entries, %v", len(ents), err)
+	}
+}
+
 // A client whose watch stops being answered stops trusting its cache once
 // its lease ends: it asks meta (here: cannot reach it) instead.
 func TestCacheLeaseEndsWhenWatchIsCut(t *testing.T) {
