@@ -47,6 +47,17 @@ type watchState struct {
 	lease    time.Duration // server side: proto.CacheLease + leaseMargin
 	hb       time.Duration
 	watched  bool // a Watch came since start (see watch_shim.go)
+	// leadership, if set, replaces the engine's isLeader and leaderSince
+	// here (tests of a leader change).
+	leadership func() (leader bool, since time.Time)
+}
+
+// leads reports whether this member leads and since when.
+func (s *Service) leads() (bool, time.Time) {
+	if f := s.watchState.leadership; f != nil {
+		return f()
+	}
+	return s.isLeader(), s.leaderSince()
 }
 
 type change struct {
@@ -132,7 +143,7 @@ func (s *Service) notifyLocked(index uint64, inos []uint64) {
 // when leadership began after the last; called under wmu.
 func (s *Service) currentEpoch() uint64 {
 	w := &s.watchState
-	since := s.leaderSince()
+	_, since := s.leads()
 	if w.epoch == 0 || !since.Equal(w.epochOf) {
 		var b [8]byte
 		rand.Read(b[:])
@@ -179,12 +190,13 @@ func (w *watchState) changesAfter(since uint64) (inos []uint64, reset bool) {
 
 // watch serves one long poll.
 func (s *Service) watch(ctx context.Context, m *proto.Watch) (proto.Msg, error) {
-	if !s.isLeader() {
-		return nil, proto.NotLeader(s.leaderAddr())
-	}
 	w := &s.watchState
 	w.wmu.Lock()
 	w.initWatch()
+	if leader, _ := s.leads(); !leader {
+		w.wmu.Unlock()
+		return nil, proto.NotLeader(s.leaderAddr())
+	}
 	w.watched = true
 	epoch := s.currentEpoch()
 	wt := w.watcher(m.Client)
@@ -202,11 +214,12 @@ func (s *Service) watch(ctx context.Context, m *proto.Watch) (proto.Msg, error) 
 		// Only a leader may renew a lease: a member that lost leadership
 		// while the poll was held must not answer it (its ring is not
 		// what the new leader acknowledges).
-		if !s.isLeader() {
+		leader, began := s.leads()
+		if !leader {
 			w.wmu.Unlock()
 			return nil, proto.NotLeader(s.leaderAddr())
 		}
-		if w.epoch != epoch || !s.leaderSince().Equal(w.epochOf) {
+		if w.epoch != epoch || !began.Equal(w.epochOf) {
 			// A new leadership began while the poll was held: register
 			// with it (so its mutations wait for this watcher) and reset.
 			epoch = s.currentEpoch()
@@ -250,7 +263,8 @@ func (s *Service) awaitInvalidated(ctx context.Context, index uint64) {
 	w.initWatch()
 	// Clients of an earlier leader were never registered here: a young
 	// leader waits until their leases have ended.
-	young := time.Until(s.leaderSince().Add(w.lease))
+	_, since := s.leads()
+	young := time.Until(since.Add(w.lease))
 	w.wmu.Unlock()
 	if young > 0 {
 		t := time.NewTimer(young)

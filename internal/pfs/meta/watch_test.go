@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +14,11 @@ import (
 // earlier leader's lease holds mutations up, with lease as the watchers'.
 func openWatched(t *testing.T, lease time.Duration) *Service {
 	s := open(t)
-	s.wmu.Lock()
+	s.watchState.wmu.Lock()
 	s.initWatch()
-	s.lease = lease
+	s.watchState.lease = lease
 	s.started = time.Now().Add(-2 * lease)
-	s.wmu.Unlock()
+	s.watchState.wmu.Unlock()
 	return s
 }
 
@@ -90,9 +91,9 @@ func TestSilentWatcherExpires(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the mutation waited for the deadline, not for the lease")
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if _, ok := s.watchers[11]; ok {
+	s.watchState.wmu.Lock()
+	defer s.watchState.wmu.Unlock()
+	if _, ok := s.watchState.watchers[11]; ok {
 		t.Fatal("expired watcher still registered")
 	}
 }
@@ -100,9 +101,9 @@ func TestSilentWatcherExpires(t *testing.T) {
 // A watcher further behind than the ring remembers is told to reset.
 func TestRingOverflowResets(t *testing.T) {
 	s := openWatched(t, time.Minute)
-	s.wmu.Lock()
-	s.ringCap = 4
-	s.wmu.Unlock()
+	s.watchState.wmu.Lock()
+	s.watchState.ringCap = 4
+	s.watchState.wmu.Unlock()
 	r0 := addWatcher(t, s, 5)
 	s.unwatch(&proto.Unwatch{Client: 5})
 	for i := range 10 {
@@ -123,12 +124,87 @@ func TestRingOverflowResets(t *testing.T) {
 
 func TestWatchHeartbeat(t *testing.T) {
 	s := openWatched(t, time.Minute)
-	s.wmu.Lock()
-	s.hb = 10 * time.Millisecond
-	s.wmu.Unlock()
+	s.watchState.wmu.Lock()
+	s.watchState.hb = 10 * time.Millisecond
+	s.watchState.wmu.Unlock()
 	r0 := addWatcher(t, s, 3)
 	r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 3, Since: r0.Index, Epoch: r0.Epoch})
 	if r.Reset || len(r.Inos) != 0 || r.Index != r0.Index {
 		t.Fatalf("heartbeat: %+v, want empty at %d", r, r0.Index)
+	}
+}
+
+// leadership is a switchable leader status for tests.
+type leadership struct {
+	mu     sync.Mutex
+	leader bool
+	since  time.Time
+}
+
+func (l *leadership) get() (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leader, l.since
+}
+
+func (l *leadership) set(leader bool, since time.Time) {
+	l.mu.Lock()
+	l.leader, l.since = leader, since
+	l.mu.Unlock()
+}
+
+// A follower answers not-leader; a poll held across a change of
+// leadership is answered not-leader or, on a new leadership of the same
+// member, Reset; and a young leader holds mutations until the leases of
+// the previous leader's watchers have ended.
+func TestWatchLeadershipChanges(t *testing.T) {
+	s := openWatched(t, 300*time.Millisecond)
+	l := &leadership{leader: false, since: time.Now().Add(-time.Hour)}
+	s.watchState.wmu.Lock()
+	s.watchState.leadership = l.get
+	s.watchState.hb = time.Hour // a held poll returns only on a change
+	s.watchState.wmu.Unlock()
+	ctx := context.Background()
+	if _, err := s.Handle(ctx, &proto.Watch{Client: 1}); err == nil {
+		t.Fatal("a follower answered a watch")
+	} else if _, ok := proto.LeaderHint(err); !ok {
+		t.Fatalf("follower's answer: %v, want not-leader", err)
+	}
+	l.set(true, time.Now().Add(-time.Hour))
+	r0 := addWatcher(t, s, 1)
+
+	// Leadership lost while a poll is held: not-leader, never a renewal.
+	held := make(chan error, 1)
+	go func() {
+		_, err := s.Handle(ctx, &proto.Watch{Client: 1, Since: r0.Index, Epoch: r0.Epoch})
+		held <- err
+	}()
+	// Whether the poll is held yet or not, it is answered not-leader.
+	l.set(false, time.Now().Add(-time.Hour))
+	s.watchState.wmu.Lock()
+	s.wake()
+	s.watchState.wmu.Unlock()
+	if err := <-held; err == nil {
+		t.Fatal("a held poll was answered after leadership was lost")
+	} else if _, ok := proto.LeaderHint(err); !ok {
+		t.Fatalf("held poll: %v, want not-leader", err)
+	}
+
+	// Leading again, anew: the held poll of the old epoch resets.
+	began := time.Now()
+	l.set(true, began)
+	reply := make(chan *proto.ChangesReply, 1)
+	go func() {
+		r, _ := s.Handle(ctx, &proto.Watch{Client: 1, Since: r0.Index, Epoch: r0.Epoch})
+		reply <- r.(*proto.ChangesReply)
+	}()
+	if r := <-reply; !r.Reset || r.Epoch == r0.Epoch {
+		t.Fatalf("watch from the old leadership: %+v, want Reset in a new epoch", r)
+	}
+	// The young leader's first mutation waits out the old leases.
+	s.unwatch(&proto.Unwatch{Client: 1})
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+	if time.Since(began) < 300*time.Millisecond {
+		t.Fatalf("a mutation %v after leadership began, before the old leases ended", time.Since(began))
 	}
 }
