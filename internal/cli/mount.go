@@ -60,7 +60,10 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			if sec.Cred.Kind() == proto.KindReadOnly {
 				readOnly = true // the servers would refuse every change anyway
 			}
-			cl := client.New(metaAddr, client.WithSecurity(sec))
+			// The client caches metadata, kept coherent by meta (docs/meta.md,
+			// "Client cache"): with --attr-timeout 0 the kernel asks on every
+			// stat and the cache answers without a round trip.
+			cl := client.New(metaAddr, client.WithSecurity(sec), client.WithCache())
 			defer cl.Close()
 			ctx, stop := signalContext()
 			defer stop()

@@ -152,7 +152,7 @@ func New(cfg Config) *Server {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
-	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security))}
+	s := &Server{cfg: cfg, fs: client.New(cfg.Meta, client.WithSecurity(cfg.Security), client.WithCache())}
 	s.cache = newDataCache(cfg.DataCache, cfg.CacheFileMax)
 	if s.cache != nil {
 		s.cache.now = cfg.Now

@@ -35,6 +35,7 @@ type Client struct {
 	open    map[uint64]*wstate // inodes with open Files: their shared write state
 	credErr error              // why $CORRAL_SECRET_FILE could not be used
 	lost    map[uint32]bool    // servers meta last called lost or replacing
+	cache   *mcache            // metadata cache (WithCache), nil without
 }
 
 // New returns a client of the metadata service whose members' addresses
@@ -91,8 +92,13 @@ func (c *Client) Meta() string { return c.meta }
 // Leader is how the client reaches the metadata leader.
 func (c *Client) Leader() *Leader { return c.lead }
 
-// Close drops every connection.
-func (c *Client) Close() { c.pool.Close() }
+// Close stops the cache's watch and drops every connection.
+func (c *Client) Close() {
+	if c.cache != nil {
+		c.stopWatch()
+	}
+	c.pool.Close()
+}
 
 func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	if c.credErr != nil {
@@ -172,7 +178,9 @@ func tooLong(req proto.Msg) error {
 func (c *Client) Pool() *proto.Pool { return c.pool }
 
 // Call sends any request to the metadata server.
-func (c *Client) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) { return c.call(ctx, req) }
+func (c *Client) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	return c.mutate(ctx, req)
+}
 
 // AttrCall sends a request answered with attributes (Mkdir, Symlink, ...).
 func (c *Client) AttrCall(ctx context.Context, req proto.Msg) (proto.Attr, error) {
@@ -180,7 +188,7 @@ func (c *Client) AttrCall(ctx context.Context, req proto.Msg) (proto.Attr, error
 }
 
 func (c *Client) attr(ctx context.Context, req proto.Msg) (proto.Attr, error) {
-	r, err := c.call(ctx, req)
+	r, err := c.mutate(ctx, req)
 	if err != nil {
 		return proto.Attr{}, err
 	}
@@ -198,10 +206,16 @@ func unexpected(addr string, r proto.Msg) error {
 // Inode-level calls, as the FUSE file system needs them.
 
 func (c *Client) Lookup(ctx context.Context, parent uint64, name string) (proto.Attr, error) {
+	if c.cache != nil {
+		return c.lookupCached(ctx, parent, name)
+	}
 	return c.attr(ctx, &proto.Lookup{Parent: parent, Name: name})
 }
 
 func (c *Client) GetAttr(ctx context.Context, ino uint64) (proto.Attr, error) {
+	if c.cache != nil {
+		return c.getAttrCached(ctx, ino)
+	}
 	return c.attr(ctx, &proto.GetAttr{Ino: ino})
 }
 
@@ -218,7 +232,7 @@ type CreateOpts struct {
 
 // Create makes (or, without Excl, opens) a regular file; created says which.
 func (c *Client) Create(ctx context.Context, parent uint64, name string, mode uint32, o CreateOpts) (a proto.Attr, created bool, err error) {
-	r, err := c.call(ctx, &proto.Create{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid,
+	r, err := c.mutate(ctx, &proto.Create{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid,
 		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount})
 	if err != nil {
 		return a, false, err
@@ -243,21 +257,28 @@ func (c *Client) Link(ctx context.Context, ino, parent uint64, name string) (pro
 }
 
 func (c *Client) Unlink(ctx context.Context, parent uint64, name string) error {
-	_, err := c.call(ctx, &proto.Unlink{Parent: parent, Name: name})
+	_, err := c.mutate(ctx, &proto.Unlink{Parent: parent, Name: name})
 	return err
 }
 
 func (c *Client) Rmdir(ctx context.Context, parent uint64, name string) error {
-	_, err := c.call(ctx, &proto.Rmdir{Parent: parent, Name: name})
+	_, err := c.mutate(ctx, &proto.Rmdir{Parent: parent, Name: name})
 	return err
 }
 
 func (c *Client) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
-	_, err := c.call(ctx, &proto.Rename{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName, Flags: flags})
+	_, err := c.mutate(ctx, &proto.Rename{OldParent: oldParent, OldName: oldName, NewParent: newParent, NewName: newName, Flags: flags})
 	return err
 }
 
 func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
+	if c.cache != nil {
+		return c.readlinkCached(ctx, ino)
+	}
+	return c.readlink(ctx, ino)
+}
+
+func (c *Client) readlink(ctx context.Context, ino uint64) (string, error) {
 	r, err := c.call(ctx, &proto.Readlink{Ino: ino})
 	if err != nil {
 		return "", err
@@ -271,6 +292,13 @@ func (c *Client) Readlink(ctx context.Context, ino uint64) (string, error) {
 
 // Readdir lists a whole directory, sorted by name, with attributes.
 func (c *Client) Readdir(ctx context.Context, ino uint64) ([]proto.Entry, error) {
+	if c.cache != nil {
+		return c.readdirCached(ctx, ino)
+	}
+	return c.readdir(ctx, ino)
+}
+
+func (c *Client) readdir(ctx context.Context, ino uint64) ([]proto.Entry, error) {
 	var out []proto.Entry
 	after := ""
 	for {
@@ -390,7 +418,7 @@ func clean(p string) string { return path.Clean("/" + p) }
 
 // Lstat resolves p without following a final symbolic link: one round trip.
 func (c *Client) Lstat(ctx context.Context, p string) (proto.Attr, error) {
-	a, err := c.attr(ctx, &proto.Walk{Path: clean(p)})
+	a, err := c.walk(ctx, clean(p))
 	return a, pathErr("lstat", p, err)
 }
 
@@ -398,7 +426,7 @@ func (c *Client) Lstat(ctx context.Context, p string) (proto.Attr, error) {
 func (c *Client) Stat(ctx context.Context, p string) (proto.Attr, error) {
 	q := clean(p)
 	for i := 0; i < 40; i++ {
-		a, err := c.attr(ctx, &proto.Walk{Path: q})
+		a, err := c.walk(ctx, q)
 		if err != nil {
 			return a, pathErr("stat", p, err)
 		}
@@ -422,8 +450,28 @@ func (c *Client) Stat(ctx context.Context, p string) (proto.Attr, error) {
 // links, none of which may lead out of root (EXDEV): what a web server
 // needs to keep a link from serving a file outside a domain's directory.
 func (c *Client) StatBeneath(ctx context.Context, root, p string) (proto.Attr, error) {
-	a, err := c.attr(ctx, &proto.WalkBeneath{Root: clean(root), Path: clean(p)})
+	req := &proto.WalkBeneath{Root: clean(root), Path: clean(p)}
+	if c.cache != nil && tooLong(req) == nil {
+		a, err := c.beneathCached(ctx, req.Root, req.Path)
+		if err != errUncached {
+			return a, pathErr("stat", path.Join(root, p), err)
+		}
+	}
+	a, err := c.attr(ctx, req)
 	return a, pathErr("stat", path.Join(root, p), err)
+}
+
+// walk resolves the clean path p without following a last link: from the
+// cache when there is one, else in one Walk.
+func (c *Client) walk(ctx context.Context, p string) (proto.Attr, error) {
+	req := &proto.Walk{Path: p}
+	if c.cache != nil && tooLong(req) == nil {
+		a, err := c.walkCached(ctx, p)
+		if err != errUncached {
+			return a, err
+		}
+	}
+	return c.attr(ctx, req)
 }
 
 // parent resolves p's directory and returns it with p's last name.

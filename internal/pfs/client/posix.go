@@ -21,7 +21,7 @@ func (c *Client) Mknod(ctx context.Context, parent uint64, name string, mode, rd
 // SetXattr sets an extended attribute; flags are proto.XattrCreate or
 // proto.XattrReplace (or 0).
 func (c *Client) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
-	_, err := c.call(ctx, &proto.SetXattr{Ino: ino, Name: name, Value: value, Flags: flags})
+	_, err := c.mutate(ctx, &proto.SetXattr{Ino: ino, Name: name, Value: value, Flags: flags})
 	return err
 }
 
@@ -49,7 +49,7 @@ func (c *Client) ListXattr(ctx context.Context, ino uint64) ([]byte, error) {
 }
 
 func (c *Client) RemoveXattr(ctx context.Context, ino uint64, name string) error {
-	_, err := c.call(ctx, &proto.RemoveXattr{Ino: ino, Name: name})
+	_, err := c.mutate(ctx, &proto.RemoveXattr{Ino: ino, Name: name})
 	return err
 }
 
@@ -62,7 +62,7 @@ func (c *Client) UnlinkOpen(ctx context.Context, parent uint64, name string) (pr
 
 // ReleaseOrphan frees an orphan once its last descriptor closed.
 func (c *Client) ReleaseOrphan(ctx context.Context, ino uint64) error {
-	_, err := c.call(ctx, &proto.ReleaseOrphan{Ino: ino})
+	_, err := c.mutate(ctx, &proto.ReleaseOrphan{Ino: ino})
 	return err
 }
 

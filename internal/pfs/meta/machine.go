@@ -151,7 +151,9 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	}
 	for i := range changes {
 		c := &changes[i]
-		if len(c.inos) > 0 && m.hooks.notify != nil {
+		// Every command is notified, changes or not: the watchers' indexes
+		// must reach each acknowledged command's.
+		if m.hooks.notify != nil {
 			slices.Sort(c.inos) // a rename puts its directory twice
 			m.hooks.notify(first+uint64(i), slices.Compact(c.inos))
 		}

@@ -104,8 +104,13 @@ type Service struct {
 	// leaderSince: when this member last became the leader (ns; 0: it does
 	// not lead). Placement, reclaim and reaping run on the leader only.
 	leaderSince atomic.Int64
+	// firstLeader: this member led when the store had no cluster ID yet
+	// (a new file system), so no client can have cached it before.
+	firstLeader atomic.Bool
 	regMu       sync.Mutex       // one registration decision at a time
 	heard       map[uint32]int64 // last registration since leading (ns); persisted Seen times prove nothing
+
+	watchState // client cache invalidation (watch.go)
 }
 
 // Open opens (or creates) the store under cfg.Data, starts the engine over

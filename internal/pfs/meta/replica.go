@@ -82,7 +82,7 @@ func (s *Service) proposeReq(ctx context.Context, req proto.Msg, decide func(*co
 // applied and the caches it invalidates are dropped, and returns its reply;
 // an errno refusal comes back as the error.
 func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
-	if err := s.notLeader(ctx); err != nil {
+	if err := s.leaderReady(ctx, c.Kind == cmdInit); err != nil {
 		return nil, err
 	}
 	if c.Now == 0 {
@@ -115,10 +115,24 @@ func (s *Service) propose(ctx context.Context, c *command) (proto.Msg, error) {
 // A member that just lost the lead still proposes for a moment, and the
 // engine refuses it.
 func (s *Service) notLeader(ctx context.Context) error {
-	if s.leaderSince.Load() != 0 {
-		return nil
+	return s.leaderReady(ctx, false)
+}
+
+// leaderReady is notLeader that lets through, when init is set, the
+// command that initialises a new store. Until that command is applied a
+// new file system has no cluster ID: a registration answered then would
+// carry none (and be refused by the iod after it was recorded), so every
+// other request is refused "not leader" naming no one, and retried.
+func (s *Service) leaderReady(ctx context.Context, init bool) error {
+	if s.leaderSince.Load() == 0 {
+		if err := s.becomeLeader(ctx); err != nil {
+			return err
+		}
 	}
-	return s.becomeLeader(ctx)
+	if !init && s.Cluster() == "" {
+		return proto.NotLeader("")
+	}
+	return nil
 }
 
 // becomeLeader starts this member's term as the leader (once per term:
@@ -153,6 +167,7 @@ func (s *Service) becomeLeader(ctx context.Context) error {
 	// Heartbeats heard as a follower (none: they are refused) or in an
 	// earlier term prove nothing now: wait for servers afresh.
 	s.heard = map[uint32]int64{}
+	s.firstLeader.Store(s.Cluster() == "")
 	s.leaderSince.Store(time.Now().UnixNano())
 	s.wake()
 	return nil

@@ -407,6 +407,7 @@ var readOnlyOps = map[Op]bool{
 	OpLookup: true, OpWalk: true, OpWalkBeneath: true, OpGetAttr: true, OpReaddir: true, OpReadlink: true,
 	OpStatfs: true, OpServers: true, OpRead: true, OpObjStat: true,
 	OpGetXattr: true, OpListXattr: true,
+	OpWatch: true, OpUnwatch: true, // a read-only client caches metadata too
 }
 
 type kindKey struct{}

@@ -26,7 +26,8 @@ func init() {
 }
 
 // moreOpNames names the requests opNames leaves out.
-var moreOpNames = map[Op]string{OpReplace: "replace", OpRefCheck: "refcheck", OpList: "list-objects", OpIdentify: "identify", OpIdem: "idem"}
+var moreOpNames = map[Op]string{OpReplace: "replace", OpRefCheck: "refcheck", OpList: "list-objects", OpIdentify: "identify", OpIdem: "idem",
+	OpWatch: "watch", OpUnwatch: "unwatch", OpChanges: "changes"}
 
 // ErrnoOf is the errno a handler's error goes on the wire as (EIO when it
 // has none); 0 for nil.

@@ -36,6 +36,7 @@ func samples() []Msg {
 		&Members{}, &MembersReply{1, 2, 3, 40, 39, []MemberInfo{{1, "127.0.0.1:7400", false, 40, true}, {4, "127.0.0.4:7400", true, 7, false}}},
 		&MemberChange{MemberAdd, 4, "127.0.0.4:7400"}, &Backup{9, 1 << 20}, &BackupReply{9, 1 << 20, 3 << 20, []byte("img"), true},
 		&RaftSnap{7, 0, []byte("state"), true, []byte("msg")}, &Raft{Data: []byte{1, 2, 3}},
+		&Watch{Client: 9, Since: 5, Epoch: 3}, &Unwatch{Client: 9}, &ChangesReply{Index: 7, Epoch: 3, Reset: true, Inos: []uint64{1, 1 << 40}},
 	}
 }
 

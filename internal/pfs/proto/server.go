@@ -277,8 +277,13 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 			}
 		}
 		sem <- struct{}{}
+		// A long poll held by the handler must not hold back the flush of
+		// the replies that overtake it: it does not count as in flight.
+		poll := op == OpWatch
 		wmu.Lock()
-		inflight++
+		if !poll {
+			inflight++
+		}
 		wmu.Unlock()
 		handlers.Add(1)
 		go func() {
@@ -294,14 +299,17 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 				resp = &OK{}
 			}
 			wmu.Lock()
-			inflight--
+			if !poll {
+				inflight--
+			}
 			// A peer that stops reading replies is dropped, not waited
 			// for: its reply holds budget.
 			nc.SetWriteDeadline(time.Now().Add(lim.PayloadTimeout))
 			werr := WriteFrame(bw, id, resp)
 			// The last reply out flushes: replies to pipelined requests
-			// then share system calls.
-			if werr == nil && inflight == 0 {
+			// then share system calls. A long poll's answer goes at once:
+			// the requests in flight may wait for what it reports.
+			if werr == nil && (inflight == 0 || poll) {
 				werr = bw.Flush()
 			}
 			wmu.Unlock()

@@ -1,0 +1,211 @@
+package meta
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// openWatched opens a service whose leadership is old enough that no
+// earlier leader's lease holds mutations up, with lease as the watchers'.
+func openWatched(t *testing.T, lease time.Duration) *Service {
+	s := open(t, func(cfg Config) (*Service, error) { return Open(cfg) })
+	s.watchState.wmu.Lock()
+	s.initWatch()
+	s.watchState.lease = lease
+	s.firstLeader.Store(false)
+	s.leaderSince.Store(time.Now().Add(-2 * lease).UnixNano())
+	s.watchState.wmu.Unlock()
+	return s
+}
+
+// addWatcher makes watcher id known and returns its first (Reset) answer.
+func addWatcher(t *testing.T, s *Service, id uint64) *proto.ChangesReply {
+	t.Helper()
+	r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: id})
+	if !r.Reset || r.Epoch == 0 {
+		t.Fatalf("first watch: %+v, want Reset with an epoch", r)
+	}
+	return r
+}
+
+func TestWatchReportsChanges(t *testing.T) {
+	s := openWatched(t, time.Minute)
+	r0 := addWatcher(t, s, 7)
+	// Without a watcher that lags, the mutation is not held up.
+	s.unwatch(&proto.Unwatch{Client: 7})
+	d := call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+	r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 7, Since: r0.Index, Epoch: r0.Epoch})
+	if r.Reset || !slices.Contains(r.Inos, RootIno) || !slices.Contains(r.Inos, d.Attr.Ino) || r.Index <= r0.Index {
+		t.Fatalf("after mkdir: %+v, want inodes %d and %d", r, RootIno, d.Attr.Ino)
+	}
+	// A watch of another epoch (a client of an earlier leader) resets.
+	if r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 7, Since: r.Index, Epoch: r.Epoch + 2}); !r.Reset {
+		t.Fatalf("watch of another epoch: %+v, want Reset", r)
+	}
+}
+
+// A mutation is answered only after every watcher acknowledged it.
+func TestMutationWaitsForWatchers(t *testing.T) {
+	s := openWatched(t, time.Minute)
+	d := call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+	r0 := addWatcher(t, s, 9)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Handle(context.Background(), &proto.SetAttr{Ino: d.Attr.Ino, Mask: proto.SetMode, Mode: 0o700})
+		done <- err
+	}()
+	// The held watch is answered with the change: the mutation is applied.
+	var r *proto.ChangesReply
+	for i := 0; i < 100 && (r == nil || len(r.Inos) == 0); i++ {
+		r = call[*proto.ChangesReply](t, s, &proto.Watch{Client: 9, Since: r0.Index, Epoch: r0.Epoch})
+	}
+	if !slices.Contains(r.Inos, d.Attr.Ino) {
+		t.Fatalf("watch: %+v, want inode %d", r, d.Attr.Ino)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("setattr answered (%v) before the watcher acknowledged", err)
+	default:
+	}
+	// The next poll acknowledges; the mutation's reply follows.
+	go s.Handle(context.Background(), &proto.Watch{Client: 9, Since: r.Index, Epoch: r.Epoch})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A watcher that stops polling holds mutations up only until its lease
+// ends at the leader.
+func TestSilentWatcherExpires(t *testing.T) {
+	s := openWatched(t, 300*time.Millisecond)
+	addWatcher(t, s, 11)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Handle(ctx, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the mutation waited for the deadline, not for the lease")
+	}
+	s.watchState.wmu.Lock()
+	defer s.watchState.wmu.Unlock()
+	if _, ok := s.watchState.watchers[11]; ok {
+		t.Fatal("expired watcher still registered")
+	}
+}
+
+// A watcher further behind than the ring remembers is told to reset.
+func TestRingOverflowResets(t *testing.T) {
+	s := openWatched(t, time.Minute)
+	s.watchState.wmu.Lock()
+	s.watchState.ringCap = 4
+	s.watchState.wmu.Unlock()
+	r0 := addWatcher(t, s, 5)
+	s.unwatch(&proto.Unwatch{Client: 5})
+	for i := range 10 {
+		call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: string(rune('a' + i)), Mode: 0o755})
+	}
+	r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 5, Since: r0.Index, Epoch: r0.Epoch})
+	if !r.Reset {
+		t.Fatalf("watch from before the ring: %+v, want Reset", r)
+	}
+	// From the reset's index on, changes are known again.
+	s.unwatch(&proto.Unwatch{Client: 5})
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "z", Mode: 0o755})
+	r2 := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 5, Since: r.Index, Epoch: r.Epoch})
+	if r2.Reset || !slices.Contains(r2.Inos, RootIno) {
+		t.Fatalf("watch after reset: %+v", r2)
+	}
+}
+
+func TestWatchHeartbeat(t *testing.T) {
+	s := openWatched(t, time.Minute)
+	s.watchState.wmu.Lock()
+	s.watchState.hb = 10 * time.Millisecond
+	s.watchState.wmu.Unlock()
+	r0 := addWatcher(t, s, 3)
+	r := call[*proto.ChangesReply](t, s, &proto.Watch{Client: 3, Since: r0.Index, Epoch: r0.Epoch})
+	if r.Reset || len(r.Inos) != 0 || r.Index != r0.Index {
+		t.Fatalf("heartbeat: %+v, want empty at %d", r, r0.Index)
+	}
+}
+
+// leadership is a switchable leader status for tests.
+type leadership struct {
+	mu     sync.Mutex
+	leader bool
+	since  time.Time
+}
+
+func (l *leadership) get() (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leader, l.since
+}
+
+func (l *leadership) set(leader bool, since time.Time) {
+	l.mu.Lock()
+	l.leader, l.since = leader, since
+	l.mu.Unlock()
+}
+
+// A follower answers not-leader; a poll held across a change of
+// leadership is answered not-leader or, on a new leadership of the same
+// member, Reset; and a young leader holds mutations until the leases of
+// the previous leader's watchers have ended.
+func TestWatchLeadershipChanges(t *testing.T) {
+	s := openWatched(t, 300*time.Millisecond)
+	l := &leadership{leader: false, since: time.Now().Add(-time.Hour)}
+	s.watchState.wmu.Lock()
+	s.watchState.leadership = l.get
+	s.watchState.hb = time.Hour // a held poll returns only on a change
+	s.watchState.wmu.Unlock()
+	ctx := context.Background()
+	if _, err := s.Handle(ctx, &proto.Watch{Client: 1}); err == nil {
+		t.Fatal("a follower answered a watch")
+	} else if _, ok := proto.LeaderHint(err); !ok {
+		t.Fatalf("follower's answer: %v, want not-leader", err)
+	}
+	l.set(true, time.Now().Add(-time.Hour))
+	r0 := addWatcher(t, s, 1)
+
+	// Leadership lost while a poll is held: not-leader, never a renewal.
+	held := make(chan error, 1)
+	go func() {
+		_, err := s.Handle(ctx, &proto.Watch{Client: 1, Since: r0.Index, Epoch: r0.Epoch})
+		held <- err
+	}()
+	// Whether the poll is held yet or not, it is answered not-leader.
+	l.set(false, time.Now().Add(-time.Hour))
+	s.watchState.wmu.Lock()
+	s.wake()
+	s.watchState.wmu.Unlock()
+	if err := <-held; err == nil {
+		t.Fatal("a held poll was answered after leadership was lost")
+	} else if _, ok := proto.LeaderHint(err); !ok {
+		t.Fatalf("held poll: %v, want not-leader", err)
+	}
+
+	// Leading again, anew: the held poll of the old epoch resets.
+	began := time.Now()
+	l.set(true, began)
+	reply := make(chan *proto.ChangesReply, 1)
+	go func() {
+		r, _ := s.Handle(ctx, &proto.Watch{Client: 1, Since: r0.Index, Epoch: r0.Epoch})
+		reply <- r.(*proto.ChangesReply)
+	}()
+	if r := <-reply; !r.Reset || r.Epoch == r0.Epoch {
+		t.Fatalf("watch from the old leadership: %+v, want Reset in a new epoch", r)
+	}
+	// The young leader's first mutation waits out the old leases.
+	s.unwatch(&proto.Unwatch{Client: 1})
+	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
+	if time.Since(began) < 300*time.Millisecond {
+		t.Fatalf("a mutation %v after leadership began, before the old leases ended", time.Since(began))
+	}
+}
