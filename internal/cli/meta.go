@@ -213,4 +213,3 @@ func (f *raftFlags) engine(listen, data string, pool *proto.Pool, log *slog.Logg
 			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log})
 	}
 }
-

@@ -37,7 +37,7 @@ const (
 type watchState struct {
 	wmu      sync.Mutex
 	changed  chan struct{} // closed (and replaced) on every change and ack
-	ring     []ringChange      // the last changes, oldest first, at most ringCap
+	ring     []ringChange  // the last changes, oldest first, at most ringCap
 	ringCap  int
 	last     uint64 // index of the last change notified (0: none yet)
 	floor    uint64 // changes after floor are all in ring (this epoch)
