@@ -409,6 +409,16 @@ func TestStoppedLeader(t *testing.T) {
 		f.Close()
 		acked = append(acked, p)
 	}
+	// A short create at the stopped leader (the parent known: the create
+	// itself is the request that waits): no success.
+	pdir, err := c1.Stat(ctx, "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1long := newClient(t, fsys, old.Addr, client.WithTimeout(30*time.Second))
+	if _, err := c1long.Stat(ctx, "/p"); err != nil { // connected before the stop
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(old.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -418,33 +428,22 @@ func TestStoppedLeader(t *testing.T) {
 			syscall.Kill(old.Pid(), syscall.SIGCONT)
 		}
 	}()
-
-	// A short request to the stopped leader: no success.
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err := c1.CreatePath(sctx, "/p/short", 0o644, client.CreateOpts{Excl: true})
+	_, _, err = c1.Create(sctx, pdir.Ino, "short", 0o644, client.CreateOpts{Excl: true})
 	scancel()
 	if err == nil {
 		t.Fatal("a stopped leader acknowledged a create")
 	}
 	t.Logf("create at the stopped leader: %v", err)
 	// A long one, in flight when the leader continues.
-	type result struct {
-		a   proto.Attr
-		err error
-	}
-	longc := make(chan result, 1)
+	longc := make(chan error, 1)
 	go func() {
 		lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 		defer lcancel()
-		a, err := c1.Stat(lctx, "/p") // warm: the create below must be the one in flight
-		if err == nil {
-			var f *client.File
-			if f, err = c1.CreatePath(lctx, "/p/long", 0o644, client.CreateOpts{Excl: true}); err == nil {
-				err = f.Close()
-			}
-		}
-		longc <- result{a, err}
+		_, _, err := c1long.Create(lctx, pdir.Ino, "long", 0o644, client.CreateOpts{Excl: true})
+		longc <- err
 	}()
+	time.Sleep(200 * time.Millisecond) // sent before the others elect
 
 	// The others elect a leader and serve client 2.
 	c2 := newClient(t, fsys, strings.Join(others, ","))
@@ -467,8 +466,8 @@ func TestStoppedLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = false
-	long := <-longc
-	t.Logf("the create in flight across the stop: %v", long.err)
+	longErr := <-longc
+	t.Logf("the create in flight across the stop: %v", longErr)
 
 	// It steps down: client 1, knowing only it, is sent to the new leader.
 	var err2 error
@@ -503,10 +502,10 @@ func TestStoppedLeader(t *testing.T) {
 	if count["/p/short"] > 1 || count["/p/long"] > 1 {
 		t.Errorf("a request sent to the stopped leader applied more than once: %v", count)
 	}
-	if long.err == nil && count["/p/long"] != 1 {
+	if longErr == nil && count["/p/long"] != 1 {
 		t.Errorf("the create acknowledged across the stop is missing")
 	}
-	t.Logf("after: /p/short %d, /p/long %d (acknowledged: %v)", count["/p/short"], count["/p/long"], long.err == nil)
+	t.Logf("after: /p/short %d, /p/long %d (acknowledged: %v)", count["/p/short"], count["/p/long"], longErr == nil)
 }
 
 // snapshotBinary is a corral binary whose metadata members snapshot every
