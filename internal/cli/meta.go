@@ -129,16 +129,21 @@ The Raft log lives in DIR/raft.`,
 
 // raftFlags are corral meta's replication flags.
 type raftFlags struct {
-	id     uint64
-	peers  string
-	join   bool
-	parsed map[uint64]string
+	id    uint64
+	peers string
+	join  bool
+	// snapEvery overrides the engine's snapshot interval (tests make a
+	// snapshot happen with few entries); hidden.
+	snapEvery uint64
+	parsed    map[uint64]string
 }
 
 func (f *raftFlags) add(fs *pflag.FlagSet) {
 	fs.Uint64Var(&f.id, "id", 0, "this member's ID in the replicated group (with --peers or --join)")
 	fs.StringVar(&f.peers, "peers", "", "every member of a new group as ID=HOST:PORT,... (this one included); none: one server, no replication")
 	fs.BoolVar(&f.join, "join", false, "enter a group that 'corral fs meta add' told about this member (empty --data)")
+	fs.Uint64Var(&f.snapEvery, "snapshot-every", 0, "applied entries between Raft snapshots (0: the engine's default); for tests")
+	fs.MarkHidden("snapshot-every")
 }
 
 func (f *raftFlags) replicated() bool { return f.peers != "" || f.join }
@@ -210,6 +215,6 @@ func parsePeers(s string) (map[uint64]string, error) {
 func (f *raftFlags) engine(listen, data string, pool *proto.Pool, log *slog.Logger) func(replog.StateMachine) (replog.Engine, error) {
 	return func(sm replog.StateMachine) (replog.Engine, error) {
 		return replog.NewRaft(replog.RaftConfig{ID: f.id, Addr: listen, Peers: f.parsed, Join: f.join,
-			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log})
+			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log, SnapshotEvery: f.snapEvery})
 	}
 }

@@ -193,7 +193,10 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 				err = fmt.Errorf("%w: %s did not answer within %v", proto.ErrUnavailable, addr, attemptTimeout)
 			}
 			last[addr] = err
-			if !retryable(req) {
+			// A request that never left (the member is down) may go to
+			// another member whatever it is: membership changes and
+			// backups too, or a dead first member would stop them all.
+			if !retryable(req) && !proto.NotSent(err) {
 				return nil, err
 			}
 			l.skip(addr)

@@ -383,3 +383,21 @@ func TestObserveNamesInnerOp(t *testing.T) {
 		t.Errorf("observed %v, want [%d] (create)", ops, proto.OpCreate)
 	}
 }
+
+// A request that is neither idempotent nor request-numbered (a membership
+// change, a backup) goes on to the next member when the first is down: it
+// was never sent, so trying another cannot apply it twice.
+func TestMemberDownNonRetryable(t *testing.T) {
+	c := startFake(t, 2)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := l.Addr().String()
+	l.Close()
+	cl := client.New(dead+","+strings.Join(c.addrs, ","), client.WithSecurity(c.sec))
+	t.Cleanup(cl.Close)
+	if _, err := cl.Call(ctxT(t), &proto.MemberChange{Change: proto.MemberRemove, ID: 3}); err != nil {
+		t.Fatalf("with the first member down: %v", err)
+	}
+	if got := c.served(c.addrs[1]); len(got) != 1 {
+		t.Errorf("the leader served %d requests, want 1", len(got))
+	}
+}

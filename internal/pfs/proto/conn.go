@@ -383,10 +383,21 @@ func (p *Pool) callInto(ctx context.Context, addr string, req Msg, into []byte) 
 		}
 	}
 	if c, err = p.get(ctx, addr); err != nil {
-		return nil, err
+		return nil, notSentError{err} // no connection: the request never left
 	}
 	return c.CallInto(ctx, req, into)
 }
+
+// notSentError is a call that failed before its request was sent (no
+// connection, a failed handshake): safe to send elsewhere, whatever it is.
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() []error { return []error{e.error, errNotSent} }
+
+// NotSent reports whether err is a call whose request the server never
+// read (no connection could be made, or the server's idle goodbye crossed
+// it): another server may be asked without risk of a second effect.
+func NotSent(err error) bool { return errors.Is(err, errNotSent) }
 
 // Close closes every connection.
 func (p *Pool) Close() {
