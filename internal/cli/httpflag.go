@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/corral-cluster/corral/internal/pfs/client"
@@ -44,15 +46,27 @@ func httpAddr(flag, listen string, offset int) (addr string, derived bool, err e
 // mountObs starts a mount's /metrics and /healthz on addr ("" or "off":
 // none) before the mount is made, so a bad address fails first. The health
 // check fails until mounted() is called, then asks the mount (statfs).
-func mountObs(ctx context.Context, addr, dir string, cl *client.Client, log *slog.Logger) (m *fusefs.Metrics, mounted func(), err error) {
+func mountObs(ctx context.Context, addr, dir string, cl *client.Client, log *slog.Logger) (m *fusefs.Metrics, mounted func(bool), err error) {
 	if addr == "" || addr == obs.Off {
-		return nil, func() {}, nil
+		return nil, func(bool) {}, nil
 	}
+	// checks counts health checks in flight: each statfs(2)s the mount,
+	// which this process serves. One still waiting when the process stops
+	// serving would never be answered and keep the process from exiting
+	// (a thread stuck in the kernel), so the mount is marked down first and
+	// unmounting waits for the checks in flight.
 	var up atomic.Bool
+	var checks sync.WaitGroup
+	var checksMu sync.Mutex
 	check := func(ctx context.Context) error {
+		checksMu.Lock()
 		if !up.Load() {
-			return errors.New("not mounted yet")
+			checksMu.Unlock()
+			return errors.New("not mounted")
 		}
+		checks.Add(1)
+		checksMu.Unlock()
+		defer checks.Done()
 		return fusefs.Healthy(ctx, dir)
 	}
 	reg := obs.NewRegistry()
@@ -61,5 +75,17 @@ func mountObs(ctx context.Context, addr, dir string, cl *client.Client, log *slo
 	if _, err := obs.Serve(ctx, addr, false, reg, check, log); err != nil {
 		return nil, nil, err
 	}
-	return m, func() { up.Store(true) }, nil
+	return m, func(on bool) {
+		checksMu.Lock()
+		up.Store(on)
+		checksMu.Unlock()
+		if !on {
+			checks.Wait()
+			// The statfs(2) calls those checks started, also ones they
+			// gave up on, must be answered while this process still serves.
+			if !fusefs.HealthChecksDone(15 * time.Second) {
+				log.Warn("a health check's statfs is still unanswered; unmounting anyway")
+			}
+		}
+	}, nil
 }

@@ -82,7 +82,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			if err != nil {
 				return fmt.Errorf("mount %s: %w", dir, err)
 			}
-			mounted()
+			mounted(true)
 			ready("mount", dir)
 			done := make(chan struct{})
 			go func() { srv.Wait(); close(done) }()
@@ -91,6 +91,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 				return nil
 			case <-ctx.Done():
 			}
+			mounted(false) // no health check may statfs the mount from here on
 			if err := srv.Unmount(); err != nil {
 				// Busy (a shell sits in it): detach it lazily.
 				fmt.Fprintf(os.Stderr, "corral mount: %v; detaching lazily\n", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,11 +78,33 @@ func mount(dir string, root fs.InodeEmbedder, o *fs.Options, m *Metrics) (*fuse.
 	return srv, nil
 }
 
+// statfsInFlight counts Healthy's statfs(2) calls still in the kernel,
+// also those whose caller gave up waiting.
+var statfsInFlight sync.WaitGroup
+
+// HealthChecksDone waits (at most bound) until no statfs(2) of Healthy is
+// in flight. A mount process serves its own health check: one still in the
+// kernel when the process stops serving is never answered, and its thread
+// keeps the process from exiting. So a mount stops its health checks, waits
+// here, and only then unmounts.
+func HealthChecksDone(bound time.Duration) bool {
+	done := make(chan struct{})
+	go func() { statfsInFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(bound):
+		return false
+	}
+}
+
 // Healthy reports whether the mount at dir answers: statfs(2) through the
 // kernel, FUSE and this process to the metadata server.
 func Healthy(ctx context.Context, dir string) error {
 	done := make(chan error, 1)
+	statfsInFlight.Add(1)
 	go func() {
+		defer statfsInFlight.Done()
 		var st unix.Statfs_t
 		done <- unix.Statfs(dir, &st)
 	}()

@@ -25,7 +25,11 @@ type observed struct {
 func (o observed) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	start := time.Now()
 	resp, err := o.h.Handle(ctx, req)
-	o.m.Observe(proto.OpName(req.Op()), time.Since(start), proto.ResultLabel(err))
+	op := req.Op()
+	if id, ok := req.(*proto.Idem); ok {
+		op = id.Req.Op() // a request ID is an envelope: count what it carries
+	}
+	o.m.Observe(proto.OpName(op), time.Since(start), proto.ResultLabel(err))
 	return resp, err
 }
 

@@ -124,6 +124,29 @@ func (s *Service) notLeader(ctx context.Context) error {
 // carry none (and be refused by the iod after it was recorded), so every
 // other request is refused "not leader" naming no one, and retried.
 func (s *Service) leaderReady(ctx context.Context, init bool) error {
+	// A member that leads but is not ready yet (catching up after its
+	// election, or its new store not initialised) is ready within moments:
+	// wait for that (bounded) rather than send the client around.
+	end := time.Now().Add(3 * time.Second)
+	for {
+		err := s.leaderReadyOnce(ctx, init)
+		if err == nil {
+			return nil
+		}
+		if addr, ok := proto.LeaderHint(err); !ok || addr != "" || !s.eng.Status().IsLeader() || time.Now().After(end) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-s.done:
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) leaderReadyOnce(ctx context.Context, init bool) error {
 	if s.leaderSince.Load() == 0 {
 		if err := s.becomeLeader(ctx); err != nil {
 			return err
