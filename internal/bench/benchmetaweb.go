@@ -214,14 +214,7 @@ func wrkAll(ctx context.Context, addrs []string, script string, conns int, d tim
 		}()
 	}
 	wg.Wait()
-	var sum WebRow
-	for _, r := range rows {
-		sum.ReqPerS += r.ReqPerS
-		sum.MBPerS += r.MBPerS
-		sum.P99ms = max(sum.P99ms, r.P99ms)
-		sum.Errors += r.Errors
-	}
-	return sum, errors.Join(errs...)
+	return sumRows(rows), errors.Join(errs...)
 }
 
 // runMetaWeb serves the same Zipf-drawn 4 KiB files from corral nodes on

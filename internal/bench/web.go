@@ -121,14 +121,7 @@ func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d tim
 		}()
 	}
 	wg.Wait()
-	var sum WebRow
-	for _, r := range rows {
-		sum.ReqPerS += r.ReqPerS
-		sum.MBPerS += r.MBPerS
-		sum.P99ms = max(sum.P99ms, r.P99ms)
-		sum.Errors += r.Errors
-	}
-	return sum, errors.Join(errs...)
+	return sumRows(rows), errors.Join(errs...)
 }
 
 // target is a balancer for wrk to go through.
@@ -434,4 +427,17 @@ func (r *WebResult) Markdown() string {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	return b.String()
+}
+
+// sumRows adds up the rows of load generators run side by side: rates and
+// errors add, the tail latency is the worst one's.
+func sumRows(rows []WebRow) WebRow {
+	var sum WebRow
+	for _, r := range rows {
+		sum.ReqPerS += r.ReqPerS
+		sum.MBPerS += r.MBPerS
+		sum.P99ms = max(sum.P99ms, r.P99ms)
+		sum.Errors += r.Errors
+	}
+	return sum
 }

@@ -183,15 +183,7 @@ func TestFollowerSendsToLeader(t *testing.T) {
 	}
 	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
 	s.Close()
-	f := &follower{}
-	s, err = Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
-		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
-		return f, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, f := openFollower(t, dir)
 	call[*proto.AttrReply](t, s, &proto.Walk{Path: "/d"})
 	for _, req := range []proto.Msg{
 		&proto.Create{Parent: RootIno, Name: "f"}, &proto.Mkdir{Parent: RootIno, Name: "e"},

@@ -50,15 +50,7 @@ func TestJustElectedServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	f := &follower{}
-	s, err = Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
-		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
-		return f, nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, f := openFollower(t, dir)
 	errno(t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755}, proto.ErrnoNotLeader)
 	f.lead.Store(true) // the election is won; the 100 ms loop has not seen it
 	call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "d", Mode: 0o755})
@@ -152,4 +144,20 @@ func TestDefaultStripeSizeIsState(t *testing.T) {
 	if a.StripeSize != 128<<10 || b.StripeSize != 128<<10 {
 		t.Fatalf("stripe sizes %d then %d, want the store's 128 KiB both times", a.StripeSize, b.StripeSize)
 	}
+}
+
+// openFollower reopens the store in dir under a one-process engine that
+// the test can turn into a follower (closed with the test).
+func openFollower(t *testing.T, dir string) (*Service, *follower) {
+	t.Helper()
+	f := &follower{}
+	s, err := Open(Config{Data: dir, Log: quiet, Engine: func(sm replog.StateMachine) (replog.Engine, error) {
+		f.Single = replog.NewSingle(sm, "127.0.0.1:7000")
+		return f, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, f
 }
