@@ -3,6 +3,7 @@ package launch_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,5 +119,55 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		if _, err := cl.Stat(ctx, p); err != nil {
 			t.Errorf("acknowledged create lost: %v", err)
 		}
+	}
+}
+
+// TestCacheOverMembers: a caching client given the three members' list
+// finds the leader for its watch too: repeated stats come from the cache,
+// and a change made by another client reaches it (close-to-open).
+func TestCacheOverMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three metadata members")
+	}
+	bin := pfstest.Binary(t)
+	fsys, err := launch.StartFS(context.Background(), bin, t.TempDir(), "127.0.0.1:0,127.0.0.1:0,127.0.0.1:0",
+		[]string{"127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fsys.Stop)
+	sec := client.WithSecurity(proto.Security{Cred: fsys.Cred})
+	writer := client.New(fsys.MetaAddr(), sec)
+	defer writer.Close()
+	reader := client.New(fsys.MetaAddr(), sec, client.WithCache())
+	defer reader.Close()
+	ctx := ctxT(t)
+	if err := writer.WriteFile(ctx, "/f", strings.NewReader("one"), 0o644, client.CreateOpts{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !reader.CacheStats().Trusted {
+		if _, err := reader.Stat(ctx, "/f"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache's watch never ran over the members: %+v", reader.CacheStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := reader.CacheStats().Hits
+	for i := 0; i < 100; i++ {
+		if _, err := reader.Stat(ctx, "/f"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits := reader.CacheStats().Hits - before; hits < 90 {
+		t.Fatalf("%d of 100 stats from the cache", hits)
+	}
+	if err := writer.WriteFile(ctx, "/f", strings.NewReader("three"), 0o644, client.CreateOpts{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := reader.Stat(ctx, "/f"); err != nil || a.Size != 5 {
+		t.Fatalf("after the other client's close: size %d, %v (want 5)", a.Size, err)
 	}
 }

@@ -319,11 +319,16 @@ func (c *Client) watchCall(ctx context.Context, req proto.Msg) (proto.Msg, error
 	addr := cc.leader
 	cc.mu.Unlock()
 	if addr == "" {
-		addr = c.meta
+		// The member the client's requests go to: c.meta is the whole
+		// comma-separated list, not an address.
+		addr = c.lead.Current()
 	}
 	r, err := cc.pool.Call(ctx, addr, req)
 	if err != nil {
-		next, _ := proto.LeaderHint(err) // "" (back to meta) on any other error
+		next, _ := proto.LeaderHint(err) // "": back to the requests' member
+		if next == "" && errors.Is(err, proto.ErrUnavailable) {
+			c.lead.skip(addr) // a dead member: the requests move on too
+		}
 		cc.mu.Lock()
 		cc.leader = next
 		cc.mu.Unlock()
