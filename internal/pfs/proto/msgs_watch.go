@@ -19,7 +19,7 @@ const (
 // CacheLease: a client trusts its metadata cache until this long after it
 // sent its last answered Watch; the leader counts it (plus a margin) from
 // when it answered.
-const CacheLease = time.Second
+const CacheLease = 500 * time.Millisecond
 
 // MaxChangedInos bounds the inode numbers of one ChangesReply: a reply
 // that would carry more says Reset instead (the client drops everything).
