@@ -14,26 +14,11 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
-	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
-// TestMain gives the clusters the tests start one secret that outlives them
-// (launch adopts it rather than pointing the environment at a cluster's own
-// file, which goes with its test).
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-bench-test-")
-	if err != nil {
-		panic(err)
-	}
-	f := filepath.Join(dir, proto.SecretFileName)
-	if _, err := proto.EnsureSecretFile(f); err != nil {
-		panic(err)
-	}
-	os.Setenv(proto.SecretEnv, f)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain gives every cluster the tests start one shared secret (see
+// pfstest.SecretMain).
+func TestMain(m *testing.M) { pfstest.SecretMain(m, nil) }
 
 // TestMetaWorkerPhases drives a worker as the parent does, over pipes, on a
 // temporary directory (the ext4 baseline's code path), in both layouts.

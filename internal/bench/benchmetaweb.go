@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -203,18 +201,11 @@ func checkGet(ctx context.Context, url string, want []byte) error {
 // wrkAll runs one wrk per address at once with the script, splitting the
 // connections, and sums.
 func wrkAll(ctx context.Context, addrs []string, script string, conns int, d time.Duration) (WebRow, error) {
-	rows := make([]WebRow, len(addrs))
-	errs := make([]error, len(addrs))
-	var wg sync.WaitGroup
+	urls := make([]string, len(addrs))
 	for i, a := range addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rows[i], errs[i] = wrk(ctx, nil, "http://"+a+"/", max(1, conns/len(addrs)), d, "-s", script)
-		}()
+		urls[i] = "http://" + a + "/"
 	}
-	wg.Wait()
-	return sumRows(rows), errors.Join(errs...)
+	return wrkMany(ctx, nil, urls, conns, d, "-s", script)
 }
 
 // runMetaWeb serves the same Zipf-drawn 4 KiB files from corral nodes on

@@ -108,8 +108,9 @@ func wrk(ctx context.Context, wrap []string, url string, conns int, d time.Durat
 	return r, nil
 }
 
-// wrkMany runs one wrk per URL at once, splitting the connections, and sums.
-func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d time.Duration) (WebRow, error) {
+// wrkMany runs one wrk per URL at once, splitting the connections, and
+// sums; extra goes to every wrk before its URL.
+func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d time.Duration, extra ...string) (WebRow, error) {
 	rows := make([]WebRow, len(urls))
 	errs := make([]error, len(urls))
 	var wg sync.WaitGroup
@@ -117,7 +118,7 @@ func wrkMany(ctx context.Context, wrap []string, urls []string, conns int, d tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rows[i], errs[i] = wrk(ctx, wrap, u, max(1, conns/len(urls)), d)
+			rows[i], errs[i] = wrk(ctx, wrap, u, max(1, conns/len(urls)), d, extra...)
 		}()
 	}
 	wg.Wait()

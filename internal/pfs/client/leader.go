@@ -81,6 +81,13 @@ func (l *Leader) Members() []string {
 	return slices.Clone(l.members)
 }
 
+// count is how many members there are (no copy: it is on every call).
+func (l *Leader) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.members)
+}
+
 // IsMember reports whether addr is one of the members.
 func (l *Leader) IsMember(addr string) bool {
 	l.mu.Lock()
@@ -151,7 +158,7 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, errors.New("metadata: no member addresses given (--meta or CORRAL_META)")
 		}
 		actx, acancel := ctx, context.CancelFunc(func() {})
-		if len(l.Members()) > 1 {
+		if l.count() > 1 {
 			ad := time.Now().Add(attemptTimeout)
 			if deadline.Before(ad) {
 				ad = deadline
@@ -204,7 +211,7 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, err // the member's answer
 		}
 		misses++
-		if n := len(l.Members()); misses >= n || pause {
+		if n := l.count(); misses >= n || pause {
 			misses = 0
 			d := backoff/2 + mrand.N(backoff/2+1)
 			backoff = min(backoff*2, backoffMax)

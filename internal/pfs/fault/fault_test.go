@@ -31,18 +31,7 @@ import (
 var secretFile string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "corral-fault-")
-	if err != nil {
-		panic(err)
-	}
-	secretFile = filepath.Join(dir, proto.SecretFileName)
-	if _, err := proto.EnsureSecretFile(secretFile); err != nil {
-		panic(err)
-	}
-	os.Setenv(proto.SecretEnv, secretFile)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	pfstest.SecretMain(m, func(f string) { secretFile = f })
 }
 
 // binary is the corral command under test: this tree's, or the one

@@ -20,7 +20,11 @@ import (
 // handleMembers serves the membership and backup requests (ops 61-65);
 // ok is false for any other request.
 func (s *Service) handleMembers(ctx context.Context, req proto.Msg) (r proto.Msg, err error, ok bool) {
-	return serveMembers(ctx, s.Engine(), s.Machine(), backupsFor(s), req)
+	switch req.Op() {
+	case proto.OpMembers, proto.OpMemberChange, proto.OpBackup, proto.OpRaftSnap, proto.OpRaft:
+		return serveMembers(ctx, s.Engine(), s.Machine(), s.bk, req)
+	}
+	return nil, nil, false // every other request: no engine lookups on its path
 }
 
 // raftHandler is an engine that serves Raft traffic between members.
@@ -61,18 +65,11 @@ func serveMembers(ctx context.Context, eng replog.Engine, sm replog.StateMachine
 	return nil, nil, false
 }
 
-// replicaErr turns the engine's errors into the wire's: clients follow a
-// not-leader answer and retry a no-quorum one.
+// replicaErr is engineErr for membership changes and backups: what the
+// engine refuses otherwise (a single-process store has no members to
+// change, an unknown member) is the caller's mistake, EINVAL.
 func replicaErr(err error) error {
-	var nl *replog.NotLeaderError
-	switch {
-	case errors.As(err, &nl):
-		return proto.NotLeader(nl.Addr)
-	case errors.Is(err, replog.ErrNoQuorum):
-		return proto.Errorf(proto.ErrnoNoQuorum, err.Error())
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return err
-	}
+	err = engineErr(err)
 	var re *proto.RemoteError
 	if errors.As(err, &re) {
 		return err
@@ -111,12 +108,7 @@ type backupFile struct {
 	used time.Time
 }
 
-var backupsBySvc sync.Map // *Service → *backups
-
-func backupsFor(s *Service) *backups {
-	b, _ := backupsBySvc.LoadOrStore(s, &backups{m: map[uint64]*backupFile{}})
-	return b.(*backups)
-}
+func newBackups() *backups { return &backups{m: map[uint64]*backupFile{}} }
 
 func (b *backups) drop(tok uint64) {
 	if f := b.m[tok]; f != nil {

@@ -110,6 +110,8 @@ type Service struct {
 	regMu       sync.Mutex       // one registration decision at a time
 	heard       map[uint32]int64 // last registration since leading (ns); persisted Seen times prove nothing
 
+	bk *backups // online backups being fetched (members.go)
+
 	watchState // client cache invalidation (watch.go)
 }
 
@@ -131,7 +133,7 @@ func Open(cfg Config) (*Service, error) {
 		m: m, log: cfg.Log, defSize: cfg.DefaultStripeSize,
 		done: make(chan struct{}),
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
-		reserve: cfg.Reserve, heard: map[uint32]int64{},
+		reserve: cfg.Reserve, heard: map[uint32]int64{}, bk: newBackups(),
 	}
 	s.life, s.stop = context.WithCancel(context.Background())
 	switch {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 var (
@@ -74,4 +75,28 @@ func Start(t testing.TB, n int) *launch.FS {
 		}
 	})
 	return fsys
+}
+
+// SecretMain runs a package's tests (call it from TestMain) with one
+// cluster secret that outlives every test: $CORRAL_SECRET_FILE names it,
+// so the clusters they start adopt it (launch) rather than pointing the
+// environment at a cluster's own file, which goes with its test and would
+// break the commands later tests run. It returns the file to use before
+// the tests run, then exits with their status.
+func SecretMain(m *testing.M, setup func(secretFile string)) {
+	dir, err := os.MkdirTemp("", "corral-test-secret-")
+	if err != nil {
+		panic(err)
+	}
+	f := filepath.Join(dir, proto.SecretFileName)
+	if _, err := proto.EnsureSecretFile(f); err != nil {
+		panic(err)
+	}
+	os.Setenv(proto.SecretEnv, f)
+	if setup != nil {
+		setup(f)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
