@@ -977,7 +977,8 @@ func decodeServer(b []byte) (proto.ServerInfo, error) {
 	return si, nil
 }
 
-func (s *Service) wake() {
+// kickReclaimer starts a reclaim pass now rather than at the next tick.
+func (s *Service) kickReclaimer() {
 	select {
 	case s.kick <- struct{}{}:
 	default:

@@ -192,7 +192,7 @@ func (s *Service) becomeLeader(ctx context.Context) error {
 	s.heard = map[uint32]int64{}
 	s.firstLeader.Store(s.Cluster() == "")
 	s.leaderSince.Store(time.Now().UnixNano())
-	s.wake()
+	s.kickReclaimer()
 	return nil
 }
 

@@ -183,7 +183,7 @@ func TestWatchLeadershipChanges(t *testing.T) {
 	// Whether the poll is held yet or not, it is answered not-leader.
 	l.set(false, time.Now().Add(-time.Hour))
 	s.watchState.wmu.Lock()
-	s.wake()
+	s.watchState.wake()
 	s.watchState.wmu.Unlock()
 	if err := <-held; err == nil {
 		t.Fatal("a held poll was answered after leadership was lost")
