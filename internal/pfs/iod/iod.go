@@ -207,13 +207,16 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		return nil, proto.Errorf(syscall.EIO, "I/O server not registered with the metadata server yet (waiting for it, or for `corral fs servers replace`)")
 	}
 	switch req.(type) {
-	case *proto.Write, *proto.Truncate, *proto.Punch, *proto.Alloc:
+	case *proto.Write, *proto.ReplWrite, *proto.Truncate, *proto.Punch, *proto.Alloc:
 		// The client's connection is gone: it resends this on a new one,
 		// and may send a newer overlapping write once that is answered. Do
 		// not apply this copy late, over the newer one.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+	}
+	if r, err, ok := s.handleRedundancy(ctx, req); ok {
+		return r, err
 	}
 	switch m := req.(type) {
 	case *proto.Read:

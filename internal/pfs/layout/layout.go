@@ -18,6 +18,8 @@ const (
 	MinStripeSize = 4 << 10
 	MaxStripeSize = 64 << 20
 	MaxServers    = 256
+	// MaxReplicas bounds the copies of a stripe unit.
+	MaxReplicas = 5
 	// DefaultStripeSize is PVFS2's default stripe unit.
 	DefaultStripeSize = 64 << 10
 )
@@ -27,8 +29,25 @@ type Layout struct {
 	// StripeSize is the stripe unit in bytes.
 	StripeSize uint32
 	// Servers are the I/O server IDs in stripe order; len(Servers) is the
-	// stripe count.
+	// stripe count. Servers[k] holds the first copy of column k.
 	Servers []uint32
+	// Replicas is how many copies each stripe unit has (0 means 1). Extra
+	// are the servers of copies 2..R, column by column: column k's are
+	// Extra[k*(R-1) : (k+1)*(R-1)]. Every copy of column k is the object
+	// (inode, k) on its server.
+	Replicas int
+	Extra    []uint32
+}
+
+// Copies is the number of copies of each stripe unit (at least 1).
+func (l Layout) Copies() int { return max(1, l.Replicas) }
+
+// Column is the servers holding copies of column k, first copy first.
+func (l Layout) Column(k int) []uint32 {
+	r := l.Copies()
+	col := make([]uint32, 0, r)
+	col = append(col, l.Servers[k])
+	return append(col, l.Extra[k*(r-1):(k+1)*(r-1)]...)
 }
 
 // Validate reports what is wrong with l, if anything.
@@ -48,6 +67,23 @@ func (l Layout) Validate() error {
 			return fmt.Errorf("layout names server %d twice", s)
 		}
 		seen[s] = true
+	}
+	r := l.Copies()
+	if r > MaxReplicas {
+		return fmt.Errorf("layout has %d replicas, more than the limit of %d", r, MaxReplicas)
+	}
+	if len(l.Extra) != len(l.Servers)*(r-1) {
+		return fmt.Errorf("layout with %d columns and %d replicas names %d extra servers, want %d", len(l.Servers), r, len(l.Extra), len(l.Servers)*(r-1))
+	}
+	for k := range l.Servers {
+		col := l.Column(k)
+		for i := range col {
+			for j := range i {
+				if col[i] == col[j] {
+					return fmt.Errorf("layout puts two copies of column %d on server %d", k, col[i])
+				}
+			}
+		}
 	}
 	return nil
 }

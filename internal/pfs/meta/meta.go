@@ -289,6 +289,9 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	if r, err, ok := s.handleWatch(ctx, req); ok {
 		return r, err
 	}
+	if r, err, ok := s.handleRedundancy(ctx, req); ok {
+		return r, err
+	}
 	switch m := req.(type) {
 	case *proto.Lookup:
 		var r proto.Msg

@@ -21,7 +21,7 @@ type reqID struct{ client, seq, done uint64 }
 func readOp(op proto.Op) bool {
 	switch op {
 	case proto.OpLookup, proto.OpWalk, proto.OpWalkBeneath, proto.OpGetAttr, proto.OpReaddir, proto.OpReadlink,
-		proto.OpGetXattr, proto.OpListXattr, proto.OpStatfs, proto.OpRefCheck:
+		proto.OpGetXattr, proto.OpListXattr, proto.OpStatfs, proto.OpRefCheck, proto.OpGetStale:
 		return true
 	}
 	return false
@@ -31,7 +31,7 @@ func readOp(op proto.Op) bool {
 // hears (heartbeats go to it); a follower sends the client there.
 func leaderOp(op proto.Op) bool {
 	switch op {
-	case proto.OpRegister, proto.OpServers, proto.OpReplace:
+	case proto.OpRegister, proto.OpServers, proto.OpReplace, proto.OpLoseServer:
 		return true
 	}
 	return false

@@ -407,7 +407,8 @@ var readOnlyOps = map[Op]bool{
 	OpLookup: true, OpWalk: true, OpWalkBeneath: true, OpGetAttr: true, OpReaddir: true, OpReadlink: true,
 	OpStatfs: true, OpServers: true, OpRead: true, OpObjStat: true,
 	OpGetXattr: true, OpListXattr: true,
-	OpWatch: true, OpUnwatch: true, // a read-only client caches metadata too
+	OpGetStale: true,                  // readers choose a current replica
+	OpWatch:    true, OpUnwatch: true, // a read-only client caches metadata too
 }
 
 type kindKey struct{}

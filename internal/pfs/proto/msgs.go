@@ -138,6 +138,9 @@ func New(op Op) Msg {
 	if m := newReplica(op); m != nil {
 		return m
 	}
+	if m := newRedundancy(op); m != nil {
+		return m
+	}
 	return newPosix(op)
 }
 
@@ -169,7 +172,25 @@ type Attr struct {
 	StripeSize  uint32
 	StripeCount uint32
 	Servers     []uint32
+	// Replicas: a regular file's copies of each stripe unit (1-5); for a
+	// directory the policy new files inherit (0: as the nearest ancestor
+	// that sets it, else the default). Extra are the servers of copies 2..R,
+	// column by column: column k's are Extra[k*(R-1) : (k+1)*(R-1)].
+	Replicas uint32
+	Extra    []uint32
+	// Placement of a directory's new files: 0 inherit, PlaceStriped,
+	// PlaceWhole. Stale: how many stale records the file has (0: every
+	// replica is current, nothing to ask).
+	Placement uint8
+	Stale     uint32
 }
+
+// Placement policies (Attr.Placement, SetLayout.Placement).
+const (
+	PlaceInherit uint8 = 0
+	PlaceStriped uint8 = 1 // stripe units round-robin over the servers (PVFS)
+	PlaceWhole   uint8 = 2 // each file whole on the least-loaded server(s) (CASTOR)
+)
 
 func (a *Attr) Encode(e *Enc) {
 	e.U64(a.Ino)
@@ -184,6 +205,10 @@ func (a *Attr) Encode(e *Enc) {
 	e.U32(a.StripeSize)
 	e.U32(a.StripeCount)
 	e.U32s(a.Servers)
+	e.U32(a.Replicas)
+	e.U32s(a.Extra)
+	e.U8(a.Placement)
+	e.U32(a.Stale)
 }
 
 func (a *Attr) Decode(d *Dec) {
@@ -199,6 +224,10 @@ func (a *Attr) Decode(d *Dec) {
 	a.StripeSize = d.U32()
 	a.StripeCount = d.U32()
 	a.Servers = d.U32s()
+	a.Replicas = d.U32()
+	a.Extra = d.U32s()
+	a.Placement = d.U8()
+	a.Stale = d.U32()
 }
 
 // Replies.
@@ -292,6 +321,15 @@ type ServerInfo struct {
 	// Base: on a store that replaced a lost disk, a missing object of a file
 	// whose inode number is below Base is lost data (EIO), not a hole.
 	Base uint64
+	// Zone is the failure domain the server says it is in ("": none);
+	// replicas of one unit go to distinct zones when there are enough.
+	Zone string
+	// Load: the server's current I/O, in KiB/s read and written (whole-file
+	// placement and replica choice prefer the less loaded).
+	Load uint32
+	// Stale: bytes of its replicas that are out of date (heal to do);
+	// Healed: bytes copied to it by heal since the metadata leader started.
+	Stale, Healed uint64
 }
 
 // I/O server states (ServerInfo.State).
@@ -338,15 +376,20 @@ func (m *ServersReply) Encode(e *Enc) {
 		e.I64(s.Seen)
 		e.U8(s.State)
 		e.U64(s.Base)
+		e.Str(s.Zone)
+		e.U32(s.Load)
+		e.U64(s.Stale)
+		e.U64(s.Healed)
 	}
 	e.Str(m.Cluster)
 }
 func (m *ServersReply) Decode(d *Dec) {
-	m.Servers = make([]ServerInfo, d.Count(41))
+	m.Servers = make([]ServerInfo, d.Count(65))
 	for i := range m.Servers {
 		s := &m.Servers[i]
 		s.ID, s.Addr, s.Capacity, s.Free, s.Seen = d.U32(), d.Str(), d.U64(), d.U64(), d.I64()
 		s.State, s.Base = d.U8(), d.U64()
+		s.Zone, s.Load, s.Stale, s.Healed = d.Str(), d.U32(), d.U64(), d.U64()
 	}
 	m.Cluster = d.Str()
 }
@@ -443,6 +486,7 @@ type Create struct {
 	Excl        bool
 	StripeSize  uint32
 	StripeCount uint32
+	Replicas    uint32 // 0: as the directory's policy
 }
 
 func (*Create) Op() Op { return OpCreate }
@@ -455,10 +499,11 @@ func (m *Create) Encode(e *Enc) {
 	e.Bool(m.Excl)
 	e.U32(m.StripeSize)
 	e.U32(m.StripeCount)
+	e.U32(m.Replicas)
 }
 func (m *Create) Decode(d *Dec) {
 	m.Parent, m.Name, m.Mode, m.Uid, m.Gid = d.U64(), d.Str(), d.U32(), d.U32(), d.U32()
-	m.Excl, m.StripeSize, m.StripeCount = d.Bool(), d.U32(), d.U32()
+	m.Excl, m.StripeSize, m.StripeCount, m.Replicas = d.Bool(), d.U32(), d.U32(), d.U32()
 }
 
 type Mkdir struct {
@@ -574,11 +619,21 @@ type SetLayout struct {
 	Ino         uint64
 	StripeSize  uint32
 	StripeCount uint32
+	Replicas    uint32 // 0: keep
+	Placement   uint8  // PlaceInherit: keep
 }
 
-func (*SetLayout) Op() Op          { return OpSetLayout }
-func (m *SetLayout) Encode(e *Enc) { e.U64(m.Ino); e.U32(m.StripeSize); e.U32(m.StripeCount) }
-func (m *SetLayout) Decode(d *Dec) { m.Ino, m.StripeSize, m.StripeCount = d.U64(), d.U32(), d.U32() }
+func (*SetLayout) Op() Op { return OpSetLayout }
+func (m *SetLayout) Encode(e *Enc) {
+	e.U64(m.Ino)
+	e.U32(m.StripeSize)
+	e.U32(m.StripeCount)
+	e.U32(m.Replicas)
+	e.U8(m.Placement)
+}
+func (m *SetLayout) Decode(d *Dec) {
+	m.Ino, m.StripeSize, m.StripeCount, m.Replicas, m.Placement = d.U64(), d.U32(), d.U32(), d.U32(), d.U8()
+}
 
 type Statfs struct{}
 
@@ -597,6 +652,8 @@ type Register struct {
 	Capacity, Free uint64
 	Cluster        string
 	Fresh          bool
+	Zone           string // failure domain (--zone), "" for none
+	Load           uint32 // current I/O, KiB/s
 }
 
 func (*Register) Op() Op { return OpRegister }
@@ -607,10 +664,12 @@ func (m *Register) Encode(e *Enc) {
 	e.U64(m.Free)
 	e.Str(m.Cluster)
 	e.Bool(m.Fresh)
+	e.Str(m.Zone)
+	e.U32(m.Load)
 }
 func (m *Register) Decode(d *Dec) {
 	m.ID, m.Addr, m.Capacity, m.Free = d.U32(), d.Str(), d.U64(), d.U64()
-	m.Cluster, m.Fresh = d.Str(), d.Bool()
+	m.Cluster, m.Fresh, m.Zone, m.Load = d.Str(), d.Bool(), d.Str(), d.U32()
 }
 
 type Servers struct{}

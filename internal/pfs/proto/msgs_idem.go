@@ -60,7 +60,8 @@ func (m *Idem) Decode(d *Dec) {
 func Mutating(op Op) bool {
 	switch op {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename, OpSetLayout,
-		OpMknod, OpSetXattr, OpRemoveXattr, OpUnlinkOpen, OpReleaseOrphan, OpRenewOrphans:
+		OpMknod, OpSetXattr, OpRemoveXattr, OpUnlinkOpen, OpReleaseOrphan, OpRenewOrphans,
+		OpMarkStale, OpLoseServer:
 		return true
 	}
 	return false

@@ -27,7 +27,9 @@ func init() {
 
 // moreOpNames names the requests opNames leaves out.
 var moreOpNames = map[Op]string{OpReplace: "replace", OpRefCheck: "refcheck", OpList: "list-objects", OpIdentify: "identify", OpIdem: "idem",
-	OpWatch: "watch", OpUnwatch: "unwatch", OpChanges: "changes"}
+	OpWatch: "watch", OpUnwatch: "unwatch", OpChanges: "changes",
+	OpReplWrite: "repl-write", OpReplReply: "repl-reply", OpScrub: "scrub", OpScrubReply: "scrub-reply", OpHeal: "heal",
+	OpHealReply: "heal-reply", OpMarkStale: "mark-stale", OpGetStale: "get-stale", OpStaleReply: "stale", OpLoseServer: "lose-server"}
 
 // ErrnoOf is the errno a handler's error goes on the wire as (EIO when it
 // has none); 0 for nil.

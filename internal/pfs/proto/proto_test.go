@@ -18,18 +18,18 @@ import (
 // samples has one filled-in value of every message type.
 func samples() []Msg {
 	a := Attr{Ino: 7, Mode: 0o100644, Uid: 1, Gid: 2, Nlink: 1, Size: 1 << 40, Atime: 1, Mtime: -2, Ctime: 3,
-		StripeSize: 65536, StripeCount: 3, Servers: []uint32{1, 2, 3}}
+		StripeSize: 65536, StripeCount: 3, Servers: []uint32{1, 2, 3}, Replicas: 2, Extra: []uint32{2, 3, 1}, Placement: PlaceStriped, Stale: 1}
 	return []Msg{
 		&OK{}, &Error{Errno: 2, Msg: "x: no such file"}, &AttrReply{Attr: a, Created: true},
-		&EntriesReply{Entries: []Entry{{Name: "a", Attr: a}, {Name: "bb", Attr: Attr{Servers: []uint32{}}}}, More: true},
+		&EntriesReply{Entries: []Entry{{Name: "a", Attr: a}, {Name: "bb", Attr: Attr{Servers: []uint32{}, Extra: []uint32{}}}}, More: true},
 		&TargetReply{Target: "../t"}, &StatfsReply{1, 2, 3, 4},
-		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7, ServerLost, 12}}, Cluster: "c1"},
+		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7, ServerLost, 12, "z1", 8, 9, 10}}, Cluster: "c1"},
 		&DataReply{Data: []byte("hello")}, &SizeReply{Size: 9},
 		&Lookup{1, "n"}, &Walk{"/a/b"}, &GetAttr{3}, &SetAttr{1, SetSize | SetMode, 0o755, 1, 2, 3, 4, 5},
-		&Create{1, "f", 0o644, 1, 2, true, 65536, 2}, &Mkdir{1, "d", 0o755, 0, 0},
+		&Create{1, "f", 0o644, 1, 2, true, 65536, 2, 3}, &Mkdir{1, "d", 0o755, 0, 0},
 		&Symlink{1, "l", "/t", 0, 0}, &Link{5, 1, "h"}, &Unlink{1, "u"}, &Rmdir{1, "r"},
 		&Rename{1, "a", 2, "b", RenameNoReplace}, &Readdir{1, "m", 100}, &Readlink{4},
-		&SetLayout{1, 1 << 20, 4}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true}, &Servers{},
+		&SetLayout{1, 1 << 20, 4, 2, PlaceWhole}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true, "z", 5}, &Servers{},
 		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
 		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
 		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
@@ -42,7 +42,7 @@ func samples() []Msg {
 
 func TestRoundTrip(t *testing.T) {
 	seen := map[Op]bool{}
-	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
+	for _, m := range append(append(append(samples(), posixSamples()...), idemSamples()...), redundancySamples()...) {
 		seen[m.Op()] = true
 		var buf bytes.Buffer
 		if err := WriteFrame(&buf, 42, m); err != nil {
@@ -241,7 +241,7 @@ func TestServerGarbage(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, m := range append(append(samples(), posixSamples()...), idemSamples()...) {
+	for _, m := range append(append(append(samples(), posixSamples()...), idemSamples()...), redundancySamples()...) {
 		var buf bytes.Buffer
 		WriteFrame(&buf, 1, m)
 		f.Add(buf.Bytes())
