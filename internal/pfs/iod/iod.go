@@ -223,82 +223,31 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		if m.Len > proto.MaxIO {
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("read of %d bytes over the limit of %d", m.Len, proto.MaxIO))
 		}
-		k := objKey{m.Handle, m.Index}
-		f, err := s.openExisting(k, os.O_RDONLY)
-		if errors.Is(err, os.ErrNotExist) {
-			if err := s.missing(k, "read"); err != nil {
-				return nil, err
-			}
-			return &proto.DataReply{}, nil // never written: a hole
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
 		bp := getBuf(int(m.Len))
-		n, err := f.ReadAt(*bp, int64(m.Off))
-		if err != nil && err != io.EOF {
+		n, err := s.readObj(objKey{m.Handle, m.Index}, (*bp)[:m.Len], int64(m.Off))
+		if err != nil {
 			putBuf(bp)
 			return nil, err
 		}
 		return &proto.DataReply{Data: (*bp)[:n], Done: func() { putBuf(bp) }}, nil
 	case *proto.Write:
-		if m.Off+uint64(len(m.Data)) > 1<<62 {
-			return nil, proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
-		}
-		f, err := s.open(objKey{m.Handle, m.Index}, "write")
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if _, err := f.WriteAt(m.Data, int64(m.Off)); err != nil {
-			return nil, err
-		}
-		return nil, nil
+		return nil, s.writeObj(objKey{m.Handle, m.Index}, m.Data, int64(m.Off))
 	case *proto.Truncate:
-		k := objKey{m.Handle, m.Index}
-		if m.Size == 0 {
-			_, ok, err := s.resolve(k)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				if s.missing(k, "truncate") == nil {
-					return nil, nil // a hole stays a hole
-				}
-				// Cutting a lost object to nothing loses nothing more:
-				// an empty object makes the file whole again.
-				f, err := s.create(k)
-				if err != nil {
-					return nil, err
-				}
-				return nil, f.Close()
-			}
-		}
-		f, err := s.open(k, "truncate")
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		return nil, f.Truncate(int64(m.Size))
+		return nil, s.truncateObj(objKey{m.Handle, m.Index}, int64(m.Size))
 	case *proto.Sync:
 		return nil, s.sync(objKey{m.Handle, m.Index})
 	case *proto.Remove:
 		return nil, s.remove(objKey{m.Handle, m.Index})
 	case *proto.ObjStat:
 		k := objKey{m.Handle, m.Index}
-		p, ok, err := s.resolve(k)
+		size, ok, err := s.objSize(k)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			return &proto.SizeReply{}, s.missing(k, "stat")
 		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		return &proto.SizeReply{Size: uint64(fi.Size())}, nil
+		return &proto.SizeReply{Size: uint64(size)}, nil
 	case *proto.Punch:
 		return nil, s.punch(m)
 	case *proto.Alloc:
@@ -307,6 +256,82 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 		return s.list(m)
 	}
 	return nil, proto.Errorf(syscall.EOPNOTSUPP, fmt.Sprintf("an I/O server does not serve op %d", req.Op()))
+}
+
+// readObj reads object k at off into p: the bytes read (short at the
+// object's end, 0 for an object never written: a hole), or EIO for an
+// object lost with a replaced disk. Every read of object data goes
+// through here (requests, heal, scrub).
+func (s *Store) readObj(k objKey, p []byte, off int64) (int, error) {
+	f, err := s.openExisting(k, os.O_RDONLY)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, s.missing(k, "read")
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := f.ReadAt(p, off)
+	if err != nil && err != io.EOF {
+		return 0, err
+	}
+	return n, nil
+}
+
+// writeObj writes data at off of object k, creating it; every write of
+// object data goes through here.
+func (s *Store) writeObj(k objKey, data []byte, off int64) error {
+	if uint64(off)+uint64(len(data)) > 1<<62 {
+		return proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
+	}
+	f, err := s.open(k, "write")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteAt(data, off)
+	return err
+}
+
+// truncateObj sets object k's size.
+func (s *Store) truncateObj(k objKey, size int64) error {
+	if size == 0 {
+		_, ok, err := s.resolve(k)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if s.missing(k, "truncate") == nil {
+				return nil // a hole stays a hole
+			}
+			// Cutting a lost object to nothing loses nothing more:
+			// an empty object makes the file whole again.
+			f, err := s.create(k)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		}
+	}
+	f, err := s.open(k, "truncate")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Truncate(size)
+}
+
+// objSize is object k's size; ok is false when it does not exist.
+func (s *Store) objSize(k objKey) (size int64, ok bool, err error) {
+	p, ok, err := s.resolve(k)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0, false, err
+	}
+	return fi.Size(), true, nil
 }
 
 // Read buffers are pooled by size class (powers of two up to MaxIO): a
