@@ -14,7 +14,7 @@ func iodCmd() *cobra.Command {
 	var sf secFlags
 	var lf limitFlags
 	var heartbeat, grace time.Duration
-	var httpFlag string
+	var httpFlag, zone string
 	c := &cobra.Command{
 		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT[,HOST:PORT...]",
 		Short: "Run an I/O server: stores file stripes on local disk",
@@ -57,7 +57,7 @@ register, and to check its clients.`,
 			ctx, stop := signalContext()
 			defer stop()
 			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
-				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived},
+				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived, Zone: zone},
 				func(a string, _ uint32) { ready("iod", a) })
 		},
 	}
@@ -69,6 +69,7 @@ register, and to check its clients.`,
 	lf.add(c.Flags(), "256M")
 	c.Flags().DurationVar(&heartbeat, "heartbeat", 0, fmt.Sprintf("interval of re-registration, which carries free space (0: %v, or %v with several metadata members, so that a new leader hears from this server soon)", iod.Heartbeat, iod.ReplicatedHeartbeat))
 	c.Flags().DurationVar(&grace, "gc-grace", iod.DefaultGrace, "start-up sweep: remove unreferenced objects older than this (negative: no sweep)")
+	c.Flags().StringVar(&zone, "zone", "", "failure domain of this server (rack, room): the copies of a replicated file go to different zones")
 	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
 	return c
 }

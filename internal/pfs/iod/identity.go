@@ -189,7 +189,8 @@ func (s *Store) register(ctx context.Context, meta *client.Leader, addr string) 
 	id, fresh := s.identity()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r, err := meta.Call(cctx, &proto.Register{ID: id.id, Addr: addr, Capacity: c, Free: f, Cluster: id.cluster, Fresh: fresh})
+	r, err := meta.Call(cctx, &proto.Register{ID: id.id, Addr: addr, Capacity: c, Free: f, Cluster: id.cluster, Fresh: fresh,
+		Zone: s.r.zone, Load: s.r.load.kibps(time.Now())})
 	if err != nil {
 		return 0, err
 	}

@@ -59,6 +59,9 @@ type Config struct {
 	// HTTPDerived: HTTP was derived, not asked for; if it cannot be bound
 	// the daemon logs that and serves without it.
 	HTTPDerived bool
+	// Zone is the server's failure domain (rack, room; "" for none): meta
+	// places the copies of a replicated file in different zones.
+	Zone string
 }
 
 // Store is the object store under one data directory.
@@ -76,6 +79,7 @@ type Store struct {
 	markerOK   bool // the marker on disk matches ident
 	registered atomic.Bool
 	lostLogged sync.Map // objKey -> true: lost objects already logged
+	r          replState
 }
 
 // objKey names one object: inode number and stripe index.
@@ -462,6 +466,11 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	}
 	pool := proto.Pool{Security: cfg.Security}
 	defer pool.Close()
+	// Peers get their own pool: a head's forwards and a heal's reads do
+	// not queue behind heartbeats, nor these behind them.
+	st.r.peers = &proto.Pool{Security: cfg.Security}
+	defer st.r.peers.Close()
+	st.r.zone = cfg.Zone
 	srv := &proto.Server{Handler: h, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()

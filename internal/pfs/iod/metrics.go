@@ -17,7 +17,7 @@ import (
 // iodOps are the requests an I/O server answers; their series exist from
 // the start.
 var iodOps = []proto.Op{proto.OpRead, proto.OpWrite, proto.OpTruncate, proto.OpSync, proto.OpRemove, proto.OpObjStat,
-	proto.OpPunch, proto.OpAlloc, proto.OpList, proto.OpIdentify}
+	proto.OpPunch, proto.OpAlloc, proto.OpList, proto.OpIdentify, proto.OpReplWrite, proto.OpHeal, proto.OpScrub}
 
 // observed counts, times and measures every request of the store.
 type observed struct {
@@ -34,6 +34,8 @@ func (o observed) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	if err == nil {
 		switch m := req.(type) {
 		case *proto.Write:
+			o.in.Add(float64(len(m.Data)))
+		case *proto.ReplWrite:
 			o.in.Add(float64(len(m.Data)))
 		case *proto.Read:
 			if d, ok := resp.(*proto.DataReply); ok {
@@ -83,12 +85,17 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 		m.Init(proto.OpName(op))
 	}
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_iod_bytes_total",
-		Help: "stripe data moved by the I/O server: in (written by clients), out (read by clients)"}, []string{"direction"})
+		Help: "stripe data moved by the I/O server: in (written by clients and forwarded by head copies), out (read by clients)"}, []string{"direction"})
 	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_capacity_bytes",
 		Help: "size of the file system holding the data directory"}, func() float64 { c, _ := s.usage(); return float64(c) })
 	free := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_free_bytes",
 		Help: "space available to the I/O server in the file system holding the data directory"}, func() float64 { _, f := s.usage(); return float64(f) })
-	reg.MustRegister(bytes, capacity, free)
+	healed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_healed_bytes_total",
+		Help: "replica bytes this I/O server copied from a current copy to heal its own (Heal)"}, func() float64 { return float64(s.r.healed.Load()) })
+	fwdFailed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_repl_forward_failures_total",
+		Help: "writes this I/O server, as head of a replicated column, could not forward to a copy (that copy is then marked stale)"},
+		func() float64 { return float64(s.r.fwdErr.Load()) })
+	reg.MustRegister(bytes, capacity, free, healed, fwdFailed)
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, log); !served {
 		return s, err
 	}

@@ -2,17 +2,288 @@ package iod
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
+// Replicas (docs/pfs-protocol.md, "Replicas"): the I/O server's part.
+// A client sends each write of a replicated column to its head copy as a
+// ReplWrite; the head applies it and forwards it to the other copies under
+// a per-object range lock, so every copy sees overlapping writes in one
+// order. Heal, sent by meta's leader, copies ranges from a current copy
+// under the same lock.
+
+// replState is the I/O server's replica machinery; its zero value serves
+// (with no peers to forward to: Run sets them).
+type replState struct {
+	peers  *proto.Pool // to the other I/O servers, with the cluster credential
+	zone   string      // failure domain (--zone), sent with every heartbeat
+	locks  rangeLocks
+	load   loadMeter
+	healed atomic.Uint64 // bytes written by Heal
+	fwdErr atomic.Uint64 // forwards of ReplWrite that failed
+}
+
+// healPiece is the largest read of a heal from its source.
+const healPiece = 1 << 20
+
+// peerTimeout bounds one call to another I/O server moving n bytes: 2 s
+// plus the time at 8 MiB/s, the slowest disk or link that still counts as
+// working. A copy slower than that is marked stale and healed later rather
+// than holding every writer of its object.
+func peerTimeout(n int) time.Duration {
+	return 2*time.Second + time.Duration(n)*time.Second/(8<<20)
+}
+
 // handleRedundancy serves the replica requests (ReplWrite, Scrub, Heal);
-// ok is false for any other request.
+// ok is false for any other request. It also meters the load of every
+// request it sees.
 func (s *Store) handleRedundancy(ctx context.Context, req proto.Msg) (r proto.Msg, err error, ok bool) {
-	switch req.(type) {
-	case *proto.ReplWrite, *proto.Scrub, *proto.Heal:
-		return nil, proto.Errorf(syscall.EOPNOTSUPP, "not built yet"), true
+	s.r.load.note(req)
+	switch m := req.(type) {
+	case *proto.ReplWrite:
+		r, err := s.replWrite(ctx, m)
+		return r, err, true
+	case *proto.Heal:
+		r, err := s.heal(ctx, m)
+		return r, err, true
+	case *proto.Scrub:
+		r, err := s.scrub(objKey{m.Handle, m.Index})
+		return r, err, true
 	}
 	return nil, nil, false
+}
+
+// replWrite applies m under the object's range lock and, on the head (Fwd
+// not empty), forwards it to every Fwd copy in parallel before letting the
+// next overlapping write in. A local failure is the error (the client
+// takes another head); failed forwards are listed in the reply.
+func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplReply, error) {
+	k := objKey{m.Handle, m.Index}
+	unlock, err := s.r.locks.lock(ctx, k, m.Off, m.Off+uint64(len(m.Data)))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	// The connection went away while this waited: the client resends it,
+	// perhaps after a newer write; applying this one now could undo that.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.writeObj(k, m.Data, int64(m.Off)); err != nil {
+		return nil, err
+	}
+	rep := &proto.ReplReply{}
+	if len(m.Fwd) == 0 {
+		return rep, nil
+	}
+	self, _ := s.identity()
+	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Data: m.Data}
+	errs := make([]error, len(m.Fwd))
+	var wg sync.WaitGroup
+	for i, p := range m.Fwd {
+		if p.ID == self.id {
+			continue // listed twice by mistake: already applied here
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The forwards finish even if the client goes: a copy must not
+			// miss a write the others have because its sender hung up.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), peerTimeout(len(m.Data)))
+			defer cancel()
+			errs[i] = s.callPeer(fctx, p, fwd)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			s.r.fwdErr.Add(1)
+			rep.Failed = append(rep.Failed, m.Fwd[i].ID)
+			rep.Why = append(rep.Why, err.Error())
+		}
+	}
+	if len(rep.Failed) > 0 {
+		s.log.Warn("replica missed a write", "server", self.id, "file", m.Handle, "stripe", m.Index,
+			"off", m.Off, "len", len(m.Data), "failed", rep.Failed, "why", strings.Join(rep.Why, "; "))
+	}
+	return rep, nil
+}
+
+// callPeer sends a forwarded write to copy p and checks its answer.
+func (s *Store) callPeer(ctx context.Context, p proto.Peer, req *proto.ReplWrite) error {
+	if s.r.peers == nil {
+		return fmt.Errorf("I/O server %d at %s: this server has no connection pool to its peers", p.ID, p.Addr)
+	}
+	r, err := s.r.peers.Call(ctx, p.Addr, req)
+	if err != nil {
+		return fmt.Errorf("I/O server %d at %s: %w", p.ID, p.Addr, err)
+	}
+	if _, ok := r.(*proto.ReplReply); !ok {
+		return fmt.Errorf("I/O server %d at %s: unexpected reply %T to a forwarded write", p.ID, p.Addr, r)
+	}
+	return nil
+}
+
+// source is the copy a heal reads from: the first of From that answers,
+// moving on when one fails (EBADMSG, EIO, no answer).
+type source struct {
+	s    *Store
+	k    objKey
+	from []proto.Peer
+	cur  int
+	errs []string
+}
+
+// call sends req to the current source, moving to the next on failure
+// until every one has failed once for this call.
+func (src *source) call(ctx context.Context, req proto.Msg, n int) (proto.Msg, error) {
+	if src.s.r.peers == nil {
+		return nil, proto.Errorf(syscall.EIO, "heal: this server has no connection pool to its peers")
+	}
+	for range src.from {
+		p := src.from[src.cur]
+		cctx, cancel := context.WithTimeout(ctx, peerTimeout(n))
+		r, err := src.s.r.peers.Call(cctx, p.Addr, req)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		src.errs = append(src.errs, fmt.Sprintf("I/O server %d at %s: %v", p.ID, p.Addr, err))
+		src.cur = (src.cur + 1) % len(src.from)
+	}
+	return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("heal of file %d stripe %d: no source answered: %s",
+		src.k.ino, src.k.idx, strings.Join(src.errs, "; ")))
+}
+
+// size is the source object's size (0 when it does not exist).
+func (src *source) size(ctx context.Context) (uint64, error) {
+	r, err := src.call(ctx, &proto.ObjStat{Handle: src.k.ino, Index: src.k.idx}, 0)
+	if err != nil {
+		return 0, err
+	}
+	sr, ok := r.(*proto.SizeReply)
+	if !ok {
+		return 0, fmt.Errorf("heal: unexpected reply %T to ObjStat", r)
+	}
+	return sr.Size, nil
+}
+
+// heal makes ranges of the local copy equal to a current copy's, each
+// under the range lock (writes to it wait, so the bytes copied never
+// overwrite a newer write), and with Whole cuts or extends the object to
+// the source's size.
+func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, error) {
+	k := objKey{m.Handle, m.Index}
+	if len(m.From) == 0 {
+		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("heal of file %d stripe %d: no source copy given", k.ino, k.idx))
+	}
+	src := &source{s: s, k: k, from: m.From}
+	rep := &proto.HealReply{}
+	for _, x := range m.Ranges {
+		n, err := s.healRange(ctx, src, x)
+		rep.Copied += n
+		s.r.healed.Add(n)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if m.Whole {
+		// The size is read under a lock over the whole object: a write
+		// that extends the object waits here, so the cut cannot undo it.
+		unlock, err := s.r.locks.lock(ctx, k, 0, toEnd)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		size, err := src.size(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.truncateObj(k, int64(size)); err != nil {
+			return nil, fmt.Errorf("heal of file %d stripe %d: set size %d: %w", k.ino, k.idx, size, err)
+		}
+	}
+	return rep, nil
+}
+
+// healRange copies [x.Off, x.Off+x.Len) (Len 0: to the source's end) from
+// src to the local object under the range lock. Bytes of the range past
+// the source's end read as zeros there, so they are zeroed here too.
+func (s *Store) healRange(ctx context.Context, src *source, x proto.Extent) (uint64, error) {
+	k := src.k
+	end := toEnd
+	if x.Len != 0 {
+		end = x.Off + x.Len
+	}
+	unlock, err := s.r.locks.lock(ctx, k, x.Off, end)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	if x.Len == 0 {
+		if end, err = src.size(ctx); err != nil {
+			return 0, err
+		}
+	}
+	var copied uint64
+	pos := x.Off
+	for pos < end {
+		if err := ctx.Err(); err != nil {
+			return copied, err
+		}
+		n := min(end-pos, healPiece)
+		r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: pos, Len: uint32(n)}, int(n))
+		if err != nil {
+			return copied, err
+		}
+		d, ok := r.(*proto.DataReply)
+		if !ok {
+			return copied, fmt.Errorf("heal: unexpected reply %T to Read", r)
+		}
+		if len(d.Data) > 0 {
+			if err := s.writeObj(k, d.Data, int64(pos)); err != nil {
+				return copied, fmt.Errorf("heal of file %d stripe %d at %d: %w", k.ino, k.idx, pos, err)
+			}
+		}
+		pos += uint64(len(d.Data))
+		copied += uint64(len(d.Data))
+		if uint64(len(d.Data)) < n {
+			break // the source ends here
+		}
+	}
+	if pos < end {
+		n, err := s.zeroFrom(k, pos, end)
+		return copied + n, err
+	}
+	return copied, nil
+}
+
+// zeroFrom zeroes the local object over [pos, end), as far as it exists.
+func (s *Store) zeroFrom(k objKey, pos, end uint64) (uint64, error) {
+	size, ok, err := s.objSize(k)
+	if err != nil || !ok || uint64(size) <= pos {
+		return 0, err
+	}
+	end = min(end, uint64(size))
+	zero := make([]byte, min(end-pos, healPiece))
+	var n uint64
+	for pos < end {
+		c := min(end-pos, uint64(len(zero)))
+		if err := s.writeObj(k, zero[:c], int64(pos)); err != nil {
+			return n, fmt.Errorf("heal of file %d stripe %d: zero at %d: %w", k.ino, k.idx, pos, err)
+		}
+		pos += c
+		n += c
+	}
+	return n, nil
 }
