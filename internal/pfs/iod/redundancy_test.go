@@ -1,0 +1,385 @@
+package iod
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// iodServer is one in-process I/O server of a test cluster.
+type iodServer struct {
+	addr string
+	id   uint32
+}
+
+func (s iodServer) peer() proto.Peer { return proto.Peer{ID: s.id, Addr: s.addr} }
+
+// startIods starts n I/O servers (iod.Run over loopback) registered with
+// a fresh metadata server, and a pool to call them with.
+func startIods(t *testing.T, n int) ([]iodServer, *proto.Pool) {
+	t.Helper()
+	metaAddr := startMeta(t, t.TempDir())
+	var out []iodServer
+	for range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		type up struct {
+			addr string
+			id   uint32
+		}
+		upc := make(chan up, 1)
+		done := make(chan error, 1)
+		cfg := Config{Data: t.TempDir(), Meta: metaAddr, Log: quiet, Security: testSec, SweepGrace: -1, Zone: "z"}
+		go func() {
+			done <- Run(ctx, "127.0.0.1:0", cfg, func(a string, id uint32) { upc <- up{a, id} })
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		select {
+		case u := <-upc:
+			out = append(out, iodServer{u.addr, u.id})
+		case err := <-done:
+			t.Fatalf("iod did not start: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("iod did not start within 30 s")
+		}
+	}
+	pool := &proto.Pool{Security: testSec}
+	t.Cleanup(pool.Close)
+	return out, pool
+}
+
+func call(t *testing.T, pool *proto.Pool, addr string, req proto.Msg) proto.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := pool.Call(ctx, addr, req)
+	if err != nil {
+		t.Fatalf("%T to %s: %v", req, addr, err)
+	}
+	return r
+}
+
+// readAll reads object (h, idx) of the server at addr, up to 16 MiB.
+func readAll(t *testing.T, pool *proto.Pool, addr string, h uint64, idx uint32) []byte {
+	t.Helper()
+	var out []byte
+	for len(out) < 16<<20 {
+		d := call(t, pool, addr, &proto.Read{Handle: h, Index: idx, Off: uint64(len(out)), Len: 1 << 20}).(*proto.DataReply)
+		out = append(out, d.Data...)
+		if len(d.Data) < 1<<20 {
+			break
+		}
+	}
+	return out
+}
+
+func pattern(seed byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i%251)
+	}
+	return b
+}
+
+// A ReplWrite to the head lands on the head and on every copy it names.
+func TestReplWriteReachesAllCopies(t *testing.T) {
+	srv, pool := startIods(t, 3)
+	data := pattern(7, 300<<10)
+	r := call(t, pool, srv[0].addr, &proto.ReplWrite{Handle: 40, Index: 2, Off: 1000, Fwd: []proto.Peer{srv[1].peer(), srv[2].peer()}, Data: data})
+	if rep := r.(*proto.ReplReply); len(rep.Failed) != 0 {
+		t.Fatalf("failed copies %v: %v", rep.Failed, rep.Why)
+	}
+	want := append(make([]byte, 1000), data...)
+	for _, s := range srv {
+		if got := readAll(t, pool, s.addr, 40, 2); !bytes.Equal(got, want) {
+			t.Fatalf("server %d holds %d bytes, not the write", s.id, len(got))
+		}
+	}
+}
+
+// Overlapping ReplWrites sent at once through one head leave every copy
+// identical: the head applies and forwards them in one order.
+func TestReplWriteConcurrentOverlapsKeepCopiesEqual(t *testing.T) {
+	srv, pool := startIods(t, 3)
+	fwd := []proto.Peer{srv[1].peer(), srv[2].peer()}
+	const writers, rounds = 4, 40
+	for round := range rounds {
+		h := uint64(100 + round)
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Different sizes and offsets, all overlapping [64K, 128K).
+				off := uint64(w) * 16 << 10
+				data := pattern(byte(w*50+round), 128<<10+w*8<<10)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				r, err := pool.Call(ctx, srv[0].addr, &proto.ReplWrite{Handle: h, Off: off, Fwd: fwd, Data: data})
+				if err == nil && len(r.(*proto.ReplReply).Failed) > 0 {
+					err = fmt.Errorf("failed copies %v", r.(*proto.ReplReply).Why)
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		head := readAll(t, pool, srv[0].addr, h, 0)
+		for _, s := range srv[1:] {
+			if got := readAll(t, pool, s.addr, h, 0); !bytes.Equal(got, head) {
+				t.Fatalf("round %d: server %d differs from the head", round, s.id)
+			}
+		}
+	}
+}
+
+// silentPeer accepts connections and never answers (not even the
+// handshake): a copy that hangs.
+func silentPeer(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return l.Addr().String()
+}
+
+// A copy that does not answer is reported failed, after the forward's
+// timeout, and the others still take the write.
+func TestReplWriteDeadCopyReported(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	dead := proto.Peer{ID: 99, Addr: silentPeer(t)}
+	data := []byte("written while a copy hangs")
+	r := call(t, pool, srv[0].addr, &proto.ReplWrite{Handle: 41, Fwd: []proto.Peer{dead, srv[1].peer()}, Data: data})
+	rep := r.(*proto.ReplReply)
+	if len(rep.Failed) != 1 || rep.Failed[0] != 99 || len(rep.Why) != 1 || rep.Why[0] == "" {
+		t.Fatalf("reply %+v, want server 99 failed with a reason", rep)
+	}
+	for _, s := range srv {
+		if got := readAll(t, pool, s.addr, 41, 0); !bytes.Equal(got, data) {
+			t.Fatalf("server %d holds %q", s.id, got)
+		}
+	}
+}
+
+// Heal copies exactly the ranges asked (Len 0: to the source's end), from
+// the first source that answers.
+func TestHealCopiesRanges(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	const size = 3<<20 + 12345
+	good, stale := pattern(1, size), pattern(100, size)
+	call(t, pool, srv[0].addr, &proto.Write{Handle: 42, Index: 1, Data: good})
+	call(t, pool, srv[1].addr, &proto.Write{Handle: 42, Index: 1, Data: stale})
+	gone := proto.Peer{ID: 98, Addr: "127.0.0.1:1"} // nothing listens there
+	r := call(t, pool, srv[1].addr, &proto.Heal{Handle: 42, Index: 1,
+		Ranges: []proto.Extent{{Off: 100, Len: 1000}, {Off: 2 << 20, Len: 0}}, From: []proto.Peer{gone, srv[0].peer()}})
+	want := bytes.Clone(stale)
+	copy(want[100:1100], good[100:1100])
+	copy(want[2<<20:], good[2<<20:])
+	if got := r.(*proto.HealReply).Copied; got != 1000+size-2<<20 {
+		t.Fatalf("copied %d bytes, want %d", got, 1000+size-2<<20)
+	}
+	if got := readAll(t, pool, srv[1].addr, 42, 1); !bytes.Equal(got, want) {
+		t.Fatal("healed copy differs from the asked mix of source and old bytes")
+	}
+}
+
+// Whole cuts the copy to the source's size, or extends it.
+func TestHealWholeSetsSize(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	for i, sizes := range [][2]int{{500, 2000}, {3000, 10}} {
+		h := uint64(50 + i)
+		good := pattern(3, sizes[0])
+		call(t, pool, srv[0].addr, &proto.Write{Handle: h, Data: good})
+		call(t, pool, srv[1].addr, &proto.Write{Handle: h, Data: pattern(9, sizes[1])})
+		call(t, pool, srv[1].addr, &proto.Heal{Handle: h, Whole: true, Ranges: []proto.Extent{{}}, From: []proto.Peer{srv[0].peer()}})
+		if got := readAll(t, pool, srv[1].addr, h, 0); !bytes.Equal(got, good) {
+			t.Fatalf("source %d bytes, stale copy %d: healed copy has %d bytes, want the source's", sizes[0], sizes[1], len(got))
+		}
+	}
+}
+
+// slowSource is a copy whose reads wait for release: a heal in progress.
+type slowSource struct {
+	data    []byte
+	reading chan struct{} // a read arrived
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *slowSource) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	switch m := req.(type) {
+	case *proto.ObjStat:
+		return &proto.SizeReply{Size: uint64(len(s.data))}, nil
+	case *proto.Read:
+		s.once.Do(func() { close(s.reading) })
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		end := min(m.Off+uint64(m.Len), uint64(len(s.data)))
+		return &proto.DataReply{Data: s.data[min(m.Off, end):end]}, nil
+	}
+	return nil, fmt.Errorf("slow source: %T not served", req)
+}
+
+// A write to a range being healed waits for the heal: the heal's older
+// bytes never overwrite it.
+func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
+	src := &slowSource{data: pattern(1, 8192), reading: make(chan struct{}), release: make(chan struct{})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &proto.Server{Handler: src, Log: quiet, Security: testSec}
+	go ps.Serve(l)
+	t.Cleanup(ps.Close)
+	st := openStore(t, t.TempDir())
+	st.registered.Store(true)
+	st.r.peers = &proto.Pool{Security: testSec}
+	t.Cleanup(st.r.peers.Close)
+
+	ctx := context.Background()
+	healed := make(chan error, 1)
+	go func() {
+		_, err := st.Handle(ctx, &proto.Heal{Handle: 60, Ranges: []proto.Extent{{Off: 0, Len: 8192}}, From: []proto.Peer{{ID: 5, Addr: l.Addr().String()}}})
+		healed <- err
+	}()
+	select {
+	case <-src.reading:
+	case err := <-healed:
+		t.Fatalf("heal ended before reading: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("heal did not read its source within 30 s")
+	}
+	newer := bytes.Repeat([]byte("N"), 100)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := st.Handle(ctx, &proto.ReplWrite{Handle: 60, Off: 4000, Data: newer})
+		wrote <- err
+	}()
+	// Let the heal go once the write waits behind it (or, without the
+	// lock, has already landed), bounded.
+	for i := 0; i < 3000; i++ {
+		st.r.locks.mu.Lock()
+		waiting := len(st.r.locks.objs[objKey{60, 0}])
+		st.r.locks.mu.Unlock()
+		if waiting >= 2 || len(wrote) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(src.release)
+	if err := <-healed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(src.data)
+	copy(want[4000:], newer)
+	p := make([]byte, 9000)
+	n, err := st.readObj(objKey{60, 0}, p, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p[:n], want) {
+		t.Fatalf("after heal and write: bytes 4000-4100 are %q", p[4000:4100])
+	}
+}
+
+// Overlapping ranges wait in arrival order; disjoint ones do not wait.
+func TestRangeLocksOrder(t *testing.T) {
+	var l rangeLocks
+	ctx := context.Background()
+	k := objKey{1, 0}
+	u1, _ := l.lock(ctx, k, 0, 100)
+	u2, err := l.lock(ctx, k, 100, 200) // disjoint: no wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan int, 2)
+	go func() { u, _ := l.lock(ctx, k, 50, 60); order <- 3; u() }()
+	for i := 0; i < 1000; i++ { // until the first waiter is queued
+		l.mu.Lock()
+		n := len(l.objs[k])
+		l.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { u, _ := l.lock(ctx, k, 0, toEnd); order <- 4; u() }()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	if _, err := l.lock(cctx, k, 150, 151); err == nil {
+		t.Fatal("a lock over a held range did not wait")
+	}
+	cancel()
+	u2()
+	u1()
+	if a, b := <-order, <-order; a != 3 || b != 4 {
+		t.Fatalf("order %d, %d: want arrival order 3, 4", a, b)
+	}
+	for i := 0; ; i++ { // the last holder lets go just after it reports
+		l.mu.Lock()
+		n := len(l.objs)
+		l.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("holds left on %d objects", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The load is KiB/s of the bytes read and written since the last heartbeat.
+func TestLoadMeter(t *testing.T) {
+	var m loadMeter
+	now := time.Unix(1000, 0)
+	m.kibps(now)
+	m.note(&proto.Write{Data: make([]byte, 512<<10)})
+	m.note(&proto.ReplWrite{Data: make([]byte, 256<<10)})
+	m.note(&proto.Read{Len: 256 << 10})
+	m.note(&proto.ObjStat{})
+	if got := m.kibps(now.Add(time.Second)); got != 512 { // (0 + 1024) / 2
+		t.Fatalf("load %d KiB/s, want 512", got)
+	}
+	if got := m.kibps(now.Add(2 * time.Second)); got != 256 {
+		t.Fatalf("idle second: load %d KiB/s, want 256", got)
+	}
+}
+
