@@ -382,4 +382,3 @@ func TestLoadMeter(t *testing.T) {
 		t.Fatalf("idle second: load %d KiB/s, want 256", got)
 	}
 }
-
