@@ -3,12 +3,15 @@ package iod
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -380,5 +383,121 @@ func TestLoadMeter(t *testing.T) {
 	}
 	if got := m.kibps(now.Add(2 * time.Second)); got != 256 {
 		t.Fatalf("idle second: load %d KiB/s, want 256", got)
+	}
+}
+
+// recordingMeta answers Register like a metadata server and keeps what it
+// was sent.
+type recordingMeta struct {
+	mu  sync.Mutex
+	got []proto.Register
+}
+
+func (m *recordingMeta) Handle(_ context.Context, req proto.Msg) (proto.Msg, error) {
+	r, ok := req.(*proto.Register)
+	if !ok {
+		return nil, fmt.Errorf("recording meta: %T not served", req)
+	}
+	m.mu.Lock()
+	m.got = append(m.got, *r)
+	m.mu.Unlock()
+	return &proto.ServersReply{Servers: []proto.ServerInfo{{ID: 3, Addr: r.Addr}}, Cluster: "test-cluster"}, nil
+}
+
+// Every heartbeat carries the server's zone and its load.
+func TestHeartbeatCarriesZoneAndLoad(t *testing.T) {
+	rm := &recordingMeta{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &proto.Server{Handler: rm, Log: quiet, Security: testSec}
+	go ps.Serve(l)
+	t.Cleanup(ps.Close)
+	pool := &proto.Pool{Security: testSec}
+	t.Cleanup(pool.Close)
+	lead := client.NewLeader(pool, l.Addr().String(), 0)
+
+	st := openStore(t, t.TempDir())
+	st.r.zone = "rack-7"
+	ctx := context.Background()
+	if _, err := st.register(ctx, lead, "127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // 4 MiB written, in any interval shorter than 4000 s
+		if _, err := st.Handle(ctx, &proto.Write{Handle: 70, Data: make([]byte, 1<<20)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.register(ctx, lead, "127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	if len(rm.got) != 2 {
+		t.Fatalf("%d registrations, want 2", len(rm.got))
+	}
+	for i, r := range rm.got {
+		if r.Zone != "rack-7" {
+			t.Errorf("registration %d: zone %q, want rack-7", i, r.Zone)
+		}
+	}
+	if rm.got[1].Load == 0 {
+		t.Errorf("heartbeat after 4 MiB of writes reports load 0")
+	}
+}
+
+// A head that cannot apply a write answers an error and forwards nothing;
+// a write whose sender left while it waited for the lock is not applied.
+func TestReplWriteLocalFailureAndAbandonedWait(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	st.ident = identity{cluster: "c", id: 1, base: 10}
+	st.registered.Store(true)
+	st.r.peers = &proto.Pool{Security: testSec}
+	t.Cleanup(st.r.peers.Close)
+	ctx := context.Background()
+	// File 5 is older than the store's base: its object was lost (EIO).
+	// Were it forwarded, the silent copy would hold the call for 2 s.
+	start := time.Now()
+	_, err := st.Handle(ctx, &proto.ReplWrite{Handle: 5, Fwd: []proto.Peer{{ID: 2, Addr: silentPeer(t)}}, Data: []byte("x")})
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write to a lost object: %v, want EIO", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a failed local write still waited %v (forwarded?)", d)
+	}
+
+	unlock, err := st.r.locks.lock(ctx, objKey{20, 0}, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.Handle(cctx, &proto.ReplWrite{Handle: 20, Data: []byte("late")})
+		done <- err
+	}()
+	for i := 0; i < 3000; i++ { // until it waits behind the held range
+		st.r.locks.mu.Lock()
+		n := len(st.r.locks.objs[objKey{20, 0}])
+		st.r.locks.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a write whose sender left while it waited was applied")
+		}
+	case <-time.After(30 * time.Second):
+		unlock()
+		t.Fatal("a write whose sender left still waits for the lock")
+	}
+	unlock()
+	if _, ok, _ := st.objSize(objKey{20, 0}); ok {
+		t.Fatal("the abandoned write created the object")
 	}
 }
