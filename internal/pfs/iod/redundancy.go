@@ -41,9 +41,9 @@ func peerTimeout(n int) time.Duration {
 	return 2*time.Second + time.Duration(n)*time.Second/(8<<20)
 }
 
-// handleRedundancy serves the replica requests (ReplWrite, Scrub, Heal);
-// ok is false for any other request. It also meters the load of every
-// request it sees.
+// handleRedundancy serves the replica requests (ReplWrite, Scrub, Heal),
+// and Truncate, Punch and Alloc under the range lock; ok is false for any
+// other request. It also meters the load of every request it sees.
 func (s *Store) handleRedundancy(ctx context.Context, req proto.Msg) (r proto.Msg, err error, ok bool) {
 	s.r.load.note(req)
 	switch m := req.(type) {
@@ -56,8 +56,35 @@ func (s *Store) handleRedundancy(ctx context.Context, req proto.Msg) (r proto.Ms
 	case *proto.Scrub:
 		r, err := s.scrub(objKey{m.Handle, m.Index})
 		return r, err, true
+	case *proto.Truncate:
+		return nil, s.lockedChange(ctx, objKey{m.Handle, m.Index}, 0, toEnd, func() error {
+			return s.truncateObj(objKey{m.Handle, m.Index}, int64(m.Size))
+		}), true
+	case *proto.Punch:
+		return nil, s.lockedChange(ctx, objKey{m.Handle, m.Index}, m.Off, m.Off+m.Len, func() error { return s.punch(m) }), true
+	case *proto.Alloc:
+		return nil, s.lockedChange(ctx, objKey{m.Handle, m.Index}, m.Off, m.Off+m.Len, func() error { return s.alloc(m) }), true
 	}
 	return nil, nil, false
+}
+
+// lockedChange runs a Truncate, Punch or Alloc under the range lock over
+// [off, end) (to the end when end wraps or is not past off), so a heal in
+// progress there cannot lay older bytes over it, and like a write it is
+// dropped when its sender left while it waited.
+func (s *Store) lockedChange(ctx context.Context, k objKey, off, end uint64, change func() error) error {
+	if end <= off {
+		end = toEnd
+	}
+	unlock, err := s.r.locks.lock(ctx, k, off, end)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return change()
 }
 
 // replWrite applies m under the object's range lock and, on the head (Fwd
@@ -217,55 +244,70 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 }
 
 // healRange copies [x.Off, x.Off+x.Len) (Len 0: to the source's end) from
-// src to the local object under the range lock. Bytes of the range past
-// the source's end read as zeros there, so they are zeroed here too.
+// src to the local object, each piece of at most healPiece under the range
+// lock, so writes wait for one piece at most, never for a whole heal.
+// Bytes of the range past the source's end read as zeros there, so they
+// are zeroed here too.
 func (s *Store) healRange(ctx context.Context, src *source, x proto.Extent) (uint64, error) {
 	k := src.k
-	end := toEnd
-	if x.Len != 0 {
-		end = x.Off + x.Len
-	}
-	unlock, err := s.r.locks.lock(ctx, k, x.Off, end)
-	if err != nil {
-		return 0, err
-	}
-	defer unlock()
-	if x.Len == 0 {
+	end := x.Off + x.Len
+	if x.Len == 0 || end < x.Off {
+		var err error
 		if end, err = src.size(ctx); err != nil {
 			return 0, err
 		}
 	}
 	var copied uint64
-	pos := x.Off
-	for pos < end {
-		if err := ctx.Err(); err != nil {
-			return copied, err
-		}
+	for pos := x.Off; pos < end; {
 		n := min(end-pos, healPiece)
-		r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: pos, Len: uint32(n)}, int(n))
+		got, err := s.healPiece(ctx, src, pos, n)
+		copied += got
 		if err != nil {
 			return copied, err
 		}
-		d, ok := r.(*proto.DataReply)
-		if !ok {
-			return copied, fmt.Errorf("heal: unexpected reply %T to Read", r)
+		pos += got
+		if got < n { // the source ends at pos
+			z, err := s.zeroRange(ctx, k, pos, end)
+			return copied + z, err
 		}
-		if len(d.Data) > 0 {
-			if err := s.writeObj(k, d.Data, int64(pos)); err != nil {
-				return copied, fmt.Errorf("heal of file %d stripe %d at %d: %w", k.ino, k.idx, pos, err)
-			}
-		}
-		pos += uint64(len(d.Data))
-		copied += uint64(len(d.Data))
-		if uint64(len(d.Data)) < n {
-			break // the source ends here
-		}
-	}
-	if pos < end {
-		n, err := s.zeroFrom(k, pos, end)
-		return copied + n, err
 	}
 	return copied, nil
+}
+
+// healPiece copies [pos, pos+n) from src under the range lock: the bytes
+// copied (fewer than n where the source ends).
+func (s *Store) healPiece(ctx context.Context, src *source, pos, n uint64) (uint64, error) {
+	k := src.k
+	unlock, err := s.r.locks.lock(ctx, k, pos, pos+n)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: pos, Len: uint32(n)}, int(n))
+	if err != nil {
+		return 0, err
+	}
+	d, ok := r.(*proto.DataReply)
+	if !ok {
+		return 0, fmt.Errorf("heal: unexpected reply %T to Read", r)
+	}
+	if len(d.Data) > 0 {
+		if err := s.writeObj(k, d.Data, int64(pos)); err != nil {
+			return 0, fmt.Errorf("heal of file %d stripe %d at %d: %w", k.ino, k.idx, pos, err)
+		}
+	}
+	return uint64(len(d.Data)), nil
+}
+
+// zeroRange zeroes the local object over [pos, end) under the range lock,
+// as far as the object exists.
+func (s *Store) zeroRange(ctx context.Context, k objKey, pos, end uint64) (uint64, error) {
+	unlock, err := s.r.locks.lock(ctx, k, pos, end)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	return s.zeroFrom(k, pos, end)
 }
 
 // zeroFrom zeroes the local object over [pos, end), as far as it exists.

@@ -258,10 +258,11 @@ func (s *slowSource) Handle(ctx context.Context, req proto.Msg) (proto.Msg, erro
 	return nil, fmt.Errorf("slow source: %T not served", req)
 }
 
-// A write to a range being healed waits for the heal: the heal's older
-// bytes never overwrite it.
-func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
-	src := &slowSource{data: pattern(1, 8192), reading: make(chan struct{}), release: make(chan struct{})}
+// healing starts a heal of [0, 8192) of object (60, 0) on a fresh store
+// from a source whose read waits for release, and returns once the heal
+// holds its piece; healed reports the heal's end.
+func healing(t *testing.T) (st *Store, src *slowSource, healed chan error) {
+	src = &slowSource{data: pattern(1, 8192), reading: make(chan struct{}), release: make(chan struct{})}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -269,15 +270,14 @@ func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
 	ps := &proto.Server{Handler: src, Log: quiet, Security: testSec}
 	go ps.Serve(l)
 	t.Cleanup(ps.Close)
-	st := openStore(t, t.TempDir())
+	st = openStore(t, t.TempDir())
 	st.registered.Store(true)
 	st.r.peers = &proto.Pool{Security: testSec}
 	t.Cleanup(st.r.peers.Close)
-
-	ctx := context.Background()
-	healed := make(chan error, 1)
+	healed = make(chan error, 1)
 	go func() {
-		_, err := st.Handle(ctx, &proto.Heal{Handle: 60, Ranges: []proto.Extent{{Off: 0, Len: 8192}}, From: []proto.Peer{{ID: 5, Addr: l.Addr().String()}}})
+		_, err := st.Handle(context.Background(), &proto.Heal{Handle: 60, Ranges: []proto.Extent{{Off: 0, Len: 8192}},
+			From: []proto.Peer{{ID: 5, Addr: l.Addr().String()}}})
 		healed <- err
 	}()
 	select {
@@ -287,19 +287,23 @@ func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("heal did not read its source within 30 s")
 	}
-	newer := bytes.Repeat([]byte("N"), 100)
-	wrote := make(chan error, 1)
+	return st, src, healed
+}
+
+// racingHeal sends req to st while the heal holds its range, lets the heal
+// go once req waits behind it (or, without the lock, has been applied),
+// and checks both succeed.
+func racingHeal(t *testing.T, st *Store, src *slowSource, healed chan error, req proto.Msg) {
+	done := make(chan error, 1)
 	go func() {
-		_, err := st.Handle(ctx, &proto.ReplWrite{Handle: 60, Off: 4000, Data: newer})
-		wrote <- err
+		_, err := st.Handle(context.Background(), req)
+		done <- err
 	}()
-	// Let the heal go once the write waits behind it (or, without the
-	// lock, has already landed), bounded.
 	for i := 0; i < 3000; i++ {
 		st.r.locks.mu.Lock()
 		waiting := len(st.r.locks.objs[objKey{60, 0}])
 		st.r.locks.mu.Unlock()
-		if waiting >= 2 || len(wrote) > 0 {
+		if waiting >= 2 || len(done) > 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -308,9 +312,17 @@ func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
 	if err := <-healed; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-wrote; err != nil {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A write to a range being healed waits for the heal: the heal's older
+// bytes never overwrite it.
+func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
+	st, src, healed := healing(t)
+	newer := bytes.Repeat([]byte("N"), 100)
+	racingHeal(t, st, src, healed, &proto.ReplWrite{Handle: 60, Off: 4000, Data: newer})
 	want := bytes.Clone(src.data)
 	copy(want[4000:], newer)
 	p := make([]byte, 9000)
@@ -320,6 +332,16 @@ func TestHealDoesNotOverwriteConcurrentWrite(t *testing.T) {
 	}
 	if !bytes.Equal(p[:n], want) {
 		t.Fatalf("after heal and write: bytes 4000-4100 are %q", p[4000:4100])
+	}
+}
+
+// A truncate during a heal waits for it too: the heal does not grow the
+// object back.
+func TestHealDoesNotUndoConcurrentTruncate(t *testing.T) {
+	st, src, healed := healing(t)
+	racingHeal(t, st, src, healed, &proto.Truncate{Handle: 60, Size: 100})
+	if size, _, err := st.objSize(objKey{60, 0}); err != nil || size != 100 {
+		t.Fatalf("after heal and truncate to 100: size %d (%v)", size, err)
 	}
 }
 
