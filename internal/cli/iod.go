@@ -34,6 +34,12 @@ another cluster, or an address that belongs to another server, is refused
 with an error. At start it removes objects older than --gc-grace that no
 file references (left by crashes).
 
+For replicated files it is the head of some columns: it applies a write,
+forwards it to the other copies and reports those that missed it; and it
+heals its own stale copies from current ones when meta asks. --zone names
+its failure domain (a rack, a room): meta puts the copies of a file in
+different zones.
+
 It needs the cluster secret (--secret-file META_DATA/cluster.secret): to
 register, and to check its clients.`,
 		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400",
