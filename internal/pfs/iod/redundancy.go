@@ -165,7 +165,6 @@ type source struct {
 	k    objKey
 	from []proto.Peer
 	cur  int
-	errs []string
 }
 
 // call sends req to the current source, moving to the next on failure
@@ -174,6 +173,7 @@ func (src *source) call(ctx context.Context, req proto.Msg, n int) (proto.Msg, e
 	if src.s.r.peers == nil {
 		return nil, proto.Errorf(syscall.EIO, "heal: this server has no connection pool to its peers")
 	}
+	var errs []string
 	for range src.from {
 		p := src.from[src.cur]
 		cctx, cancel := context.WithTimeout(ctx, peerTimeout(n))
@@ -185,11 +185,11 @@ func (src *source) call(ctx context.Context, req proto.Msg, n int) (proto.Msg, e
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		src.errs = append(src.errs, fmt.Sprintf("I/O server %d at %s: %v", p.ID, p.Addr, err))
+		errs = append(errs, fmt.Sprintf("I/O server %d at %s: %v", p.ID, p.Addr, err))
 		src.cur = (src.cur + 1) % len(src.from)
 	}
 	return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("heal of file %d stripe %d: no source answered: %s",
-		src.k.ino, src.k.idx, strings.Join(src.errs, "; ")))
+		src.k.ino, src.k.idx, strings.Join(errs, "; ")))
 }
 
 // size is the source object's size (0 when it does not exist).
