@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -521,5 +522,44 @@ func TestReplWriteLocalFailureAndAbandonedWait(t *testing.T) {
 	unlock()
 	if _, ok, _ := st.objSize(objKey{20, 0}); ok {
 		t.Fatal("the abandoned write created the object")
+	}
+}
+
+// badSource is a copy whose reads fail their checksum.
+type badSource struct{}
+
+func (badSource) Handle(_ context.Context, req proto.Msg) (proto.Msg, error) {
+	switch req.(type) {
+	case *proto.ObjStat:
+		return &proto.SizeReply{Size: 5000}, nil
+	case *proto.Read:
+		return nil, proto.Errorf(syscall.EBADMSG, "bad source: checksum mismatch")
+	}
+	return nil, fmt.Errorf("bad source: %T not served", req)
+}
+
+// A source answering EBADMSG is skipped for the next; with no good source
+// the heal fails naming them.
+func TestHealSkipsBadSource(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := &proto.Server{Handler: badSource{}, Log: quiet, Security: testSec}
+	go ps.Serve(l)
+	t.Cleanup(ps.Close)
+	bad := proto.Peer{ID: 97, Addr: l.Addr().String()}
+	good := pattern(5, 5000)
+	call(t, pool, srv[0].addr, &proto.Write{Handle: 80, Data: good})
+	call(t, pool, srv[1].addr, &proto.Heal{Handle: 80, Ranges: []proto.Extent{{Off: 0, Len: 5000}}, From: []proto.Peer{bad, srv[0].peer()}})
+	if got := readAll(t, pool, srv[1].addr, 80, 0); !bytes.Equal(got, good) {
+		t.Fatalf("healed past a bad source: %d bytes, not the good copy", len(got))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = pool.Call(ctx, srv[1].addr, &proto.Heal{Handle: 81, Ranges: []proto.Extent{{Off: 0, Len: 10}}, From: []proto.Peer{bad}})
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "I/O server 97") {
+		t.Fatalf("heal from a bad source only: %v, want EIO naming server 97", err)
 	}
 }
