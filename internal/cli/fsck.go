@@ -110,7 +110,10 @@ func printFsck(r *fsck.Report) {
 		if d.Kind == fsck.Orphaned {
 			fmt.Fprintf(&b, "orphan: file %d column %d on server %d", d.Ino, d.Column, d.Server)
 		} else {
-			fmt.Fprintf(&b, "%s: column %d", d.Path, d.Column)
+			b.WriteString(d.Path)
+			if d.Column >= 0 {
+				fmt.Fprintf(&b, ": column %d", d.Column)
+			}
 			if d.Server != 0 {
 				fmt.Fprintf(&b, " server %d", d.Server)
 			}

@@ -124,7 +124,8 @@ type checker struct {
 	mu      sync.Mutex
 	rep     Report
 	warned  map[string]bool
-	seen    map[uint64]bool // inodes already checked (hard links)
+	seen    map[uint64]bool          // inodes already checked (hard links)
+	lays    map[uint64]layout.Layout // layouts of the files checked
 	files   atomic.Int64
 	damaged atomic.Int64
 }
@@ -139,7 +140,7 @@ func Check(ctx context.Context, meta Meta, io IOD, opt Options) (*Report, error)
 	if opt.Workers <= 0 {
 		opt.Workers = 8
 	}
-	c := &checker{meta: meta, iod: io, opt: opt, servers: map[uint32]*server{}, warned: map[string]bool{}, seen: map[uint64]bool{}}
+	c := &checker{meta: meta, iod: io, opt: opt, servers: map[uint32]*server{}, warned: map[string]bool{}, seen: map[uint64]bool{}, lays: map[uint64]layout.Layout{}}
 	ss, err := meta.Servers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list I/O servers: %w", err)
@@ -353,6 +354,9 @@ func (c *checker) checkFile(ctx context.Context, p string, a proto.Attr) {
 		c.add(Damage{Path: p, Ino: a.Ino, Column: -1, Kind: Unreadable, Detail: "bad layout: " + err.Error()})
 		return
 	}
+	c.mu.Lock()
+	c.lays[a.Ino] = lay
+	c.mu.Unlock()
 	stale := map[[2]uint32][]proto.Extent{}
 	if a.Stale > 0 {
 		r, err := c.meta.Call(ctx, &proto.GetStale{Ino: a.Ino})
@@ -574,6 +578,9 @@ func (c *checker) orphans(ctx context.Context) error {
 			return fmt.Errorf("server %d (%s): reference check: %w", id, sv.info.Addr, err)
 		}
 		for _, o := range gone {
+			if c.walked(o.ObjRef, id) {
+				continue
+			}
 			idx := o.Index
 			if idx == proto.AnyIndex {
 				idx = 0 // a legacy name is index 0's
@@ -591,6 +598,29 @@ func (c *checker) orphans(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// walked says whether a file the walk checked has object o on server id:
+// then it is no orphan, whatever the reference check says (a metadata
+// server that does not count replica copies must not get them removed).
+func (c *checker) walked(o proto.ObjRef, id uint32) bool {
+	c.mu.Lock()
+	lay, ok := c.lays[o.Ino]
+	c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	for k := range lay.Servers {
+		if o.Index != proto.AnyIndex && o.Index != uint32(k) {
+			continue
+		}
+		for _, s := range lay.Column(k) {
+			if s == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ListObjects lists every object of the I/O server at addr (ListObjects
