@@ -445,17 +445,18 @@ func (c *checker) copyAt(ctx context.Context, p string, ino uint64, k, id uint32
 // size implies) and repairs what it can.
 func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want uint64, cs []copyState) {
 	// ref: the most data any sound copy holds (a copy may be shorter than
-	// want: a hole at the end of a column is not stored).
-	// held: the most data any copy holds, sound or not (a copy absent
+	// want: a hole at the end of a column is not stored). held: the most
+	// data any current copy holds, corrupt blocks or not (a copy absent
 	// where another has data lost it).
 	var ref, held uint64
 	for _, s := range cs {
-		if s.known && s.exists && len(s.bad) == 0 && len(s.stale) == 0 && s.size <= want {
+		if !s.known || !s.exists || len(s.stale) > 0 {
+			continue
+		}
+		if len(s.bad) == 0 && s.size <= want {
 			ref = max(ref, s.size)
 		}
-		if s.known && s.exists {
-			held = max(held, min(s.size, want))
-		}
+		held = max(held, min(s.size, want))
 	}
 	base := func(id uint32) uint64 {
 		if sv := c.servers[id]; sv != nil {
@@ -465,75 +466,155 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 	}
 	type hurt struct {
 		d     Damage
+		copy  int
 		whole bool
 	}
 	var hurts []hurt
-	good := make([]bool, len(cs))
-	readable := false
+	// lacks[i]: the object ranges copy i cannot serve; nil for a copy that
+	// serves all (a copy on a server that is down counts as one: its state
+	// is unknown, not damaged).
+	lacks := make([][]span, len(cs))
+	all := []span{{0, want}}
 	for i, s := range cs {
 		if !s.known {
 			continue
 		}
 		d := Damage{Path: p, Ino: a.Ino, Column: k, Server: s.id}
-		whole := false
 		switch {
-		case s.lostErr || !s.exists && (a.Ino < base(s.id) && want > 0 || held > 0):
-			d.Kind, d.Ranges, whole = Missing, []proto.Extent{{Off: 0, Len: 0}}, true
-			d.Detail = fmt.Sprintf("object absent, want %d bytes", max(held, want))
-		case s.exists && (s.size > want || s.size < ref):
-			lo, hi := want, s.size
-			d.Detail = fmt.Sprintf("object %d bytes, file says %d", s.size, want)
-			if s.size < ref {
-				lo, hi = s.size, ref
-				d.Detail = fmt.Sprintf("object %d bytes, other copies %d", s.size, ref)
-			} else {
-				// Bytes past the end are never read: the copy still serves.
-				readable = true
-			}
-			d.Kind, d.Ranges, whole = Mismatch, []proto.Extent{{Off: lo, Len: hi - lo}}, true
-		case len(s.bad) > 0:
-			d.Kind, d.Ranges = Corrupt, s.bad
-			d.Detail = "checksum mismatch"
 		case len(s.stale) > 0:
-			d.Kind, d.Ranges = Stale, s.stale
-			d.Detail = "out of date (stale record)"
-		default:
-			good[i], readable = true, true
+			// Missing or short data in a stale copy is what the record
+			// says: the metadata server's healer brings it up to date.
+			d.Kind, d.Ranges, d.Detail = Stale, s.stale, "out of date (stale record)"
+			hurts = append(hurts, hurt{d: d, copy: i})
+			lacks[i] = spans(s.stale, want)
+		case s.lostErr || !s.exists && (a.Ino < base(s.id) && want > 0 || held > 0):
+			d.Kind, d.Ranges = Missing, []proto.Extent{{Off: 0, Len: 0}}
+			d.Detail = fmt.Sprintf("object absent, want %d bytes", max(held, want))
+			hurts = append(hurts, hurt{d: d, copy: i, whole: true})
+			lacks[i] = all
 			continue
+		case s.exists && s.size < ref:
+			d.Kind, d.Ranges = Mismatch, []proto.Extent{{Off: s.size, Len: ref - s.size}}
+			d.Detail = fmt.Sprintf("object %d bytes, other copies %d", s.size, ref)
+			hurts = append(hurts, hurt{d: d, copy: i, whole: true})
+			lacks[i] = all
+			continue
+		case s.exists && s.size > want:
+			// Bytes past the end are never read: the copy still serves.
+			d.Kind, d.Ranges = Mismatch, []proto.Extent{{Off: want, Len: s.size - want}}
+			d.Detail = fmt.Sprintf("object %d bytes, file says %d", s.size, want)
+			hurts = append(hurts, hurt{d: d, copy: i, whole: true})
 		}
-		hurts = append(hurts, hurt{d, whole})
+		if len(s.bad) > 0 {
+			d.Kind, d.Ranges, d.Detail = Corrupt, s.bad, "checksum mismatch"
+			hurts = append(hurts, hurt{d: d, copy: i})
+			lacks[i] = union(lacks[i], spans(s.bad, want))
+		}
 	}
 	if len(hurts) == 0 {
 		return
 	}
-	var from []proto.Peer
-	for i, s := range cs {
-		if good[i] {
-			from = append(from, proto.Peer{ID: s.id, Addr: c.servers[s.id].info.Addr})
-		}
+	damaged := make([]bool, len(cs))
+	for _, h := range hurts {
+		damaged[h.copy] = true
 	}
 	for _, h := range hurts {
 		d := h.d
-		switch {
-		case d.Kind == Stale:
+		if d.Kind == Stale {
 			// The metadata server heals its own records; healing here too
 			// would race with it.
 			if c.opt.Repair {
 				d.Repair = "healing"
 			}
+			c.add(d)
+			continue
+		}
+		// Sources: copies with no damage; for a range heal also those
+		// whose damage is elsewhere (corrupt blocks, or stale records,
+		// outside the ranges).
+		var from []proto.Peer
+		need := spans(d.Ranges, want)
+		for j, s := range cs {
+			if j == h.copy || !s.known || damaged[j] && (h.whole || len(intersect(lacks[j], need)) > 0 || !s.exists || s.size > want) {
+				continue
+			}
+			from = append(from, proto.Peer{ID: s.id, Addr: c.servers[s.id].info.Addr})
+		}
+		switch {
 		case len(from) == 0:
+			d.Detail += "; no copy to heal from"
 		case c.opt.Repair:
 			d.Repair = c.heal(ctx, c.servers[d.Server].info.Addr, a.Ino, uint32(k), h.whole, d.Ranges, from)
 		}
 		c.add(d)
 	}
-	if !readable && want > 0 {
+	// Ranges no copy can serve make the column unreadable there.
+	lost := all
+	for _, l := range lacks {
+		lost = intersect(lost, l)
+	}
+	if len(lost) > 0 && want > 0 {
 		ids := make([]uint32, len(cs))
 		for i, s := range cs {
 			ids[i] = s.id
 		}
-		c.add(Damage{Path: p, Ino: a.Ino, Column: k, Kind: Unreadable, Detail: fmt.Sprintf("no good copy among servers %v", ids)})
+		var rs []proto.Extent
+		for _, x := range lost {
+			rs = append(rs, proto.Extent{Off: x.lo, Len: x.hi - x.lo})
+		}
+		c.add(Damage{Path: p, Ino: a.Ino, Column: k, Kind: Unreadable, Ranges: rs, Detail: fmt.Sprintf("no good copy among servers %v", ids)})
 	}
+}
+
+// span is the object byte range [lo, hi).
+type span struct{ lo, hi uint64 }
+
+// spans turns extents (Len 0: to the end) into sorted, merged spans below
+// end.
+func spans(xs []proto.Extent, end uint64) []span {
+	var out []span
+	for _, x := range xs {
+		hi := end
+		if x.Len != 0 {
+			hi = min(end, x.Off+x.Len)
+		}
+		if x.Off < hi {
+			out = append(out, span{x.Off, hi})
+		}
+	}
+	return union(out, nil)
+}
+
+// union merges two span lists into one sorted list without overlaps.
+func union(a, b []span) []span {
+	all := append(append([]span(nil), a...), b...)
+	sort.Slice(all, func(i, j int) bool { return all[i].lo < all[j].lo })
+	var out []span
+	for _, x := range all {
+		if n := len(out); n > 0 && x.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, x.hi)
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// intersect is the ranges in both a and b (each sorted, without overlaps).
+func intersect(a, b []span) []span {
+	var out []span
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		lo, hi := max(a[i].lo, b[j].lo), min(a[i].hi, b[j].hi)
+		if lo < hi {
+			out = append(out, span{lo, hi})
+		}
+		if a[i].hi < b[j].hi {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
 }
 
 func (c *checker) heal(ctx context.Context, addr string, ino uint64, k uint32, whole bool, ranges []proto.Extent, from []proto.Peer) string {

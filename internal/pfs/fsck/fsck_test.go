@@ -332,3 +332,35 @@ func TestLostAndNoScrub(t *testing.T) {
 		t.Fatalf("warnings %q; want one per server that does not scrub", r.Warnings)
 	}
 }
+
+// TestCorruptBoth: two copies corrupt in different blocks still serve the
+// column (no unreadable), and each heals from the other over its own bad
+// block; where both are bad, the column is unreadable over that block.
+func TestCorruptBoth(t *testing.T) {
+	f := newFake(4)
+	a := f.file("/c", 3*stripe, []uint32{1}, 2, []uint32{2})
+	ref := proto.ObjRef{Ino: a.Ino, Index: 0}
+	f.objs["iod1"][ref].bad = []proto.Extent{{Off: 0, Len: stripe}}
+	f.objs["iod2"][ref].bad = []proto.Extent{{Off: stripe, Len: stripe}}
+	r := check(t, f, true)
+	if r.Exit != ExitRepaired || kinds(r) != "/c:0:1:corrupt:repaired /c:0:2:corrupt:repaired" {
+		t.Fatalf("exit %d damage %s; want both copies healed", r.Exit, kinds(r))
+	}
+	for _, h := range f.heals {
+		if h.Whole || len(h.From) != 1 {
+			t.Errorf("heal %+v; want a range heal from the other copy", h)
+		}
+	}
+	f.objs["iod1"][ref].bad = []proto.Extent{{Off: 0, Len: 2 * stripe}}
+	f.objs["iod2"][ref].bad = []proto.Extent{{Off: stripe, Len: 0}}
+	r = check(t, f, false)
+	var lost []proto.Extent
+	for _, d := range r.Damage {
+		if d.Kind == Unreadable {
+			lost = d.Ranges
+		}
+	}
+	if r.Counts.Unreadable != 1 || len(lost) != 1 || lost[0] != (proto.Extent{Off: stripe, Len: stripe}) {
+		t.Fatalf("damage %+v; want the column unreadable over [4096, 8192) only", r.Damage)
+	}
+}
