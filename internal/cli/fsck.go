@@ -141,6 +141,9 @@ func printFsck(r *fsck.Report) {
 	c := r.Counts
 	fmt.Printf("%d files, %d copies, %d objects checked: %d missing, %d mismatch, %d stale, %d corrupt, %d orphaned, %d unreadable\n",
 		r.Files, r.Copies, r.Objects, c.Missing, c.Mismatch, c.Stale, c.Corrupt, c.Orphaned, c.Unreadable)
+	if r.Unchecked > 0 {
+		fmt.Printf("%d copies not checked (their servers are down or unknown)\n", r.Unchecked)
+	}
 	switch r.Exit {
 	case fsck.ExitClean:
 		fmt.Println("clean")

@@ -92,11 +92,13 @@ type Counts struct {
 
 // Report is the outcome of a check.
 type Report struct {
-	Files   int64    `json:"files"`   // regular files checked
-	Copies  int64    `json:"copies"`  // object copies checked
-	Objects int64    `json:"objects"` // objects listed on the servers
-	Counts  Counts   `json:"counts"`
-	Damage  []Damage `json:"damage"`
+	Files   int64 `json:"files"`   // regular files checked
+	Copies  int64 `json:"copies"`  // object copies checked
+	Objects int64 `json:"objects"` // objects listed on the servers
+	// Unchecked: copies on servers that are down or unknown.
+	Unchecked int64    `json:"unchecked"`
+	Counts    Counts   `json:"counts"`
+	Damage    []Damage `json:"damage"`
 	// Repaired and Left count damage entries by outcome (Unreadable and
 	// stale records being healed by the metadata server count as left).
 	Repaired int `json:"repaired"`
@@ -177,6 +179,9 @@ func Check(ctx context.Context, meta Meta, io IOD, opt Options) (*Report, error)
 		return nil, err
 	}
 	r := &c.rep
+	if r.Damage == nil {
+		r.Damage = []Damage{} // [] in JSON, not null
+	}
 	sort.SliceStable(r.Damage, func(i, j int) bool {
 		a, b := r.Damage[i], r.Damage[j]
 		if a.Path != b.Path {
@@ -388,6 +393,12 @@ func (c *checker) copyAt(ctx context.Context, p string, ino uint64, k, id uint32
 	st := copyState{id: id}
 	sv := c.servers[id]
 	if sv == nil || !sv.up {
+		if sv == nil {
+			c.warn(fmt.Sprintf("%s: column %d names server %d, which the metadata server does not list", p, k, id))
+		}
+		c.mu.Lock()
+		c.rep.Unchecked++
+		c.mu.Unlock()
 		return st
 	}
 	c.mu.Lock()

@@ -364,3 +364,18 @@ func TestCorruptBoth(t *testing.T) {
 		t.Fatalf("damage %+v; want the column unreadable over [4096, 8192) only", r.Damage)
 	}
 }
+
+// TestServerDown: copies on a server that is down are not checked (a
+// warning and a count), not called missing, and the column is not
+// unreadable while they may still be whole.
+func TestServerDown(t *testing.T) {
+	f := newFake(2)
+	a := f.file("/a", 100, []uint32{1}, 2, []uint32{2})
+	f.servers[1].State = proto.ServerDown
+	delete(f.objs["iod1"], proto.ObjRef{Ino: a.Ino, Index: 0})
+	f.objs["iod1"][proto.ObjRef{Ino: a.Ino, Index: 0}] = &obj{size: 100, bad: []proto.Extent{{Off: 0, Len: 0}}}
+	r := check(t, f, false)
+	if r.Unchecked != 1 || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "server 2") || kinds(r) != "/a:0:1:corrupt:" {
+		t.Fatalf("unchecked %d warnings %q damage %s; want server 2's copy unchecked, only the corrupt copy reported", r.Unchecked, r.Warnings, kinds(r))
+	}
+}
