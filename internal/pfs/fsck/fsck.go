@@ -320,8 +320,12 @@ func (c *checker) visit(ctx context.Context, p string, a proto.Attr, jobs chan<-
 		return nil
 	}
 	ents, err := c.meta.Readdir(ctx, a.Ino)
-	if errors.Is(err, syscall.ENOENT) {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
 		c.warn(fmt.Sprintf("%s: removed during the check", p))
+		return nil
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		c.warn(fmt.Sprintf("%s: not checked: %v", p, err))
 		return nil
 	}
 	if err != nil {
