@@ -242,7 +242,7 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
 		})}
 	servers.AddCommand(replaceCmd(run))
 
-	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), gcCmd(run), secretCmd(&sf), metaAdminCmd(run))
+	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), gcCmd(run), fsckCmd(run), secretCmd(&sf), metaAdminCmd(run))
 	return c
 }
 
