@@ -51,6 +51,10 @@ func (s *Store) Healthy(ctx context.Context) error {
 	if !s.registered.Load() {
 		return errors.New("not registered with the metadata server yet")
 	}
+	if d := s.degraded(); d != "" {
+		// It serves, but a disk is missing: an operator should know.
+		return fmt.Errorf("RAID-1 degraded: %s", d)
+	}
 	done := make(chan error, 1)
 	go func() {
 		f, err := os.CreateTemp(filepath.Join(s.dir, "objects"), ".healthz-*")
@@ -88,7 +92,13 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 		Help: "size of the file system holding the data directory"}, func() float64 { c, _ := s.usage(); return float64(c) })
 	free := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_free_bytes",
 		Help: "space available to the I/O server in the file system holding the data directory"}, func() float64 { _, f := s.usage(); return float64(f) })
-	reg.MustRegister(bytes, capacity, free)
+	csErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_checksum_errors_total",
+		Help: "blocks whose CRC32C did not match, found by reads and scrubs"}, func() float64 { return float64(s.csErrors.Load()) })
+	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_raid_degraded",
+		Help: "RAID-1 data directories missing, failed or being rebuilt"}, func() float64 { return float64(s.degradedCount()) })
+	rebuilds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_raid_rebuilds_total",
+		Help: "RAID-1 data directories copied back after they returned"}, func() float64 { return float64(s.rebuilds.Load()) })
+	reg.MustRegister(bytes, capacity, free, csErrors, degraded, rebuilds)
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, log); !served {
 		return s, err
 	}
