@@ -716,10 +716,14 @@ func (s *Store) punch0(k objKey, off, n int64) error {
 	if err != nil {
 		return err
 	}
-	defer closeAll(fs)
 	if fs[0] == nil {
 		return s.missing(k, "punch")
 	}
+	closeAll(fs)
+	if fs, err = s.open0(k, true); err != nil {
+		return err
+	}
+	defer closeAll(fs)
 	return s.pieces(off, n, func(m int, loff, _, ln int64) error {
 		if fs[m] == nil {
 			return nil
