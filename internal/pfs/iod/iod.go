@@ -525,28 +525,38 @@ func (s *Store) sync(k objKey) error {
 			ms = append(ms, m)
 		}
 	}
+	// Every disk flushes at once: a RAID syncs in the time of one disk.
+	errOf := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errOf[i] = func() error {
+				o, err := s.openIn(m, k, false)
+				if err != nil || o == nil {
+					return err
+				}
+				defer o.close()
+				if err := o.sync(); err != nil || !isNew {
+					return err
+				}
+				// A new object's directory entry must be durable too.
+				d, err := os.Open(filepath.Dir(s.pathIn(m, k)))
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				return d.Sync()
+			}()
+		}()
+	}
+	wg.Wait()
 	var errs []error
 	var failed []int
-	for _, m := range ms {
-		err := func() error {
-			o, err := s.openIn(m, k, false)
-			if err != nil || o == nil {
-				return err
-			}
-			defer o.close()
-			if err := o.sync(); err != nil || !isNew {
-				return err
-			}
-			// A new object's directory entry must be durable too.
-			d, err := os.Open(filepath.Dir(s.pathIn(m, k)))
-			if err != nil {
-				return err
-			}
-			defer d.Close()
-			return d.Sync()
-		}()
-		if err != nil {
-			errs = append(errs, s.raidErr(m, err))
+	for i, m := range ms {
+		if errOf[i] != nil {
+			errs = append(errs, s.raidErr(m, errOf[i]))
 			failed = append(failed, m)
 		}
 	}

@@ -179,6 +179,15 @@ func (s *Store) setupRAID(dirs []string, mode int) error {
 		rand.Read(b)
 		st = raidState{id: hex.EncodeToString(b), mode: mode, dirs: dirs, ok: make([]bool, len(dirs))}
 		st.ok[0] = true
+		// A new set of empty directories is current as it is; a store
+		// that becomes a RAID-1 set is copied into its new members.
+		if n, _ := countObjects(dirs[0]); n == 0 && mode == RAID1 {
+			for i := range st.ok {
+				if n, _ := countObjects(dirs[i]); present[i] && n == 0 {
+					st.ok[i] = true
+				}
+			}
+		}
 		if mode == RAID0 {
 			for i := range st.ok {
 				st.ok[i] = true
@@ -205,7 +214,7 @@ func (s *Store) setupRAID(dirs []string, mode int) error {
 			byDir[d] = st.ok[i]
 		}
 		for i, d := range dirs {
-			if present[i] && byDir[d] && states[i] {
+			if present[i] && byDir[d] && (states[i] || !found) {
 				s.members[i].state = memberOK
 			}
 		}
@@ -755,3 +764,19 @@ func (s *Store) raidErr(m int, err error) error {
 	}
 	return fmt.Errorf("data directory %s: %w", s.members[m].dir, err)
 }
+
+// ReadObject, WriteObject and SyncObject are the store's object I/O for
+// in-process users (corral bench raid), with the checks requests get.
+func (s *Store) ReadObject(ino uint64, idx uint32, p []byte, off int64) (int, error) {
+	return s.readObj(objKey{ino, idx}, p, off)
+}
+
+func (s *Store) WriteObject(ino uint64, idx uint32, data []byte, off int64) error {
+	return s.writeObj(objKey{ino, idx}, data, off)
+}
+
+func (s *Store) SyncObject(ino uint64, idx uint32) error { return s.sync(objKey{ino, idx}) }
+
+// Degraded names the RAID-1 data directories that are not current ("":
+// none, or not RAID-1).
+func (s *Store) Degraded() string { return s.degraded() }
