@@ -204,3 +204,48 @@ func TestRAID1DegradedAndRebuilt(t *testing.T) {
 		}
 	}
 }
+
+// A RAID-1 directory that fails a write is taken out (the write succeeds
+// on the others) and copied back once it works again.
+func TestRAID1FailedDirTakenOutAndRebuilt(t *testing.T) {
+	ds := tempDirs(t, 2)
+	st := openRAID(t, ds, RAID1)
+	k := objKey{50, 0}
+	want := randBytes(csBlock+3, 50)
+	mustWrite(t, st, k, want, 0)
+	// The second disk breaks: its objects directory is no directory.
+	bad := filepath.Join(ds[1], "objects")
+	if err := os.RemoveAll(bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k2 := objKey{51, 0}
+	mustWrite(t, st, k2, want, 0)
+	if !strings.Contains(st.degraded(), ds[1]) {
+		t.Fatalf("degraded: %q", st.degraded())
+	}
+	st.checkMembers() // still broken: stays out
+	if st.degradedCount() != 1 {
+		t.Fatal("a broken directory counted current")
+	}
+	checkObj(t, st, k2, want)
+	os.Remove(bad)
+	st.checkMembers()
+	if st.degradedCount() != 0 {
+		t.Fatalf("not rebuilt: %q", st.degraded())
+	}
+	for _, kk := range []objKey{k, k2} {
+		b, err := os.ReadFile(st.pathIn(1, kk))
+		if err != nil || string(b) != string(want) {
+			t.Fatalf("object %v in the rebuilt directory: %v", kk, err)
+		}
+	}
+	// The state on disk says both are current: a restart is not degraded.
+	st.Close()
+	st2 := openRAID(t, ds, RAID1)
+	if d := st2.degraded(); d != "" {
+		t.Fatalf("after restart: %q", d)
+	}
+}
