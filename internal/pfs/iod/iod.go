@@ -511,10 +511,9 @@ func (s *Store) remove(k objKey) error {
 
 // sync makes object k's data and checksums durable in every written
 // member, with the directory entry of a new object.
+// No object lock: a write running meanwhile is not acknowledged yet, and
+// its own Sync follows; a long fsync must not hold up writes.
 func (s *Store) sync(k objKey) error {
-	l := s.olock(k)
-	l.RLock()
-	defer l.RUnlock()
 	s.mu.Lock()
 	isNew := s.new[k]
 	s.mu.Unlock()
