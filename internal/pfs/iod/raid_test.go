@@ -1,9 +1,13 @@
 package iod
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -247,5 +251,59 @@ func TestRAID1FailedDirTakenOutAndRebuilt(t *testing.T) {
 	st2 := openRAID(t, ds, RAID1)
 	if d := st2.degraded(); d != "" {
 		t.Fatalf("after restart: %q", d)
+	}
+}
+
+// Over the wire, through a real server on two mirrored directories: a
+// block bad in one mirror is served from the other; bad in both, the
+// client gets EBADMSG and no bytes.
+func TestChecksumMismatchOverTheWire(t *testing.T) {
+	metaAddr := startMeta(t, t.TempDir())
+	ds := tempDirs(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, "127.0.0.1:0", Config{Data: strings.Join(ds, ","), RAID: RAID1, Meta: metaAddr, Log: quiet,
+			Security: testSec, SweepGrace: -1}, func(a string, _ uint32) { addrc <- a })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	pool := proto.Pool{Security: testSec}
+	defer pool.Close()
+	data := randBytes(2*csBlock, 60)
+	if _, err := pool.Call(ctx, addr, &proto.Write{Handle: 100, Index: 0, Off: 0, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	flip := func(dir string) {
+		p := filepath.Join(dir, "objects", "64", "100")
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteAt([]byte{data[csBlock+1] ^ 1}, csBlock+1)
+		f.Close()
+	}
+	readBlock1 := func() error {
+		r, err := pool.Call(ctx, addr, &proto.Read{Handle: 100, Index: 0, Off: csBlock, Len: 10})
+		if err == nil && !bytes.Equal(r.(*proto.DataReply).Data, data[csBlock:csBlock+10]) {
+			t.Fatal("wrong bytes")
+		}
+		return err
+	}
+	flip(ds[0])
+	for i := 0; i < 4; i++ {
+		if err := readBlock1(); err != nil {
+			t.Fatalf("one mirror bad: %v", err)
+		}
+	}
+	flip(ds[1])
+	if err := readBlock1(); !errors.Is(err, syscall.EBADMSG) {
+		t.Fatalf("both mirrors bad: %v, want EBADMSG", err)
 	}
 }
