@@ -55,22 +55,29 @@ func (s *Store) Healthy(ctx context.Context) error {
 		// It serves, but a disk is missing: an operator should know.
 		return fmt.Errorf("RAID-1 degraded: %s", d)
 	}
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.CreateTemp(filepath.Join(s.dir, "objects"), ".healthz-*")
-		if err != nil {
-			done <- fmt.Errorf("data directory not writable: %w", err)
-			return
+	// Every current data directory (RAID) must take a file.
+	for _, m := range s.writers() {
+		dir := s.members[m].dir
+		done := make(chan error, 1)
+		go func() {
+			f, err := os.CreateTemp(filepath.Join(dir, "objects"), ".healthz-*")
+			if err != nil {
+				done <- fmt.Errorf("data directory not writable: %w", err)
+				return
+			}
+			f.Close()
+			done <- os.Remove(f.Name())
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("data directory %s does not answer", dir)
 		}
-		f.Close()
-		done <- os.Remove(f.Name())
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("data directory %s does not answer", s.dir)
 	}
+	return nil
 }
 
 // serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends
