@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/bench"
@@ -76,7 +78,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
-	c.AddCommand(metaBenchCmd(), metaWorkerCmd())
+	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), raidBenchCmd())
 	return c
 }
 
@@ -359,5 +361,54 @@ func pfsIOCmd() *cobra.Command {
 	c.Flags().Int64Var(&record, "record", 1<<20, "bytes per call")
 	c.Flags().BoolVar(&write, "write", false, "write (default: read)")
 	c.Flags().Uint32Var(&count, "stripe-count", 0, "I/O servers the file spans (0: all)")
+	return c
+}
+
+func raidBenchCmd() *cobra.Command {
+	var quick bool
+	var disks, rate, size string
+	c := &cobra.Command{
+		Use:   "raid [--quick] [--disks 1,2,4] [--rate 20M]",
+		Short: "An I/O server's store over 1..4 throttled loop disks, RAID-0 and RAID-1",
+		Long: `As root: make loop-device disks (files under /tmp, ext4), throttle each
+to --rate bytes/s with cgroup v1 blkio, and measure an I/O server's store
+(in-process, checksums on) over 1..N of them as RAID-0 and RAID-1:
+sequential write (1 MiB writes, fsync), sequential read, random 4 KiB
+reads, 4 streams at once (bonnie-style). Prints a table with ratios to one
+disk beside paper 004's software RAID-0. Cleans up loops, mounts and the
+cgroup. Without root it says so and does nothing.`,
+		Example: "  sudo corral bench raid --quick\n  sudo corral bench raid --disks 1,2,3,4 --rate 20M --size 256M",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := parseSize(rate)
+			if err != nil {
+				return err
+			}
+			sz, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			cfg := bench.RAIDConfig{Rate: r, Size: sz, Streams: 4, RandDur: 3 * time.Second, Out: os.Stdout}
+			for _, d := range strings.Split(disks, ",") {
+				n, err := strconv.Atoi(strings.TrimSpace(d))
+				if err != nil || n < 1 || n > 8 {
+					return fmt.Errorf("--disks %q: want counts from 1 to 8, comma-separated", disks)
+				}
+				cfg.Disks = append(cfg.Disks, n)
+			}
+			if quick {
+				cfg.Size = min(cfg.Size, 32<<20)
+				cfg.RandDur = time.Second
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			_, err = bench.RAID(ctx, cfg)
+			return err
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "a short run (32 MiB per configuration, 1 s of random reads; under a minute)")
+	c.Flags().StringVar(&disks, "disks", "1,2,4", "disk counts to measure")
+	c.Flags().StringVar(&rate, "rate", "20M", "bytes/s of each disk, read and write")
+	c.Flags().StringVar(&size, "size", "128M", "bytes written then read per configuration")
 	return c
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/iod"
@@ -15,6 +16,7 @@ func iodCmd() *cobra.Command {
 	var lf limitFlags
 	var heartbeat, grace time.Duration
 	var httpFlag, zone string
+	var raid int
 	c := &cobra.Command{
 		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT[,HOST:PORT...]",
 		Short: "Run an I/O server: stores file stripes on local disk",
@@ -41,11 +43,20 @@ its failure domain (a rack, a room): meta puts the copies of a file in
 different zones.
 
 It needs the cluster secret (--secret-file META_DATA/cluster.secret): to
-register, and to check its clients.`,
+register, and to check its clients.
+
+Several data directories (--data A,B,C, one per disk) need --raid: 0 stripes
+each object's 64 KiB blocks over them (a missing directory refuses to
+start), 1 mirrors every object in each (a missing one runs degraded and is
+copied back when it returns). The identity and LOCK live in the first.`,
 		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := os.MkdirAll(data, 0o755); err != nil {
+			dirs := strings.Split(data, ",")
+			if len(dirs) > 1 && raid != iod.RAID0 && raid != iod.RAID1 {
+				return fmt.Errorf("--data with %d directories needs --raid 0 (striping) or --raid 1 (mirroring)", len(dirs))
+			}
+			if err := os.MkdirAll(dirs[0], 0o755); err != nil {
 				return err
 			}
 			sec, err := sf.security(false)
@@ -63,12 +74,13 @@ register, and to check its clients.`,
 			ctx, stop := signalContext()
 			defer stop()
 			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
-				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived, Zone: zone},
+				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived, Zone: zone, RAID: raid},
 				func(a string, _ uint32) { ready("iod", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.1:7410", "address to serve on")
-	c.Flags().StringVar(&data, "data", "corral-data/iod", "directory for stripe objects")
+	c.Flags().StringVar(&data, "data", "corral-data/iod", "directory for stripe objects, or several comma-separated (one per disk, with --raid)")
+	c.Flags().IntVar(&raid, "raid", -1, "with several --data directories: 0 stripes blocks over them, 1 mirrors objects in each")
 	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	c.Flags().StringVar(&advertise, "advertise", "", "address clients should use (default: the listening address)")
 	sf.add(c.Flags(), true)

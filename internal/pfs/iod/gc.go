@@ -46,7 +46,11 @@ func parseObject(name string, legacy bool) (proto.ObjRef, bool) {
 // objects lists every object of the store, sorted by (Ino, Index).
 func (s *Store) objects() ([]proto.ObjectInfo, error) {
 	id, _ := s.identity()
-	root := filepath.Join(s.dir, "objects")
+	rs := s.readers()
+	if len(rs) == 0 {
+		return nil, errors.New("no data directory is current")
+	}
+	root := filepath.Join(s.members[rs[0]].dir, "objects")
 	dirs, err := os.ReadDir(root)
 	if err != nil {
 		return nil, err
@@ -69,7 +73,18 @@ func (s *Store) objects() ([]proto.ObjectInfo, error) {
 			if err != nil {
 				continue // removed meanwhile
 			}
-			out = append(out, proto.ObjectInfo{ObjRef: r, Size: uint64(fi.Size()), Mtime: fi.ModTime().UnixNano()})
+			size := uint64(fi.Size())
+			if s.mode == RAID0 {
+				// The first directory holds every object's first blocks.
+				idx := r.Index
+				if idx == proto.AnyIndex {
+					idx = 0
+				}
+				if n, ok, err := s.objSize(objKey{r.Ino, idx}); err == nil && ok {
+					size = uint64(n)
+				}
+			}
+			out = append(out, proto.ObjectInfo{ObjRef: r, Size: size, Mtime: fi.ModTime().UnixNano()})
 		}
 	}
 	slices.SortFunc(out, func(a, b proto.ObjectInfo) int { return cmpRef(a.ObjRef, b.ObjRef) })

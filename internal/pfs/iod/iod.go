@@ -14,12 +14,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,8 +39,15 @@ const ReplicatedHeartbeat = time.Second
 
 // Config configures an I/O server.
 type Config struct {
+	// Data is the data directory, or several comma-separated (RAID).
 	Data string
-	Meta string // metadata members' addresses, comma-separated
+	// RAID is the level over several Data directories: RAID0 (striping)
+	// or RAID1 (mirroring).
+	RAID int
+	// RebuildCheck: how often RAID-1 looks for a returned directory
+	// (default RebuildCheck).
+	RebuildCheck time.Duration
+	Meta         string // metadata members' addresses, comma-separated
 	// Advertise is the address clients use (default: the bound address).
 	Advertise string
 	Log       *slog.Logger
@@ -64,13 +71,30 @@ type Config struct {
 	Zone string
 }
 
-// Store is the object store under one data directory.
+// Store is the object store under one data directory, or several (RAID,
+// raid.go).
 type Store struct {
-	dir  string
+	dir  string // the first data directory: identity, marker, LOCK
 	lock *os.File
 
 	mu  sync.Mutex
 	new map[objKey]bool // objects created since their last Sync
+
+	// members are the data directories (one without RAID); mode is
+	// modeSingle, RAID0 or RAID1. raidMu guards members' states.
+	members []*member
+	mode    int
+	raidMu  sync.Mutex
+	raidID  string
+	raidGen uint64
+	rr      atomic.Uint32 // spreads RAID-1 reads
+
+	// olocks order the changes of one object (a write and its checksums)
+	// against each other and against reads of it.
+	olocks [256]sync.RWMutex
+
+	csErrors atomic.Uint64 // checksum mismatches found
+	rebuilds atomic.Uint64 // RAID-1 members copied back
 
 	log        *slog.Logger
 	identMu    sync.Mutex
@@ -89,7 +113,16 @@ type objKey struct {
 }
 
 // OpenStore opens (creating) a data directory and locks it.
-func OpenStore(dir string) (*Store, error) {
+func OpenStore(dir string) (*Store, error) { return OpenRAID([]string{dir}, modeSingle, nil) }
+
+// OpenRAID opens a store over several data directories (RAID0 or RAID1;
+// one directory is a plain store). The first is created if needed and
+// holds the identity and LOCK; the others must exist. log may be nil.
+func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
+	if len(dirs) == 0 {
+		return nil, errors.New("no data directory")
+	}
+	dir := dirs[0]
 	if err := os.MkdirAll(filepath.Join(dir, "objects"), 0o755); err != nil {
 		return nil, err
 	}
@@ -101,7 +134,17 @@ func OpenStore(dir string) (*Store, error) {
 		lf.Close()
 		return nil, fmt.Errorf("%s: locked by another process (is an I/O server already running on it?)", dir)
 	}
-	s := &Store{dir: dir, lock: lf, new: map[objKey]bool{}, log: slog.Default()}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{dir: dir, lock: lf, new: map[objKey]bool{}, log: log, mode: modeSingle,
+		members: []*member{{dir: dir, state: memberOK}}}
+	if len(dirs) > 1 {
+		if err := s.setupRAID(dirs, mode); err != nil {
+			lf.Close()
+			return nil, err
+		}
+	}
 	if err := s.loadIdentity(); err != nil {
 		lf.Close()
 		return nil, err
@@ -112,20 +155,23 @@ func OpenStore(dir string) (*Store, error) {
 // Close releases the lock.
 func (s *Store) Close() error { return s.lock.Close() }
 
-// path is where object k lives under the current naming.
-func (s *Store) path(k objKey) string {
+// path is where object k lives in the first data directory.
+func (s *Store) path(k objKey) string { return s.pathIn(0, k) }
+
+// pathIn is where object k lives in member m under the current naming.
+func (s *Store) pathIn(m int, k objKey) string {
 	name := strconv.FormatUint(k.ino, 10)
 	if k.idx != 0 {
 		name += "." + strconv.FormatUint(uint64(k.idx), 10)
 	}
-	return filepath.Join(s.dir, "objects", fmt.Sprintf("%02x", k.ino&0xff), name)
+	return filepath.Join(s.members[m].dir, "objects", fmt.Sprintf("%02x", k.ino&0xff), name)
 }
 
-// resolve is the path of object k if it exists: its own name, or on a store
-// from before stripe indexes its index-less legacy name. ok is false when
-// the object does not exist.
-func (s *Store) resolve(k objKey) (p string, ok bool, err error) {
-	p = s.path(k)
+// resolveIn is the path of object k in member m if it exists: its own
+// name, or on a store from before stripe indexes its index-less legacy
+// name. ok is false when the object does not exist.
+func (s *Store) resolveIn(m int, k objKey) (p string, ok bool, err error) {
+	p = s.pathIn(m, k)
 	_, err = os.Stat(p)
 	if err == nil {
 		return p, true, nil
@@ -134,7 +180,7 @@ func (s *Store) resolve(k objKey) (p string, ok bool, err error) {
 		return p, false, err
 	}
 	if id, _ := s.identity(); id.legacy && k.idx != 0 {
-		lp := s.path(objKey{ino: k.ino})
+		lp := s.pathIn(m, objKey{ino: k.ino})
 		if _, err := os.Stat(lp); err == nil {
 			return lp, true, nil
 		}
@@ -157,47 +203,38 @@ func (s *Store) missing(k objKey, op string) error {
 		id.id, op, k.ino, k.idx))
 }
 
-// openExisting opens object k under its name, or its legacy name, with
-// flag; an error wrapping os.ErrNotExist when it does not exist. The common
-// case costs one open, as before objects had indexes.
-func (s *Store) openExisting(k objKey, flag int) (*os.File, error) {
-	f, err := os.OpenFile(s.path(k), flag, 0)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return f, err
-	}
-	if id, _ := s.identity(); id.legacy && k.idx != 0 {
-		if lf, lerr := os.OpenFile(s.path(objKey{ino: k.ino}), flag, 0); lerr == nil {
-			return lf, nil
-		}
-	}
-	return nil, err
-}
-
-// open opens object k for writing, creating it (and its directory) if
-// needed, unless it was lost.
-func (s *Store) open(k objKey, op string) (*os.File, error) {
-	f, err := s.openExisting(k, os.O_RDWR)
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		return f, err
-	}
-	if err := s.missing(k, op); err != nil {
+// openIn opens object k in member m (see openFile), under its legacy name
+// where that is the one that exists.
+func (s *Store) openIn(m int, k objKey, write bool) (*ofile, error) {
+	p, _, err := s.resolveIn(m, k)
+	if err != nil {
 		return nil, err
 	}
-	return s.create(k)
+	o, created, err := openFile(p, write)
+	if created {
+		s.markNew(k)
+	}
+	return o, err
 }
 
-func (s *Store) create(k objKey) (*os.File, error) {
-	p := s.path(k)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, err
+func (s *Store) markNew(k objKey) {
+	s.mu.Lock()
+	s.new[k] = true
+	s.mu.Unlock()
+}
+
+func (s *Store) olock(k objKey) *sync.RWMutex {
+	return &s.olocks[(k.ino*0x9e3779b97f4a7c15+uint64(k.idx))>>56]
+}
+
+// exists reports whether object k exists (in a current member).
+func (s *Store) exists(k objKey) (bool, error) {
+	rs := s.readers()
+	if len(rs) == 0 {
+		return false, proto.Errorf(syscall.EIO, "no data directory is current")
 	}
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
-	if err == nil {
-		s.mu.Lock()
-		s.new[k] = true
-		s.mu.Unlock()
-	}
-	return f, err
+	_, ok, err := s.resolveIn(rs[0], k)
+	return ok, err
 }
 
 // Handle serves one I/O request.
@@ -263,23 +300,80 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 }
 
 // readObj reads object k at off into p: the bytes read (short at the
-// object's end, 0 for an object never written: a hole), or EIO for an
-// object lost with a replaced disk. Every read of object data goes
+// object's end, 0 for an object never written: a hole), EIO for an
+// object lost with a replaced disk, EBADMSG for a block whose checksum
+// does not match (never its bytes). Every read of object data goes
 // through here (requests, heal, scrub).
 func (s *Store) readObj(k objKey, p []byte, off int64) (int, error) {
-	f, err := s.openExisting(k, os.O_RDONLY)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, s.missing(k, "read")
+	l := s.olock(k)
+	l.RLock()
+	defer l.RUnlock()
+	if s.mode == RAID0 {
+		return s.read0(k, p, off)
 	}
-	if err != nil {
-		return 0, err
+	rs := s.readers()
+	if len(rs) == 0 {
+		return 0, proto.Errorf(syscall.EIO, "no data directory is current")
 	}
-	defer f.Close()
-	n, err := f.ReadAt(p, off)
-	if err != nil && err != io.EOF {
-		return 0, err
+	start := 0
+	if len(rs) > 1 {
+		start = int(s.rr.Add(1))
 	}
-	return n, nil
+	var first error
+	for i := range rs {
+		m := rs[(start+i)%len(rs)]
+		o, err := s.openIn(m, k, false)
+		if err == nil && o == nil {
+			return 0, s.missing(k, "read")
+		}
+		var n int
+		if err == nil {
+			n, err = o.read(p, off)
+			o.close()
+		}
+		if err == nil {
+			return n, nil
+		}
+		// A RAID-1 mirror that fails this read: the next one may not.
+		var bb badBlock
+		if errors.As(err, &bb) {
+			err = s.mismatch(k, bb.off)
+		} else {
+			err = s.raidErr(m, err)
+		}
+		first = cmp.Or(first, err)
+	}
+	return 0, first
+}
+
+// eachWriter applies fn to object k in every written member (opened for
+// writing: created if missing). A RAID-1 member that fails while another
+// succeeds is taken out (degraded) rather than failing the request.
+func (s *Store) eachWriter(k objKey, fn func(*ofile) error) error {
+	ws := s.writers()
+	var errs []error
+	var failed []int
+	for _, m := range ws {
+		o, err := s.openIn(m, k, true)
+		if err == nil {
+			err = fn(o)
+			o.close()
+		}
+		if err != nil {
+			errs = append(errs, s.raidErr(m, err))
+			failed = append(failed, m)
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	if len(failed) == len(ws) {
+		return errs[0]
+	}
+	for i, m := range failed {
+		s.fail(m, errs[i])
+	}
+	return nil
 }
 
 // writeObj writes data at off of object k, creating it; every write of
@@ -288,46 +382,74 @@ func (s *Store) writeObj(k objKey, data []byte, off int64) error {
 	if uint64(off)+uint64(len(data)) > 1<<62 {
 		return proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
 	}
-	f, err := s.open(k, "write")
-	if err != nil {
+	l := s.olock(k)
+	l.Lock()
+	defer l.Unlock()
+	if err := s.mayCreate(k, "write"); err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = f.WriteAt(data, off)
-	return err
+	if s.mode == RAID0 {
+		return s.write0(k, data, off)
+	}
+	return s.eachWriter(k, func(o *ofile) error { return o.write(data, off) })
+}
+
+// mayCreate is nil when object k exists or may be created (it was not
+// lost with a replaced disk).
+func (s *Store) mayCreate(k objKey, op string) error {
+	ok, err := s.exists(k)
+	if err != nil || ok {
+		return err
+	}
+	return s.missing(k, op)
 }
 
 // truncateObj sets object k's size.
 func (s *Store) truncateObj(k objKey, size int64) error {
-	if size == 0 {
-		_, ok, err := s.resolve(k)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			if s.missing(k, "truncate") == nil {
-				return nil // a hole stays a hole
-			}
-			// Cutting a lost object to nothing loses nothing more:
-			// an empty object makes the file whole again.
-			f, err := s.create(k)
-			if err != nil {
-				return err
-			}
-			return f.Close()
-		}
-	}
-	f, err := s.open(k, "truncate")
+	l := s.olock(k)
+	l.Lock()
+	defer l.Unlock()
+	ok, err := s.exists(k)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	return f.Truncate(size)
+	if !ok {
+		lost := s.missing(k, "truncate")
+		if size == 0 && lost == nil {
+			return nil // a hole stays a hole
+		}
+		// Cutting a lost object to nothing loses nothing more: an empty
+		// object makes the file whole again.
+		if size > 0 && lost != nil {
+			return lost
+		}
+	}
+	if s.mode == RAID0 {
+		return s.truncate0(k, size)
+	}
+	return s.eachWriter(k, func(o *ofile) error { return o.truncate(size) })
 }
 
 // objSize is object k's size; ok is false when it does not exist.
 func (s *Store) objSize(k objKey) (size int64, ok bool, err error) {
-	p, ok, err := s.resolve(k)
+	l := s.olock(k)
+	l.RLock()
+	defer l.RUnlock()
+	if s.mode == RAID0 {
+		fs, err := s.open0(k, false)
+		if err != nil || fs[0] == nil {
+			closeAll(fs)
+			return 0, false, err
+		}
+		defer closeAll(fs)
+		size, err := s.size0(fs)
+		return size, err == nil, err
+	}
+	rs := s.readers()
+	if len(rs) == 0 {
+		return 0, false, proto.Errorf(syscall.EIO, "no data directory is current")
+	}
+	p, ok, err := s.resolveIn(rs[0], k)
 	if err != nil || !ok {
 		return 0, false, err
 	}
@@ -362,59 +484,116 @@ func getBuf(n int) *[]byte {
 
 func putBuf(bp *[]byte) { bufPools[sizeClass(cap(*bp))].Put(bp) }
 
-// remove deletes object k (and, on a legacy store, its index-less name).
+// remove deletes object k (and, on a legacy store, its index-less name)
+// with its checksums, in every member.
 func (s *Store) remove(k objKey) error {
-	err := os.Remove(s.path(k))
-	if errors.Is(err, os.ErrNotExist) {
-		err = nil
-	}
-	if id, _ := s.identity(); id.legacy && k.idx != 0 && err == nil {
-		if lerr := os.Remove(s.path(objKey{ino: k.ino})); lerr != nil && !errors.Is(lerr, os.ErrNotExist) {
-			err = lerr
+	l := s.olock(k)
+	l.Lock()
+	defer l.Unlock()
+	var first error
+	for m := range s.members {
+		if len(s.members) > 1 && s.mode == RAID1 && s.memberState(m) == memberOut {
+			continue // its leftovers go when it is rebuilt
+		}
+		p := s.pathIn(m, k)
+		paths := []string{p, sumPath(p)}
+		if id, _ := s.identity(); id.legacy && k.idx != 0 {
+			lp := s.pathIn(m, objKey{ino: k.ino})
+			paths = append(paths, lp, sumPath(lp))
+		}
+		for _, p := range paths {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+				first = s.raidErr(m, err)
+			}
 		}
 	}
 	s.mu.Lock()
 	delete(s.new, k)
 	s.mu.Unlock()
-	return err
+	return first
 }
 
+// sync makes object k's data and checksums durable in every written
+// member, with the directory entry of a new object.
+// No object lock: a write running meanwhile is not acknowledged yet, and
+// its own Sync follows; a long fsync must not hold up writes.
 func (s *Store) sync(k objKey) error {
-	f, err := s.openExisting(k, os.O_RDONLY)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return err
-	}
 	s.mu.Lock()
 	isNew := s.new[k]
+	s.mu.Unlock()
+	ms := s.writers()
+	if s.mode == RAID0 {
+		ms = ms[:0]
+		for m := range s.members {
+			ms = append(ms, m)
+		}
+	}
+	// Every disk flushes at once: a RAID syncs in the time of one disk.
+	errOf := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errOf[i] = func() error {
+				o, err := s.openIn(m, k, false)
+				if err != nil || o == nil {
+					return err
+				}
+				defer o.close()
+				if err := o.sync(); err != nil || !isNew {
+					return err
+				}
+				// A new object's directory entry must be durable too.
+				d, err := os.Open(filepath.Dir(s.pathIn(m, k)))
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				return d.Sync()
+			}()
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	var failed []int
+	for i, m := range ms {
+		if errOf[i] != nil {
+			errs = append(errs, s.raidErr(m, errOf[i]))
+			failed = append(failed, m)
+		}
+	}
+	if len(errs) > 0 && (s.mode != RAID1 || len(failed) == len(ms)) {
+		return errs[0]
+	}
+	for i, m := range failed {
+		s.fail(m, errs[i])
+	}
+	s.mu.Lock()
 	delete(s.new, k)
 	s.mu.Unlock()
-	if !isNew {
-		return nil
-	}
-	// A new object's directory entry must be durable too.
-	d, err := os.Open(filepath.Dir(s.path(k)))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // usage reports the data directory's file system capacity and free bytes.
+// RAID-0 adds its directories' space; RAID-1 has its smallest.
 func (s *Store) usage() (capacity, free uint64) {
-	var st syscall.Statfs_t
-	if syscall.Statfs(s.dir, &st) != nil {
-		return 0, 0
+	for i, m := range s.readers() {
+		var st syscall.Statfs_t
+		if syscall.Statfs(s.members[m].dir, &st) != nil {
+			return 0, 0
+		}
+		c, f := st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
+		switch {
+		case i == 0:
+			capacity, free = c, f
+		case s.mode == RAID0:
+			capacity, free = capacity+c, free+f
+		default:
+			capacity, free = min(capacity, c), min(free, f)
+		}
 	}
-	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize)
+	return capacity, free
 }
 
 // Run serves on listen until ctx ends, registering with the metadata server
@@ -433,12 +612,11 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	if hb <= 0 {
 		hb = Heartbeat
 	}
-	st, err := OpenStore(cfg.Data)
+	st, err := OpenRAID(strings.Split(cfg.Data, ","), cfg.RAID, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	st.log = log
 	ctx, stopHTTP := context.WithCancel(ctx) // the HTTP listener ends with Run
 	defer stopHTTP()
 	h, err := st.serveHTTP(ctx, cfg.HTTP, cfg.HTTPDerived, log)
@@ -507,6 +685,7 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 			failing = err != nil
 		}
 	}()
+	go st.rebuildLoop(ctx, cmp.Or(cfg.RebuildCheck, RebuildCheck))
 	if cfg.SweepGrace >= 0 {
 		go st.sweep(ctx, meta, id, cmp.Or(cfg.SweepGrace, DefaultGrace))
 	}

@@ -53,22 +53,33 @@ func (s *Store) Healthy(ctx context.Context) error {
 	if !s.registered.Load() {
 		return errors.New("not registered with the metadata server yet")
 	}
-	done := make(chan error, 1)
-	go func() {
-		f, err := os.CreateTemp(filepath.Join(s.dir, "objects"), ".healthz-*")
-		if err != nil {
-			done <- fmt.Errorf("data directory not writable: %w", err)
-			return
-		}
-		f.Close()
-		done <- os.Remove(f.Name())
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("data directory %s does not answer", s.dir)
+	if d := s.degraded(); d != "" {
+		// It serves, but a disk is missing: an operator should know.
+		return fmt.Errorf("RAID-1 degraded: %s", d)
 	}
+	// Every current data directory (RAID) must take a file.
+	for _, m := range s.writers() {
+		dir := s.members[m].dir
+		done := make(chan error, 1)
+		go func() {
+			f, err := os.CreateTemp(filepath.Join(dir, "objects"), ".healthz-*")
+			if err != nil {
+				done <- fmt.Errorf("data directory not writable: %w", err)
+				return
+			}
+			f.Close()
+			done <- os.Remove(f.Name())
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("data directory %s does not answer", dir)
+		}
+	}
+	return nil
 }
 
 // serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends
@@ -95,7 +106,13 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	fwdFailed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_repl_forward_failures_total",
 		Help: "writes this I/O server, as head of a replicated column, could not forward to a copy (that copy is then marked stale)"},
 		func() float64 { return float64(s.r.fwdErr.Load()) })
-	reg.MustRegister(bytes, capacity, free, healed, fwdFailed)
+		csErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_checksum_errors_total",
+		Help: "blocks whose CRC32C did not match, found by reads and scrubs"}, func() float64 { return float64(s.csErrors.Load()) })
+	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_raid_degraded",
+		Help: "RAID-1 data directories missing, failed or being rebuilt"}, func() float64 { return float64(s.degradedCount()) })
+	rebuilds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_raid_rebuilds_total",
+		Help: "RAID-1 data directories copied back after they returned"}, func() float64 { return float64(s.rebuilds.Load()) })
+	reg.MustRegister(bytes, capacity, free, healed, fwdFailed, csErrors, degraded, rebuilds)
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, log); !served {
 		return s, err
 	}
