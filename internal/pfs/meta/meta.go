@@ -968,12 +968,16 @@ func decodeServer(b []byte) (proto.ServerInfo, error) {
 	if d.Err() == nil && len(r.Servers) == 1 {
 		return r.Servers[0], nil
 	}
-	// A record from before server states: count, ID, address, capacity,
-	// free, seen.
+	// Older records: count, ID, address, capacity, free, seen; then,
+	// from server states to replicas, state, base and the (empty) cluster.
 	var si proto.ServerInfo
 	d = proto.Dec{B: b}
 	n := d.U32()
 	si.ID, si.Addr, si.Capacity, si.Free, si.Seen = d.U32(), d.Str(), d.U64(), d.U64(), d.I64()
+	if len(d.B) > 0 {
+		si.State, si.Base = d.U8(), d.U64()
+		_ = d.Str()
+	}
 	if d.Err() != nil || n != 1 {
 		return proto.ServerInfo{}, fmt.Errorf("corrupt I/O server record")
 	}
@@ -1012,12 +1016,13 @@ func (s *Service) reclaimOnce() {
 	type job struct {
 		ino     uint64
 		servers []uint32
+		cols    uint32
 	}
 	var jobs []job
 	s.view(func(t tx) error {
 		return t.Bucket(bReclaim).ForEach(func(k, v []byte) error {
-			d := proto.Dec{B: v}
-			jobs = append(jobs, job{binary.BigEndian.Uint64(k), d.U32s()})
+			servers, cols := decodeReclaim(v)
+			jobs = append(jobs, job{binary.BigEndian.Uint64(k), servers, cols})
 			return nil
 		})
 	})
@@ -1044,7 +1049,7 @@ func (s *Service) reclaimOnce() {
 				done++
 				continue // server forgotten: nothing to ask
 			}
-			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: uint32(k)}); err != nil {
+			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: reclaimIndex(k, len(j.servers), j.cols)}); err != nil {
 				left[k] = id
 				pending++
 				continue
