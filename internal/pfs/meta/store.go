@@ -55,7 +55,7 @@ func decodeInode(b []byte) (*inode, error) {
 	decodeAttrV1(&d, &n.Attr)
 	n.Target = d.Str()
 	n.Parent = d.U64()
-	if d.Err() == nil && len(d.B) > 0 {
+	if len(d.B) > 0 { // (Err would call the rest trailing bytes)
 		n.Replicas = d.U32()
 		n.Extra = d.U32s()
 		n.Placement = d.U8()
