@@ -424,3 +424,30 @@ func TestOldInodeInStore(t *testing.T) {
 		}
 	}(func(cfg Config) (*Service, error) { return Open(cfg) })
 }
+
+// The servers reply carries each server's zone and load; a heartbeat
+// updates the load, a new zone is stored.
+func TestServersZoneAndLoad(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, o opener) {
+		s := openServers(t, o, proto.Register{Zone: "rack1", Load: 10})
+		si := call[*proto.ServersReply](t, s, &proto.Servers{}).Servers[0]
+		if si.Zone != "rack1" || si.Load != 10 {
+			t.Fatalf("after registration: zone %q load %d", si.Zone, si.Load)
+		}
+		beat := &proto.Register{ID: si.ID, Addr: si.Addr, Cluster: s.Cluster(), Zone: "rack1", Load: 70}
+		call[*proto.ServersReply](t, s, beat)
+		if si = call[*proto.ServersReply](t, s, &proto.Servers{}).Servers[0]; si.Load != 70 {
+			t.Fatalf("after a heartbeat: load %d, want 70", si.Load)
+		}
+		beat.Zone = "rack2"
+		call[*proto.ServersReply](t, s, beat)
+		var stored proto.ServerInfo
+		s.view(func(t tx) error {
+			stored, _ = decodeServer(t.Bucket(bIOD).Get([]byte{0, 0, 0, byte(si.ID)}))
+			return nil
+		})
+		if stored.Zone != "rack2" {
+			t.Fatalf("new zone not stored: record %+v", stored)
+		}
+	})
+}
