@@ -69,12 +69,14 @@ func (s *Service) placement(c *command) {
 		c.Picked[i] = live[(start+i)%len(live)]
 		c.Zones[i] = info[c.Picked[i]].Zone
 	}
-	// Whole files go to the server with the most free space, then the
-	// least I/O; ties keep the rotation, so equal servers take turns.
+	// Whole files go to the server with the most free space (in whole
+	// GiB: free space changes only at heartbeats, and finer it would send
+	// every file until the next one to the same server), then the least
+	// I/O; ties keep the rotation, so like servers take turns.
 	c.Whole = slices.Clone(c.Picked)
 	slices.SortStableFunc(c.Whole, func(a, b uint32) int {
 		x, y := info[a], info[b]
-		return cmp.Or(cmp.Compare(y.Free, x.Free), cmp.Compare(x.Load, y.Load))
+		return cmp.Or(cmp.Compare(y.Free>>30, x.Free>>30), cmp.Compare(x.Load, y.Load))
 	})
 }
 

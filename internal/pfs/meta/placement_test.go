@@ -206,13 +206,13 @@ func TestReplicaSpread(t *testing.T) {
 // (then the least I/O), its copies on the next ones in other zones first.
 func TestWholePlacement(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, o opener) {
-		const c = 1 << 30
+		const g = 1 << 30
 		s := openServers(t, o,
-			proto.Register{Capacity: c, Free: c / 2, Zone: "a"},
-			proto.Register{Capacity: c, Free: c - 10, Load: 500, Zone: "a"}, // most free
-			proto.Register{Capacity: c, Free: c - 100, Zone: "a"},           // next, same zone
-			proto.Register{Capacity: c, Free: c - 1000, Zone: "b"},          // least free in another zone
-			proto.Register{Capacity: c, Free: c - 10, Load: 900, Zone: "b"}, // as free as 2, more I/O
+			proto.Register{Capacity: 100 * g, Free: 50 * g, Zone: "a"},
+			proto.Register{Capacity: 100 * g, Free: 90 * g, Load: 500, Zone: "a"},         // most free
+			proto.Register{Capacity: 100 * g, Free: 80 * g, Zone: "a"},                    // next, same zone
+			proto.Register{Capacity: 100 * g, Free: 70 * g, Zone: "b"},                    // less free, another zone
+			proto.Register{Capacity: 100 * g, Free: 90*g + 100<<20, Load: 900, Zone: "b"}, // as free as 2 (GiB), more I/O
 		)
 		d := call[*proto.AttrReply](t, s, &proto.Mkdir{Parent: RootIno, Name: "w", Mode: 0o755}).Attr
 		call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: d.Ino, Placement: proto.PlaceWhole, Replicas: 2})
@@ -227,6 +227,22 @@ func TestWholePlacement(t *testing.T) {
 		if layoutOf(t, a); !slices.Equal(a.Servers, []uint32{2}) || !slices.Equal(a.Extra, []uint32{5, 3}) {
 			t.Fatalf("whole file, 3 copies, on %v + %v, want [2] + [5 3]", a.Servers, a.Extra)
 		}
+		// Like servers take turns.
+		call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: d.Ino, Replicas: 1})
+		beat := &proto.Register{Capacity: 100 * g, Free: 90 * g, Load: 7, Cluster: s.Cluster()}
+		for _, id := range []uint32{2, 5} {
+			beat.ID, beat.Addr = id, fmt.Sprintf("127.0.0.1:%d", id)
+			call[*proto.ServersReply](t, s, beat)
+		}
+		turns := map[uint32]int{}
+		for i := range 4 {
+			a := call[*proto.AttrReply](t, s, &proto.Create{Parent: sub.Ino, Name: fmt.Sprint("turn", i), Mode: 0o644}).Attr
+			turns[a.Servers[0]]++
+		}
+		if turns[2] != 2 || turns[5] != 2 {
+			t.Fatalf("4 whole files on 2 like servers went to %v", turns)
+		}
+		call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: d.Ino, Replicas: 3})
 		// Striped below a directory that sets it again.
 		call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: sub.Ino, Placement: proto.PlaceStriped})
 		a = call[*proto.AttrReply](t, s, &proto.Create{Parent: sub.Ino, Name: "h", Mode: 0o644}).Attr
