@@ -171,6 +171,9 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 		}
 		// Left has the record's positions; its column count stays.
 		_, cols := decodeReclaim(t.Bucket(bReclaim).Get(u64key(c.Ino)))
+		if cols == 0 {
+			cols = uint32(len(c.Left)) // no record: positions are indices
+		}
 		return nil, t.Bucket(bReclaim).Put(u64key(c.Ino), encodeReclaim(c.Left, cols))
 	case cmdReap:
 		return t.reap(c.Cut, c.Inos)

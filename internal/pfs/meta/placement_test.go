@@ -289,6 +289,25 @@ func TestRefCheckReplicas(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("reclaim queue %v, want every copy %v", got, want)
 		}
+		// Progress keeps the positions' meaning (the column count).
+		var left []uint32
+		s.view(func(t tx) error {
+			left, _ = decodeReclaim(t.Bucket(bReclaim).Get(u64key(a.Ino)))
+			return nil
+		})
+		left[len(left)-1] = 0
+		if _, err := s.propose(context.Background(), &command{Kind: cmdReclaim, Ino: a.Ino, Left: left, Pending: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.view(func(t tx) error {
+			servers, cols := decodeReclaim(t.Bucket(bReclaim).Get(u64key(a.Ino)))
+			if !slices.Equal(servers, left) || cols != 2 {
+				return fmt.Errorf("after progress: %v cols %d, want %v cols 2", servers, cols, left)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
