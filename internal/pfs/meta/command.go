@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -40,7 +41,11 @@ type command struct {
 	Picked     []uint32
 	Registered uint32
 	Summary    string
-	Req        proto.Msg
+	// Zones: the zone of each Picked server ("": none). Whole: the usable
+	// servers, least loaded first (whole-file placement). Version 2.
+	Zones []string
+	Whole []uint32
+	Req   proto.Msg
 
 	Server      proto.ServerInfo
 	NewID, Base bool
@@ -52,7 +57,9 @@ type command struct {
 	Cluster     string
 }
 
-const commandVersion = 1
+// commandVersion 2 added Zones and Whole, and requests with replica
+// fields (a version 1 command's Create and SetLayout lack them).
+const commandVersion = 2
 
 func (c *command) encode() []byte {
 	e := proto.Enc{B: make([]byte, 0, 128)}
@@ -84,6 +91,11 @@ func (c *command) encode() []byte {
 	e.I64(c.Cut)
 	e.U64s(c.Inos)
 	e.Str(c.Cluster)
+	e.U32(uint32(len(c.Zones)))
+	for _, z := range c.Zones {
+		e.Str(z)
+	}
+	e.U32s(c.Whole)
 	return e.B
 }
 
@@ -91,7 +103,8 @@ func decodeCommand(b []byte) (*command, error) {
 	d := proto.Dec{B: b}
 	// Older versions stay readable (a log written before an upgrade);
 	// a newer one is an error: this member must not guess.
-	if v := d.U8(); v == 0 || v > commandVersion {
+	v := d.U8()
+	if v == 0 || v > commandVersion {
 		return nil, fmt.Errorf("metadata command of version %d: this server knows versions up to %d (a newer member wrote it? upgrade this one)", v, commandVersion)
 	}
 	c := &command{Kind: cmdKind(d.U8())}
@@ -113,8 +126,18 @@ func decodeCommand(b []byte) (*command, error) {
 	c.Cut = d.I64()
 	c.Inos = d.U64s()
 	c.Cluster = d.Str()
+	if v >= 2 {
+		c.Zones = make([]string, d.Count(4))
+		for i := range c.Zones {
+			c.Zones[i] = d.Str()
+		}
+		c.Whole = d.U32s()
+	}
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("corrupt metadata command: %w", err)
+	}
+	if len(req) > 0 && v == 1 {
+		req = padV1Req(req)
 	}
 	if len(req) > 0 {
 		m, err := proto.Decode(proto.Op(req[0]), req[1:])
@@ -146,9 +169,12 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 		if !c.Pending {
 			return nil, t.Bucket(bReclaim).Delete(u64key(c.Ino))
 		}
-		e := proto.Enc{}
-		e.U32s(c.Left)
-		return nil, t.Bucket(bReclaim).Put(u64key(c.Ino), e.B)
+		// Left has the record's positions; its column count stays.
+		_, cols := decodeReclaim(t.Bucket(bReclaim).Get(u64key(c.Ino)))
+		if cols == 0 {
+			cols = uint32(len(c.Left)) // no record: positions are indices
+		}
+		return nil, t.Bucket(bReclaim).Put(u64key(c.Ino), encodeReclaim(c.Left, cols))
 	case cmdReap:
 		return t.reap(c.Cut, c.Inos)
 	case cmdSweep:
@@ -331,4 +357,17 @@ func idleClients(btx *bolt.Tx, cut int64) []uint64 {
 		return nil
 	})
 	return out
+}
+
+// padV1Req appends the zero replica fields that a version 1 command's
+// Create (Replicas u32) and SetLayout (Replicas u32, Placement u8) lack:
+// zero is "as the directory's policy" and "keep".
+func padV1Req(req []byte) []byte {
+	switch proto.Op(req[0]) {
+	case proto.OpCreate:
+		return append(slices.Clone(req), make([]byte, 4)...)
+	case proto.OpSetLayout:
+		return append(slices.Clone(req), make([]byte, 5)...)
+	}
+	return req
 }

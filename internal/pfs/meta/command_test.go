@@ -11,7 +11,8 @@ import (
 func commandSamples() []*command {
 	return []*command{
 		{Kind: cmdReq, Now: 42, Client: 7, Seq: 3, Done: 2, DefSize: 1 << 16, Picked: []uint32{2, 3, 1}, Registered: 3, Summary: "3 up",
-			Req: &proto.Create{Parent: 1, Name: "f", Mode: 0o644, Excl: true}},
+			Zones: []string{"a", "", "b"}, Whole: []uint32{3, 1, 2},
+			Req: &proto.Create{Parent: 1, Name: "f", Mode: 0o644, Excl: true, Replicas: 2}},
 		{Kind: cmdServer, Now: 1, Server: proto.ServerInfo{ID: 2, Addr: "127.0.0.1:1", Capacity: 10, Free: 5, Seen: 9}, NewID: true, Base: true},
 		{Kind: cmdReclaim, Ino: 9, Left: []uint32{0, 4}, Pending: true},
 		{Kind: cmdReap, Cut: -5, Inos: []uint64{1, 2}},
@@ -28,6 +29,9 @@ func TestCommandRoundTrip(t *testing.T) {
 		}
 		if !bytes.Equal(got.encode(), b) {
 			t.Errorf("kind %d: re-encoding differs", c.Kind)
+		}
+		if !reflect.DeepEqual(got.Zones, c.Zones) && len(c.Zones) > 0 || !reflect.DeepEqual(got.Whole, c.Whole) && len(c.Whole) > 0 {
+			t.Errorf("kind %d: placement %v %v, want %v %v", c.Kind, got.Zones, got.Whole, c.Zones, c.Whole)
 		}
 		if c.Req != nil && !reflect.DeepEqual(got.Req, c.Req) {
 			t.Errorf("kind %d: request %+v, want %+v", c.Kind, got.Req, c.Req)

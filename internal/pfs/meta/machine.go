@@ -314,6 +314,9 @@ func decodeResult(b []byte) (uint64, proto.Msg, error) {
 		return 0, nil, fmt.Errorf("metadata command result of %d bytes: too short", len(b))
 	}
 	m, err := proto.Decode(proto.Op(b[8]), b[9:])
+	if err != nil && proto.Op(b[8]) == proto.OpAttr {
+		m, err = decodeAttrReplyV1(b[9:], err)
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("metadata command result: %w", err)
 	}
@@ -485,4 +488,18 @@ func writeSynced(path string, r io.Reader, n int64) error {
 		return err
 	}
 	return f.Close()
+}
+
+// decodeAttrReplyV1 reads an attribute reply stored (for retries) before
+// the replica fields: the old attributes, then Created. orig is the error
+// of reading it as a current one.
+func decodeAttrReplyV1(b []byte, orig error) (proto.Msg, error) {
+	d := proto.Dec{B: b}
+	r := &proto.AttrReply{}
+	decodeAttrV1(&d, &r.Attr)
+	r.Created = d.Bool()
+	if d.Err() != nil {
+		return nil, orig
+	}
+	return r, nil
 }

@@ -560,31 +560,14 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
 	}
+	if err := checkReplicas(m.Replicas, "create "+m.Name); err != nil {
+		return nil, err
+	}
 	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
 	s.awaitServers(ctx)
 	return s.proposeReq(ctx, m, s.placement)
-}
-
-// placement puts the leader's placement decision into a create: the usable
-// servers, the first one rotating so that files spread over all servers
-// even when each has one stripe.
-func (s *Service) placement(c *command) {
-	all := s.servers()
-	live := usable(all)
-	c.Registered = uint32(len(all))
-	if len(live) < len(all) {
-		c.Summary = stateSummary(all) // all up: pick says so itself
-	}
-	if len(live) == 0 {
-		return
-	}
-	start := int(s.rot.Add(1))
-	c.Picked = make([]uint32, len(live))
-	for i := range live {
-		c.Picked[i] = live[(start+i)%len(live)]
-	}
 }
 
 func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
@@ -608,21 +591,24 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 		}
 		return attrReply(n), nil
 	}
-	size, count := m.StripeSize, m.StripeCount
-	if size == 0 || count == 0 {
-		ps, pc, err := t.policy(p)
-		if err != nil {
-			return nil, err
-		}
-		size, count = cmp.Or(size, ps), cmp.Or(count, pc)
+	pol, err := t.policy(p)
+	if err != nil {
+		return nil, err
 	}
+	size, count := cmp.Or(m.StripeSize, pol.size), cmp.Or(m.StripeCount, pol.count)
 	if size == 0 {
 		size = c.DefSize
 		if v := t.Bucket(bSys).Get(kDefSize); len(v) == 4 {
 			size = binary.BigEndian.Uint32(v)
 		}
 	}
-	servers, err := c.pick(int(count))
+	replicas := int(cmp.Or(m.Replicas, pol.replicas))
+	if replicas == 0 {
+		replicas = defaultReplicas(len(c.Picked))
+	}
+	// Whole placement: one column, unless the request asks for a count.
+	whole := pol.placement == proto.PlaceWhole && m.StripeCount == 0
+	servers, extra, err := c.place(int(count), replicas, whole)
 	if err != nil {
 		return nil, err
 	}
@@ -631,7 +617,8 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 		return nil, err
 	}
 	n := &inode{Attr: proto.Attr{Ino: ino, Mode: sIFREG | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 1,
-		Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: size, StripeCount: uint32(len(servers)), Servers: servers}}
+		Atime: t.now, Mtime: t.now, Ctime: t.now, StripeSize: size, StripeCount: uint32(len(servers)), Servers: servers,
+		Replicas: uint32(replicas), Extra: extra}}
 	if err := t.put(n); err != nil {
 		return nil, err
 	}
@@ -860,25 +847,6 @@ func (t tx) exchange(m *proto.Rename, op, np, src, dst *inode) error {
 	return nil
 }
 
-// policy is the layout new files in directory d take, field by field from
-// the nearest directory up to the root that sets it (0: none does). It is
-// resolved at each create, so a policy set on /www later applies to every
-// directory below it that sets none of its own.
-func (t tx) policy(d *inode) (size, count uint32, err error) {
-	for depth := 0; ; depth++ {
-		size, count = cmp.Or(size, d.StripeSize), cmp.Or(count, d.StripeCount)
-		if size != 0 && count != 0 || d.Ino == RootIno || depth > maxDepth {
-			return size, count, nil
-		}
-		if d, err = t.inode(d.Parent); err != nil {
-			return 0, 0, err
-		}
-	}
-}
-
-// maxDepth bounds policy's walk up should parent pointers ever loop.
-const maxDepth = 4096
-
 func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg, error) {
 	if m.StripeSize != 0 {
 		if err := layout.ValidStripeSize(int64(m.StripeSize)); err != nil {
@@ -887,6 +855,12 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 	}
 	if m.StripeCount > layout.MaxServers && m.StripeCount != proto.AllServers {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d over the limit of %d", m.StripeCount, layout.MaxServers))
+	}
+	if err := checkReplicas(m.Replicas, "set layout"); err != nil {
+		return nil, err
+	}
+	if err := checkPlacement(m.Placement, "set layout"); err != nil {
+		return nil, err
 	}
 	if err := s.notLeader(ctx); err != nil {
 		return nil, err // the servers counted below are the leader's
@@ -901,6 +875,12 @@ func (s *Service) setLayout(ctx context.Context, m *proto.SetLayout) (proto.Msg,
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("stripe count %d, but the file system has %d I/O servers (use 1..%d, or all)", m.StripeCount, n, n))
 		}
 	}
+	if m.Replicas > 1 {
+		s.awaitServers(ctx)
+		if n := len(s.servers()); int(m.Replicas) > n {
+			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("%d replicas, but the file system has %d I/O servers: each copy needs its own server (use 1..%d)", m.Replicas, n, max(1, n)))
+		}
+	}
 	return s.proposeReq(ctx, m, nil)
 }
 
@@ -913,6 +893,8 @@ func (t tx) setLayout(m *proto.SetLayout) (proto.Msg, error) {
 		return nil, proto.Errorf(syscall.EINVAL, "not a directory: a file's layout is fixed when it is created; set the layout on its directory, or create it with one")
 	}
 	n.StripeSize, n.StripeCount = m.StripeSize, m.StripeCount
+	// Replicas and placement of 0 keep the directory's (SetLayout).
+	n.Replicas, n.Placement = cmp.Or(m.Replicas, n.Replicas), cmp.Or(m.Placement, n.Placement)
 	n.Ctime = t.now
 	return attrReply(n), t.put(n)
 }
@@ -968,12 +950,16 @@ func decodeServer(b []byte) (proto.ServerInfo, error) {
 	if d.Err() == nil && len(r.Servers) == 1 {
 		return r.Servers[0], nil
 	}
-	// A record from before server states: count, ID, address, capacity,
-	// free, seen.
+	// Older records: count, ID, address, capacity, free, seen; then,
+	// from server states to replicas, state, base and the (empty) cluster.
 	var si proto.ServerInfo
 	d = proto.Dec{B: b}
 	n := d.U32()
 	si.ID, si.Addr, si.Capacity, si.Free, si.Seen = d.U32(), d.Str(), d.U64(), d.U64(), d.I64()
+	if len(d.B) > 0 {
+		si.State, si.Base = d.U8(), d.U64()
+		_ = d.Str()
+	}
 	if d.Err() != nil || n != 1 {
 		return proto.ServerInfo{}, fmt.Errorf("corrupt I/O server record")
 	}
@@ -1012,12 +998,13 @@ func (s *Service) reclaimOnce() {
 	type job struct {
 		ino     uint64
 		servers []uint32
+		cols    uint32
 	}
 	var jobs []job
 	s.view(func(t tx) error {
 		return t.Bucket(bReclaim).ForEach(func(k, v []byte) error {
-			d := proto.Dec{B: v}
-			jobs = append(jobs, job{binary.BigEndian.Uint64(k), d.U32s()})
+			servers, cols := decodeReclaim(v)
+			jobs = append(jobs, job{binary.BigEndian.Uint64(k), servers, cols})
 			return nil
 		})
 	})
@@ -1044,7 +1031,7 @@ func (s *Service) reclaimOnce() {
 				done++
 				continue // server forgotten: nothing to ask
 			}
-			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: uint32(k)}); err != nil {
+			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: reclaimIndex(k, len(j.servers), j.cols)}); err != nil {
 				left[k] = id
 				pending++
 				continue

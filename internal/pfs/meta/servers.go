@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	bolt "go.etcd.io/bbolt"
 )
@@ -187,7 +189,7 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 	defer s.regMu.Unlock()
 
 	if m.ID == 0 {
-		si := proto.ServerInfo{Addr: m.Addr, Capacity: m.Capacity, Free: m.Free, Seen: now}
+		si := proto.ServerInfo{Addr: m.Addr, Capacity: m.Capacity, Free: m.Free, Seen: now, Zone: m.Zone, Load: m.Load}
 		if x, ok := s.owner(m.Addr, 0); ok {
 			if x.State == proto.ServerReplacing {
 				si.ID = x.ID
@@ -238,6 +240,7 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 	}
 	si := cur
 	si.Addr, si.Capacity, si.Free, si.Seen = m.Addr, m.Capacity, m.Free, now
+	si.Zone, si.Load = m.Zone, m.Load
 	switch {
 	case m.Fresh && cur.State == proto.ServerReplacing:
 		si.State = 0
@@ -260,8 +263,9 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 		s.log.Info("I/O server back with its objects", "id", si.ID, "addr", si.Addr)
 		return s.reply(si), nil
 	}
-	if cur.Addr == m.Addr && m.Cluster != "" {
-		// A heartbeat: keep it in memory, no disk write.
+	if cur.Addr == m.Addr && m.Cluster != "" && cur.Zone == m.Zone {
+		// A heartbeat: keep it in memory, no disk write (a new zone is
+		// stored: every member places by it after a leader change).
 		s.iodsMu.Lock()
 		s.iods[m.ID] = si
 		s.iodsMu.Unlock()
@@ -318,13 +322,33 @@ func (s *Service) refCheck(m *proto.RefCheck) (proto.Msg, error) {
 			if !n.isReg() {
 				continue
 			}
-			for k, id := range n.Servers {
-				if id == m.Server && (o.Index == proto.AnyIndex || uint32(k) == o.Index) {
-					r.Used[i] = true
-				}
-			}
+			r.Used[i] = holds(n, m.Server, o.Index)
 		}
 		return nil
 	})
 	return r, err
+}
+
+// holds reports whether file n keeps an object (n, index) on server id:
+// id holds a copy of column index (any column for AnyIndex).
+func holds(n *inode, id, index uint32) bool {
+	l := layout.Layout{Servers: n.Servers, Replicas: int(n.Replicas), Extra: n.Extra}
+	if len(l.Extra) != len(l.Servers)*(l.Copies()-1) {
+		// Extras that do not fit the columns (a record being repaired?):
+		// a server named in them keeps every object of the file, since
+		// wrongly calling an object garbage loses data.
+		if slices.Contains(n.Extra, id) {
+			return true
+		}
+		l.Replicas, l.Extra = 1, nil
+	}
+	for k := range l.Servers {
+		if index != proto.AnyIndex && uint32(k) != index {
+			continue
+		}
+		if slices.Contains(l.Column(k), id) {
+			return true
+		}
+	}
+	return false
 }

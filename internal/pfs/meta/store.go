@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -35,23 +36,62 @@ type inode struct {
 }
 
 func (n *inode) encode() []byte {
-	e := proto.Enc{B: make([]byte, 0, 96+len(n.Target)+4*len(n.Servers))}
-	n.Attr.Encode(&e)
+	e := proto.Enc{B: make([]byte, 0, 112+len(n.Target)+4*(len(n.Servers)+len(n.Extra)))}
+	encodeAttrV1(&e, &n.Attr)
 	e.Str(n.Target)
 	e.U64(n.Parent)
+	// The replica fields come after the record's own: a record written
+	// before them ends at Parent and reads them as zero.
+	e.U32(n.Replicas)
+	e.U32s(n.Extra)
+	e.U8(n.Placement)
+	e.U32(n.Stale)
 	return e.B
 }
 
 func decodeInode(b []byte) (*inode, error) {
 	d := proto.Dec{B: b}
 	n := &inode{}
-	n.Attr.Decode(&d)
+	decodeAttrV1(&d, &n.Attr)
 	n.Target = d.Str()
 	n.Parent = d.U64()
+	if len(d.B) > 0 { // (Err would call the rest trailing bytes)
+		n.Replicas = d.U32()
+		n.Extra = d.U32s()
+		n.Placement = d.U8()
+		n.Stale = d.U32()
+	}
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("corrupt inode record: %w", err)
 	}
 	return n, nil
+}
+
+// encodeAttrV1 writes the attributes known before replicas, in their
+// order then (the start of an inode record and of a stored AttrReply).
+func encodeAttrV1(e *proto.Enc, a *proto.Attr) {
+	e.U64(a.Ino)
+	e.U32(a.Mode)
+	e.U32(a.Uid)
+	e.U32(a.Gid)
+	e.U32(a.Nlink)
+	e.U64(a.Size)
+	e.I64(a.Atime)
+	e.I64(a.Mtime)
+	e.I64(a.Ctime)
+	e.U32(a.StripeSize)
+	e.U32(a.StripeCount)
+	e.U32s(a.Servers)
+}
+
+func decodeAttrV1(d *proto.Dec, a *proto.Attr) {
+	a.Ino = d.U64()
+	a.Mode = d.U32()
+	a.Uid, a.Gid, a.Nlink = d.U32(), d.U32(), d.U32()
+	a.Size = d.U64()
+	a.Atime, a.Mtime, a.Ctime = d.I64(), d.I64(), d.I64()
+	a.StripeSize, a.StripeCount = d.U32(), d.U32()
+	a.Servers = d.U32s()
 }
 
 func (n *inode) isDir() bool  { return n.Mode&sIFMT == sIFDIR }
@@ -163,9 +203,7 @@ func (t tx) drop(n *inode) error {
 		if t.ch != nil {
 			t.ch.reclaim = true
 		}
-		e := proto.Enc{}
-		e.U32s(n.Servers)
-		return t.Bucket(bReclaim).Put(u64key(n.Ino), e.B)
+		return t.Bucket(bReclaim).Put(u64key(n.Ino), encodeReclaim(append(slices.Clone(n.Servers), n.Extra...), uint32(len(n.Servers))))
 	}
 	return nil
 }
@@ -193,4 +231,38 @@ func openDB(path string) (*bolt.DB, error) {
 		return nil, fmt.Errorf("initialise %s: %w", path, err)
 	}
 	return db, nil
+}
+
+// A reclaim record lists the servers still holding objects of a removed
+// file: the columns' first copies, then the other copies column by column
+// (as Attr.Extra), then the column count when there are other copies
+// (records from before replicas have none). A server done is 0.
+func encodeReclaim(servers []uint32, cols uint32) []byte {
+	e := proto.Enc{}
+	e.U32s(servers)
+	if int(cols) < len(servers) {
+		e.U32(cols)
+	}
+	return e.B
+}
+
+func decodeReclaim(b []byte) (servers []uint32, cols uint32) {
+	d := proto.Dec{B: b}
+	servers = d.U32s()
+	cols = uint32(len(servers))
+	if len(d.B) >= 4 {
+		cols = d.U32()
+	}
+	return servers, cols
+}
+
+// reclaimIndex is the object index (stripe column) of position p of a
+// reclaim record.
+func reclaimIndex(p int, n int, cols uint32) uint32 {
+	c := int(cols)
+	if p < c || c == 0 || n <= c {
+		return uint32(p)
+	}
+	per := (n - c) / c // copies 2..R of each column
+	return uint32((p - c) / max(1, per))
 }
