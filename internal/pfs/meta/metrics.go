@@ -84,7 +84,7 @@ func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (pr
 	for _, op := range metaOps {
 		m.Init(proto.OpName(op))
 	}
-	reg.MustRegister(serversCollector{s})
+	reg.MustRegister(serversCollector{s}, healCollector{s})
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, s.log); !served {
 		return s, err
 	}

@@ -299,6 +299,7 @@ func (s *Service) replace(ctx context.Context, m *proto.ReplaceServer) (proto.Ms
 		return nil, err
 	}
 	s.log.Warn("I/O server to be replaced: the next empty disk at its address takes it over; data it held are lost", "id", si.ID, "addr", si.Addr)
+	s.kickHealer() // its copies become stale whole: rebuilt from the others
 	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.Cluster()}, nil
 }
 
@@ -320,6 +321,12 @@ func (s *Service) refCheck(m *proto.RefCheck) (proto.Msg, error) {
 			}
 			for k, id := range n.Servers {
 				if id == m.Server && (o.Index == proto.AnyIndex || uint32(k) == o.Index) {
+					r.Used[i] = true
+				}
+			}
+			// Copies 2..R: column k's are Extra[k*(R-1):(k+1)*(R-1)].
+			for j, id := range n.Extra {
+				if r1 := max(1, int(n.Replicas)) - 1; r1 > 0 && id == m.Server && (o.Index == proto.AnyIndex || uint32(j/r1) == o.Index) {
 					r.Used[i] = true
 				}
 			}
