@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
