@@ -425,3 +425,25 @@ func TestDownServerBecomesLost(t *testing.T) {
 		t.Fatalf("server 1: %s", proto.StateName(st))
 	}
 }
+
+// A server whose disk is being replaced has every copy it holds marked
+// stale whole (rebuilt from the others once the new disk registers); a
+// file with no other copy is left alone.
+func TestReplacedServerRebuilt(t *testing.T) {
+	copyEngines(t, func(t *testing.T, o opener) {
+		s, _ := openWithIODs(t, o, Config{}, 2)
+		a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644, StripeCount: 1}).Attr
+		withCopies(t, s, a.Ino, 2, []uint32{1}, []uint32{2})
+		only := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "only", Mode: 0o644, StripeCount: 1}).Attr
+		withCopies(t, s, only.Ino, 1, []uint32{2}, nil)
+		call[*proto.ServersReply](t, s, &proto.ReplaceServer{ID: 2})
+		want := []proto.StaleRec{{Index: 0, Server: 2, Off: 0, Len: 0}}
+		waitFor(t, s, "the rebuild records", func() bool { return slices.Equal(staleRecs(t, s, a.Ino), want) })
+		if got := staleRecs(t, s, only.Ino); len(got) != 0 {
+			t.Fatalf("file without another copy marked: %v", got)
+		}
+		if a := call[*proto.AttrReply](t, s, &proto.GetAttr{Ino: a.Ino}).Attr; !slices.Equal(a.Extra, []uint32{2}) {
+			t.Fatalf("a replaced server's copy moved: extra %v", a.Extra)
+		}
+	})
+}
