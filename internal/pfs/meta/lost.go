@@ -80,6 +80,9 @@ func (s *Service) rereplicate() {
 	all := s.servers()
 	for _, si := range all {
 		if si.State != proto.ServerLost && si.State != proto.ServerReplacing {
+			s.hl.mu.Lock()
+			delete(s.hl.scanned, si.ID) // back: a later loss scans again
+			s.hl.mu.Unlock()
 			continue
 		}
 		s.hl.mu.Lock()
