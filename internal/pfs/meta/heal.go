@@ -24,6 +24,7 @@ const (
 	healChunk     = 4 << 20 // bytes per Heal request: the rate limit's grain
 	healBatch     = 256     // stale records read per transaction
 	healReqTimout = time.Minute
+	healRetry     = 10 * time.Second
 )
 
 // healer is the leader's heal and re-replication state (memory only: a
@@ -39,8 +40,9 @@ type healer struct {
 	pending int               // stale records as of the last pass
 	healed  map[uint32]uint64 // bytes copied per server since this member leads
 	started map[uint32]time.Time
-	base    map[uint32]uint64 // healed[id] when its heal started
-	warned  map[string]bool   // records without a source, logged once
+	base    map[uint32]uint64    // healed[id] when its heal started
+	warned  map[string]bool      // records without a source, logged once
+	retry   map[uint32]time.Time // a server whose heal failed is left alone until then
 	total   atomic.Uint64
 	// scanned: servers whose re-replication (lost) or rebuild (replacing)
 	// scan finished, with the state it was done for.
@@ -67,7 +69,7 @@ func (h *healer) reset(term int64) {
 	}
 	h.term = term
 	h.stale, h.healed, h.started, h.base = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]time.Time{}, map[uint32]uint64{}
-	h.warned, h.scanned = map[string]bool{}, map[uint32]uint8{}
+	h.warned, h.scanned, h.retry = map[string]bool{}, map[uint32]uint8{}, map[uint32]time.Time{}
 	h.pending = 0
 	h.total.Store(0)
 }
@@ -243,6 +245,12 @@ func (s *Service) healPass() {
 
 	var wg sync.WaitGroup
 	for id, js := range jobs {
+		s.hl.mu.Lock()
+		wait := time.Until(s.hl.retry[id]) > 0
+		s.hl.mu.Unlock()
+		if wait {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -251,8 +259,11 @@ func (s *Service) healPass() {
 					return
 				}
 				if err := s.healOne(states, j); err != nil {
-					s.log.Warn("heal", "server", id, "ino", j.ino, "index", j.index, "err", err)
-					return // the next pass tries again
+					s.log.Warn("heal failed; this server's heal is retried in 10 s", "server", id, "ino", j.ino, "index", j.index, "err", err)
+					s.hl.mu.Lock()
+					s.hl.retry[id] = time.Now().Add(healRetry)
+					s.hl.mu.Unlock()
+					return
 				}
 			}
 		}()

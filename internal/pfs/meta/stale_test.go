@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -446,4 +447,50 @@ func TestReplacedServerRebuilt(t *testing.T) {
 			t.Fatalf("a replaced server's copy moved: extra %v", a.Extra)
 		}
 	})
+}
+
+// The heal figures reach `corral fs servers` and the metrics.
+func TestHealFiguresAndMetrics(t *testing.T) {
+	s, fakes := openWithIODs(t, func(cfg Config) (*Service, error) { return Open(cfg) }, Config{}, 2)
+	fakes[1].mu.Lock()
+	fakes[1].fail = true
+	fakes[1].mu.Unlock()
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644, StripeCount: 1}).Attr
+	withCopies(t, s, a.Ino, 2, []uint32{1}, []uint32{2})
+	call[*proto.OK](t, s, &proto.MarkStale{Ino: a.Ino, Column: []uint32{1, 2}, Servers: []uint32{2}, Off: 0, Len: 4096})
+	waitFor(t, s, "the stale figure", func() bool {
+		for _, si := range call[*proto.ServersReply](t, s, &proto.Servers{}).Servers {
+			if si.ID == 2 {
+				return si.Stale == 4096
+			}
+		}
+		return false
+	})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(healCollector{s})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "{" + l.GetValue() + "}"
+			}
+			switch {
+			case m.Gauge != nil:
+				got[name] = m.GetGauge().GetValue()
+			case m.Counter != nil:
+				got[name] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["corral_meta_stale_bytes{2}"] != 4096 || got["corral_meta_stale_bytes{1}"] != 0 || got["corral_meta_heal_pending"] != 1 {
+		t.Fatalf("metrics %v", got)
+	}
+	if _, ok := got["corral_meta_healed_bytes_total"]; !ok {
+		t.Fatalf("no healed counter: %v", got)
+	}
 }
