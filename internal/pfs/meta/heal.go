@@ -124,8 +124,9 @@ func (b *tokenBucket) take(ctx context.Context, n uint64) error {
 			return nil
 		}
 		wait := time.Duration(-b.tokens / b.rate * float64(time.Second))
+		sleep := b.sleep
 		b.mu.Unlock()
-		if err := b.sleep(ctx, max(wait, time.Millisecond)); err != nil {
+		if err := sleep(ctx, max(wait, time.Millisecond)); err != nil {
 			return err
 		}
 	}

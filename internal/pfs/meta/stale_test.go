@@ -494,3 +494,29 @@ func TestHealFiguresAndMetrics(t *testing.T) {
 		t.Fatalf("no healed counter: %v", got)
 	}
 }
+
+// The healer's copies go through --heal-rate: 20 MiB at 1 MiB/s take at
+// least 14 s of the (fake) clock (a second of burst, the last piece's
+// debt unpaid).
+func TestHealHonoursRate(t *testing.T) {
+	s, _ := openWithIODs(t, func(cfg Config) (*Service, error) { return Open(cfg) }, Config{HealRate: 1 << 20}, 2)
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	start := now
+	b := s.hl.bucket
+	b.mu.Lock()
+	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	b.sleep = func(_ context.Context, d time.Duration) error { mu.Lock(); now = now.Add(d); mu.Unlock(); return nil }
+	b.tokens, b.last = b.burst, time.Time{}
+	b.mu.Unlock()
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644, StripeCount: 1}).Attr
+	withCopies(t, s, a.Ino, 2, []uint32{1}, []uint32{2})
+	call[*proto.OK](t, s, &proto.MarkStale{Ino: a.Ino, Column: []uint32{1, 2}, Servers: []uint32{2}, Off: 0, Len: 20 << 20})
+	waitFor(t, s, "the heal", func() bool { return len(staleRecs(t, s, a.Ino)) == 0 })
+	mu.Lock()
+	el := now.Sub(start)
+	mu.Unlock()
+	if el < 14*time.Second {
+		t.Fatalf("20 MiB healed in %s of the clock at 1 MiB/s", el)
+	}
+}
