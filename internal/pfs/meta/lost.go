@@ -23,6 +23,10 @@ func (s *Service) loseServer(ctx context.Context, m *proto.LoseServer) (proto.Ms
 	if si.State == proto.ServerReplacing {
 		return nil, proto.Errorf(syscall.EBUSY, fmt.Sprintf("lose server: I/O server %d is being replaced (its next empty disk is rebuilt); it cannot be lost now", m.ID))
 	}
+	if si.State != proto.ServerLost && s.probe(ctx, si.Addr, si.ID) {
+		// Its next heartbeat would bring it back ("back with its objects").
+		return nil, proto.Errorf(syscall.EBUSY, fmt.Sprintf("lose server: I/O server %d is up at %s with its objects; stop it before declaring it lost", si.ID, si.Addr))
+	}
 	if err := s.markLost(ctx, si, "declared lost (`corral fs servers lost`)"); err != nil {
 		return nil, err
 	}
@@ -235,6 +239,10 @@ func (s *Service) scanServer(gone proto.ServerInfo, all []proto.ServerInfo) bool
 			return nil
 		})
 		scanned += n
+		if cur, ok := s.lookupServer(gone.ID); lost && (!ok || cur.State != proto.ServerLost) {
+			s.log.Info("re-replication stopped: the I/O server is back", "server", gone.ID, "files_scanned", scanned, "copies", moved)
+			return false
+		}
 		for _, f := range fixes {
 			if s.leaderSince.Load() == 0 {
 				return false
@@ -252,7 +260,7 @@ func (s *Service) scanServer(gone proto.ServerInfo, all []proto.ServerInfo) bool
 			break
 		}
 		if scanned%(healBatch*40) == 0 {
-			s.log.Info(what+" of a lost I/O server: scanning", "server", gone.ID, "files_scanned", scanned, "copies", moved)
+			s.log.Info(what+": scanning files", "server", gone.ID, "files_scanned", scanned, "copies", moved)
 		}
 	}
 	if moved > 0 || noSource > 0 || noServer > 0 {

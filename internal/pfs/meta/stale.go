@@ -354,7 +354,6 @@ func (t tx) replaceCopies(ino uint64, triples []uint32) error {
 			if err := t.putStaleExts(ino, index, old, nil); err != nil {
 				return err
 			}
-			n.Ctime = t.now
 		}
 		seq, err := t.nextStaleSeq()
 		if err != nil {

@@ -201,9 +201,17 @@ type fakeIOD struct {
 	fail  bool
 	gate  chan struct{} // if set, each Heal waits for it
 	addr  string
+	// who, if set, answers Identify (the probe of a server that is up).
+	who *proto.ServersReply
 }
 
 func (f *fakeIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	f.mu.Lock()
+	who := f.who
+	f.mu.Unlock()
+	if _, ok := req.(*proto.Identify); ok && who != nil {
+		return who, nil
+	}
 	m, ok := req.(*proto.Heal)
 	if !ok {
 		return nil, proto.Errorf(syscall.EOPNOTSUPP, "fake iod")
@@ -518,5 +526,21 @@ func TestHealHonoursRate(t *testing.T) {
 	mu.Unlock()
 	if el < 14*time.Second {
 		t.Fatalf("20 MiB healed in %s of the clock at 1 MiB/s", el)
+	}
+}
+
+// A server that answers as itself cannot be declared lost (its next
+// heartbeat would bring it back); once it stops answering it can.
+func TestLoseServerRefusesAnUpServer(t *testing.T) {
+	s, fakes := openWithIODs(t, func(cfg Config) (*Service, error) { return Open(cfg) }, Config{}, 2)
+	fakes[1].mu.Lock()
+	fakes[1].who = &proto.ServersReply{Servers: []proto.ServerInfo{{ID: 2, Addr: fakes[1].addr}}, Cluster: s.Cluster()}
+	fakes[1].mu.Unlock()
+	errno(t, s, &proto.LoseServer{ID: 2}, syscall.EBUSY)
+	fakes[1].mu.Lock()
+	fakes[1].who = nil
+	fakes[1].mu.Unlock()
+	if st := call[*proto.ServersReply](t, s, &proto.LoseServer{ID: 2}).Servers[0].State; st != proto.ServerLost {
+		t.Fatalf("state %s", proto.StateName(st))
 	}
 }
