@@ -81,6 +81,13 @@ The Raft log lives in DIR/raft.`,
 			if reserve == 0 {
 				reserve = -1 // Config's 0 means the default
 			}
+			if lostAfter <= 0 {
+				return usageError{fmt.Errorf("--lost-after %s: want a positive duration such as 30m", lostAfter)}
+			}
+			rate, err := parseSize(healRate)
+			if err != nil || rate <= 0 {
+				return usageError{fmt.Errorf("--heal-rate %q: want a positive size per second such as 64M", healRate)}
+			}
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return err
 			}
@@ -94,13 +101,6 @@ The Raft log lives in DIR/raft.`,
 			lim, err := lf.limits()
 			if err != nil {
 				return err
-			}
-			if lostAfter <= 0 {
-				return fmt.Errorf("--lost-after %s: want a positive duration", lostAfter)
-			}
-			rate, err := parseSize(healRate)
-			if err != nil || rate <= 0 {
-				return fmt.Errorf("--heal-rate %q: want a positive number of bytes per second (e.g. 64M)", healRate)
 			}
 			httpListen, httpDerived, err := httpAddr(httpFlag, listen, metaHTTPOffset)
 			if err != nil {
