@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -44,12 +45,26 @@ func TestMergeExts(t *testing.T) {
 
 // withCopies gives file ino the copies layout (Replicas, Servers, Extra),
 // written straight into the store of every machine the engine applies to
-// (placement of replicas is not this file's subject).
+// (placement of replicas is not this file's subject); Raft members first
+// catch up with the service's store.
 func withCopies(t *testing.T, s *Service, ino uint64, replicas uint32, servers, extra []uint32) {
 	t.Helper()
 	ms := []*machine{s.m}
 	if r, ok := s.eng.(*replayed); ok {
 		ms = append(ms, r.tee.b)
+	}
+	groupsMu.Lock()
+	g := groups[filepath.Dir(s.m.path)]
+	groupsMu.Unlock()
+	if g != nil {
+		for _, m := range g.ms {
+			for end := time.Now().Add(10 * time.Second); m.Applied() < s.m.Applied(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(end) {
+					t.Fatalf("raft member at %d, the service at %d", m.Applied(), s.m.Applied())
+				}
+			}
+		}
+		ms = append(ms, g.ms...)
 	}
 	for _, m := range ms {
 		err := m.db.Update(func(btx *bolt.Tx) error {
@@ -67,19 +82,8 @@ func withCopies(t *testing.T, s *Service, ino uint64, replicas uint32, servers, 
 	}
 }
 
-// copyEngines: the engines whose every store withCopies can write.
-func copyEngines(t *testing.T, f func(t *testing.T, o opener)) {
-	for _, e := range engines[:2] {
-		t.Run(e.name, func(t *testing.T) {
-			f(t, func(cfg Config) (*Service, error) {
-				if e.engine != nil {
-					cfg.Engine = e.engine(t, cfg.Data)
-				}
-				return Open(cfg)
-			})
-		})
-	}
-}
+// copyEngines: forEachEngine (withCopies writes every member's store).
+func copyEngines(t *testing.T, f func(t *testing.T, o opener)) { forEachEngine(t, f) }
 
 func staleRecs(t *testing.T, s *Service, ino uint64) []proto.StaleRec {
 	t.Helper()
