@@ -158,7 +158,7 @@ func (s *Service) markLost(ctx context.Context, si proto.ServerInfo, why string)
 	if err := s.persistServer(ctx, &si, false, false); err != nil {
 		return err
 	}
-	s.log.Error("I/O server lost: kept out of placement; reads of its data fail until `corral fs servers replace`",
+	s.log.Error("I/O server lost: kept out of placement; copies of replicated files on it are made again on the others, other data it held read EIO until `corral fs servers replace`",
 		"id", si.ID, "addr", si.Addr, "why", why)
 	return nil
 }
