@@ -27,6 +27,10 @@ const (
 	healRetry     = 10 * time.Second
 )
 
+// maxHealJobs: stale records held in memory per heal pass (a variable for
+// tests).
+var maxHealJobs = 4096
+
 // healer is the leader's heal and re-replication state (memory only: a
 // new leader starts its figures from zero and rescans).
 type healer struct {
@@ -43,6 +47,7 @@ type healer struct {
 	base    map[uint32]uint64    // healed[id] when its heal started
 	warned  map[string]bool      // records without a source, logged once
 	retry   map[uint32]time.Time // a server whose heal failed is left alone until then
+	next    []byte               // the key after which the next pass takes records
 	total   atomic.Uint64
 	// scanned: servers whose re-replication (lost) or rebuild (replacing)
 	// scan finished, with the state it was done for.
@@ -177,6 +182,14 @@ func (s *Service) healPass() {
 	stale := map[uint32]uint64{}
 	pending := 0
 	jobs := map[uint32][]healJob{}
+	// At most maxHealJobs records are held per pass (bounded memory),
+	// taken from where the last pass stopped, so that records that cannot
+	// be healed yet do not hold the others back.
+	s.hl.mu.Lock()
+	from := s.hl.next
+	s.hl.mu.Unlock()
+	held := 0
+	var lastJob []byte
 	var after []byte
 	for range 1 << 20 { // bounded: each round reads up to healBatch records
 		n := 0
@@ -214,6 +227,11 @@ func (s *Service) healPass() {
 				if si, ok := states[j.server]; !ok || (si.State != proto.ServerUp && si.State != proto.ServerFull) {
 					continue
 				}
+				if held >= maxHealJobs || from != nil && string(k) <= string(from) {
+					continue
+				}
+				held++
+				lastJob = append(lastJob[:0], k...)
 				j.other = map[uint32][]staleExt{}
 				for _, id := range j.col {
 					if id != j.server {
@@ -229,6 +247,10 @@ func (s *Service) healPass() {
 		}
 	}
 	s.hl.mu.Lock()
+	s.hl.next = nil // wrap around: the next pass starts from the first record
+	if held >= maxHealJobs {
+		s.hl.next = lastJob
+	}
 	now := time.Now()
 	for id, b := range stale {
 		if _, ok := s.hl.started[id]; !ok && b > 0 {

@@ -548,3 +548,31 @@ func TestLoseServerRefusesAnUpServer(t *testing.T) {
 		t.Fatalf("state %s", proto.StateName(st))
 	}
 }
+
+// A pass holds a bounded number of records, going on from where the last
+// one stopped: a record that cannot be healed (its only source is down)
+// does not hold back the ones after it.
+func TestHealPassesGoRound(t *testing.T) {
+	old := maxHealJobs
+	maxHealJobs = 1
+	t.Cleanup(func() { maxHealJobs = old })
+	s, fakes := openWithIODs(t, func(cfg Config) (*Service, error) { return Open(cfg) }, Config{}, 3)
+	a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "a", Mode: 0o644, StripeCount: 1}).Attr
+	withCopies(t, s, a.Ino, 2, []uint32{3}, []uint32{2})
+	s.iodsMu.Lock()
+	s.heard[3] = time.Now().Add(-time.Minute).UnixNano() // down, not yet lost
+	s.iodsMu.Unlock()
+	b := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "b", Mode: 0o644, StripeCount: 1}).Attr
+	withCopies(t, s, b.Ino, 2, []uint32{1}, []uint32{2})
+	call[*proto.OK](t, s, &proto.MarkStale{Ino: a.Ino, Column: []uint32{3, 2}, Servers: []uint32{2}, Len: 10})
+	call[*proto.OK](t, s, &proto.MarkStale{Ino: b.Ino, Column: []uint32{1, 2}, Servers: []uint32{2}, Len: 10})
+	waitFor(t, s, "file b's heal", func() bool { return len(staleRecs(t, s, b.Ino)) == 0 })
+	if got := staleRecs(t, s, a.Ino); len(got) != 1 {
+		t.Fatalf("file a (source down) records %v", got)
+	}
+	for _, h := range fakes[1].got() {
+		if h.Handle == a.Ino {
+			t.Fatalf("heal of file a sent with its source down: %+v", h)
+		}
+	}
+}
