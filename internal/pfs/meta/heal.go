@@ -48,6 +48,7 @@ type healer struct {
 	warned  map[string]bool      // records without a source, logged once
 	retry   map[uint32]time.Time // a server whose heal failed is left alone until then
 	next    []byte               // the key after which the next pass takes records
+	rescan  map[uint32]time.Time // a scan that left copies without a server is repeated then
 	total   atomic.Uint64
 	// scanned: servers whose re-replication (lost) or rebuild (replacing)
 	// scan finished, with the state it was done for.
@@ -75,6 +76,7 @@ func (h *healer) reset(term int64) {
 	h.term = term
 	h.stale, h.healed, h.started, h.base = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]time.Time{}, map[uint32]uint64{}
 	h.warned, h.scanned, h.retry = map[string]bool{}, map[uint32]uint8{}, map[uint32]time.Time{}
+	h.rescan = map[uint32]time.Time{}
 	h.pending = 0
 	h.total.Store(0)
 }

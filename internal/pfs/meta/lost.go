@@ -91,8 +91,9 @@ func (s *Service) rereplicate() {
 		}
 		s.hl.mu.Lock()
 		st, done := s.hl.scanned[si.ID]
+		later := time.Now().Before(s.hl.rescan[si.ID])
 		s.hl.mu.Unlock()
-		if done && st == si.State {
+		if done && st == si.State || later {
 			continue
 		}
 		if !s.scanServer(si, all) {
@@ -268,7 +269,12 @@ func (s *Service) scanServer(gone proto.ServerInfo, all []proto.ServerInfo) bool
 			"files_without_copy", noSource, "copies_without_server", noServer, "took", time.Since(start).Round(time.Millisecond))
 	}
 	if noServer > 0 {
-		return false // retry once more servers are up
+		// Retry once more servers may be up; not every pass: a scan reads
+		// every inode.
+		s.hl.mu.Lock()
+		s.hl.rescan[gone.ID] = time.Now().Add(time.Minute)
+		s.hl.mu.Unlock()
+		return false
 	}
 	s.kickHealer()
 	return true
