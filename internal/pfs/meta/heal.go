@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -358,6 +360,8 @@ func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 			}
 			from = append(from, proto.Peer{ID: id, Addr: si.Addr})
 		}
+		// The iod reads from the first that answers: the least loaded first.
+		slices.SortStableFunc(from, func(a, b proto.Peer) int { return cmp.Compare(states[a.ID].Load, states[b.ID].Load) })
 		if len(from) == 0 {
 			key := string(staleKey(j.ino, j.index, j.server))
 			s.hl.mu.Lock()
