@@ -66,6 +66,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "extra"}, []string{"corral version"}},
 		{[]string{"node", "--data-cache", "lots"}, []string{`corral node: --data-cache "lots": want a size such as 64M (0: no cache)`}},
 		{[]string{"node", "--cache-file-max", "0"}, []string{`corral node: --cache-file-max "0": want a positive size`}},
+		{[]string{"meta", "--heal-rate", "fast"}, []string{`corral meta: --heal-rate "fast": want a positive size per second such as 64M`}},
+		{[]string{"meta", "--lost-after", "0s"}, []string{`corral meta: --lost-after 0s: want a positive duration such as 30m`}},
 		{[]string{"help", "fs", "lyout"}, []string{`corral help: no help topic "lyout" under "corral fs"; did you mean layout?`}},
 	} {
 		code, _, stderr := runMain(t, c.args...)

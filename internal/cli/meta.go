@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
@@ -25,6 +26,8 @@ func metaCmd() *cobra.Command {
 	var reserve float64
 	var httpFlag string
 	var rf raftFlags
+	var lostAfter time.Duration
+	var healRate string
 	c := &cobra.Command{
 		Use:   "meta --listen HOST:PORT --data DIR [--id N --peers ID=ADDR,... | --id N --join]",
 		Short: "Run the file system's metadata server (name space, attributes, layouts)",
@@ -78,6 +81,13 @@ The Raft log lives in DIR/raft.`,
 			if reserve == 0 {
 				reserve = -1 // Config's 0 means the default
 			}
+			if lostAfter <= 0 {
+				return usageError{fmt.Errorf("--lost-after %s: want a positive duration such as 30m", lostAfter)}
+			}
+			rate, err := parseSize(healRate)
+			if err != nil || rate <= 0 {
+				return usageError{fmt.Errorf("--heal-rate %q: want a positive size per second such as 64M", healRate)}
+			}
 			if err := os.MkdirAll(data, 0o755); err != nil {
 				return err
 			}
@@ -99,7 +109,8 @@ The Raft log lives in DIR/raft.`,
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
-				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived}
+				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived,
+				LostAfter: lostAfter, HealRate: rate}
 			if rf.replicated() {
 				// Members call each other with the secret meta serves with
 				// (DATA/cluster.secret unless given): the same file meta.Open
@@ -123,6 +134,8 @@ The Raft log lives in DIR/raft.`,
 	lf.add(c.Flags(), "64M")
 	c.Flags().Float64Var(&reserve, "reserve", meta.DefaultReserve, "percent of each I/O server's capacity kept free: below it a server gets no new files")
 	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
+	c.Flags().DurationVar(&lostAfter, "lost-after", meta.DefaultLostAfter, "an I/O server down this long is lost: its replicas are made again on the other servers")
+	c.Flags().StringVar(&healRate, "heal-rate", "64M", "bytes per second heal copies to stale replicas, over all I/O servers")
 	rf.add(c.Flags())
 	return c
 }

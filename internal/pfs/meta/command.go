@@ -108,7 +108,7 @@ func decodeCommand(b []byte) (*command, error) {
 		return nil, fmt.Errorf("metadata command of version %d: this server knows versions up to %d (a newer member wrote it? upgrade this one)", v, commandVersion)
 	}
 	c := &command{Kind: cmdKind(d.U8())}
-	if c.Kind < cmdReq || c.Kind > cmdExpire {
+	if (c.Kind < cmdReq || c.Kind > cmdExpire) && !redundancyKind(c.Kind) {
 		return nil, fmt.Errorf("metadata command of unknown kind %d (a newer member wrote it? upgrade this one)", c.Kind)
 	}
 	c.Now = d.I64()
@@ -189,6 +189,13 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 		return nil, nil
 	case cmdExpire:
 		return nil, t.expireClients(c.Cut, c.Inos)
+	case cmdClearStale:
+		if len(c.Left) != 2 {
+			return nil, fmt.Errorf("clear-stale command of inode %d names %d values, want index and server", c.Ino, len(c.Left))
+		}
+		return nil, t.clearStale(c.Ino, c.Left[0], c.Left[1], uint64(c.Cut))
+	case cmdReplaceCopy:
+		return nil, t.replaceCopies(c.Ino, c.Left)
 	}
 	return nil, fmt.Errorf("metadata command of unknown kind %d", c.Kind)
 }
@@ -235,6 +242,8 @@ func (t tx) applyReq(c *command) (proto.Msg, error) {
 		return nil, err
 	case *proto.RenewOrphans:
 		return nil, t.renewOrphans(m)
+	case *proto.MarkStale:
+		return t.markStale(m)
 	case nil:
 		return nil, errors.New("metadata request command without a request")
 	}

@@ -96,6 +96,7 @@ type raftGroup struct {
 	peers map[uint64]string
 	hs    map[uint64]*raftWiring
 	pool  *proto.Pool
+	ms    []*machine // members 2..n's state machines
 }
 
 var (
@@ -130,6 +131,7 @@ func startGroup(t *testing.T, data string, n int, quiet *slog.Logger) (*raftGrou
 			return nil, err
 		}
 		t.Cleanup(func() { other.close() })
+		g.ms = append(g.ms, other)
 		// A slower tick: member 1 is the one elected.
 		e, err := replog.NewRaft(replog.RaftConfig{ID: id, Addr: g.peers[id], Peers: g.peers, Dir: filepath.Join(data, fmt.Sprintf("raft%d", id)),
 			SM: other, Transport: g.pool, Log: quiet, Tick: time.Second})

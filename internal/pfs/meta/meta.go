@@ -73,6 +73,12 @@ type Config struct {
 	// (nil: replog.NewSingle, one process with group commit).
 	Engine func(sm replog.StateMachine) (replog.Engine, error)
 
+	// LostAfter: a server down this long is lost and its copies are made
+	// again elsewhere (0: DefaultLostAfter). HealRate: heal copies at most
+	// this many bytes per second over all servers (0: DefaultHealRate).
+	LostAfter time.Duration
+	HealRate  int64
+
 	addr string // the address Run listens on, reported by the engine
 }
 
@@ -113,6 +119,8 @@ type Service struct {
 	bk *backups // online backups being fetched (members.go)
 
 	watchState // client cache invalidation (watch.go)
+
+	hl *healer // heal and re-replication (heal.go, lost.go)
 }
 
 // Open opens (or creates) the store under cfg.Data, starts the engine over
@@ -134,6 +142,7 @@ func Open(cfg Config) (*Service, error) {
 		done: make(chan struct{}),
 		kick: make(chan struct{}, 1), iods: map[uint32]proto.ServerInfo{},
 		reserve: cfg.Reserve, heard: map[uint32]int64{}, bk: newBackups(),
+		hl: newHealer(cfg.LostAfter, cfg.HealRate),
 	}
 	s.life, s.stop = context.WithCancel(context.Background())
 	switch {
@@ -168,9 +177,10 @@ func Open(cfg Config) (*Service, error) {
 		m.close()
 		return nil, err
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.leadership()
 	go s.reclaimer()
+	go s.healerLoop()
 	s.startPosix()
 	return s, nil
 }
@@ -365,7 +375,7 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 	case *proto.Register:
 		return s.register(ctx, m)
 	case *proto.Servers:
-		return &proto.ServersReply{Servers: s.servers(), Cluster: s.Cluster()}, nil
+		return &proto.ServersReply{Servers: s.healFigures(s.servers()), Cluster: s.Cluster()}, nil
 	case *proto.ReplaceServer:
 		return s.replace(ctx, m)
 	case *proto.RefCheck:
@@ -501,6 +511,12 @@ func (t tx) setattr(m *proto.SetAttr) (proto.Msg, error) {
 			n.Mtime = m.Mtime
 		}
 		n.Ctime = t.now
+	}
+	if m.Mask&proto.SetSize != 0 && m.Size == 0 && n.Stale > 0 {
+		// Cut to nothing: no copy holds anything stale any more.
+		if err := t.dropStale(n); err != nil {
+			return nil, err
+		}
 	}
 	return attrReply(n), t.put(n)
 }

@@ -14,7 +14,7 @@ var metaOps = []proto.Op{proto.OpLookup, proto.OpWalk, proto.OpGetAttr, proto.Op
 	proto.OpSymlink, proto.OpLink, proto.OpUnlink, proto.OpRmdir, proto.OpRename, proto.OpReaddir, proto.OpReadlink,
 	proto.OpSetLayout, proto.OpStatfs, proto.OpRegister, proto.OpServers, proto.OpMknod, proto.OpSetXattr, proto.OpGetXattr,
 	proto.OpListXattr, proto.OpRemoveXattr, proto.OpUnlinkOpen, proto.OpReleaseOrphan, proto.OpRenewOrphans, proto.OpReplace,
-	proto.OpRefCheck}
+	proto.OpRefCheck, proto.OpMarkStale, proto.OpGetStale, proto.OpLoseServer}
 
 // observed counts and times every request of the handler it wraps.
 type observed struct {
@@ -84,7 +84,7 @@ func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (pr
 	for _, op := range metaOps {
 		m.Init(proto.OpName(op))
 	}
-	reg.MustRegister(serversCollector{s})
+	reg.MustRegister(serversCollector{s}, healCollector{s})
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, s.log); !served {
 		return s, err
 	}

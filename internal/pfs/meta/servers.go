@@ -160,7 +160,7 @@ func (s *Service) markLost(ctx context.Context, si proto.ServerInfo, why string)
 	if err := s.persistServer(ctx, &si, false, false); err != nil {
 		return err
 	}
-	s.log.Error("I/O server lost: kept out of placement; reads of its data fail until `corral fs servers replace`",
+	s.log.Error("I/O server lost: kept out of placement; copies of replicated files on it are made again on the others, other data it held read EIO until `corral fs servers replace`",
 		"id", si.ID, "addr", si.Addr, "why", why)
 	return nil
 }
@@ -303,6 +303,7 @@ func (s *Service) replace(ctx context.Context, m *proto.ReplaceServer) (proto.Ms
 		return nil, err
 	}
 	s.log.Warn("I/O server to be replaced: the next empty disk at its address takes it over; data it held are lost", "id", si.ID, "addr", si.Addr)
+	s.kickHealer() // its copies become stale whole: rebuilt from the others
 	return &proto.ServersReply{Servers: []proto.ServerInfo{si}, Cluster: s.Cluster()}, nil
 }
 

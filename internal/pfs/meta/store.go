@@ -199,6 +199,9 @@ func (t tx) drop(n *inode) error {
 	if err := t.Bucket(bInode).Delete(u64key(n.Ino)); err != nil {
 		return err
 	}
+	if err := t.dropStale(n); err != nil {
+		return err
+	}
 	if n.isReg() && len(n.Servers) > 0 {
 		if t.ch != nil {
 			t.ch.reclaim = true
@@ -219,7 +222,7 @@ func openDB(path string) (*bolt.DB, error) {
 	err = db.Update(func(btx *bolt.Tx) error {
 		// Buckets only: the root directory and the cluster ID come from
 		// the log (cmdInit), so that every member holds the same ones.
-		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan, bClient, bClientSeen} {
+		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan, bClient, bClientSeen, bStale} {
 			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
