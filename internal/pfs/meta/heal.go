@@ -1,11 +1,9 @@
 package meta
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -360,8 +358,11 @@ func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 			}
 			from = append(from, proto.Peer{ID: id, Addr: si.Addr})
 		}
-		// The iod reads from the first that answers: the least loaded first.
-		slices.SortStableFunc(from, func(a, b proto.Peer) int { return cmp.Compare(states[a.ID].Load, states[b.ID].Load) })
+		// The iod reads from the first that answers, so From keeps column
+		// order: its first up copy is the head clients write through, which
+		// applies a write before forwarding it. A backup may not have a
+		// write yet that the healing copy already took, and copying from it
+		// would undo that write (docs/pfs-protocol.md, Replicas).
 		if len(from) == 0 {
 			key := string(staleKey(j.ino, j.index, j.server))
 			s.hl.mu.Lock()

@@ -512,12 +512,9 @@ func (t tx) setattr(m *proto.SetAttr) (proto.Msg, error) {
 		}
 		n.Ctime = t.now
 	}
-	if m.Mask&proto.SetSize != 0 && m.Size == 0 && n.Stale > 0 {
-		// Cut to nothing: no copy holds anything stale any more.
-		if err := t.dropStale(n); err != nil {
-			return nil, err
-		}
-	}
+	// A cut to 0 keeps the stale records: a copy that missed the truncate
+	// (its server down) is marked by the client, before or after this, and
+	// still holds old bytes; only heal or removal clears records.
 	return attrReply(n), t.put(n)
 }
 
