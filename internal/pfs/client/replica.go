@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -457,14 +458,42 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 		var out []res
 		var wg sync.WaitGroup
 		for _, k := range cols {
+			// Copies known down are not waited for: they missed it. When
+			// every copy is down, all are asked (they may be back).
+			var live, all []int
+			f.c.mu.Lock()
 			for i, a := range cp.addrs[k] {
 				if a == "" {
 					continue
 				}
+				all = append(all, i)
+				if !f.c.isDown(cp.ids[k][i]) {
+					live = append(live, i)
+				}
+			}
+			f.c.mu.Unlock()
+			if len(live) == 0 {
+				live = all
+			}
+			_, n := span(k).offLen()
+			timeout := ForwardTimeout(int(min(n, 1<<30)))
+			for _, i := range all {
+				if !slices.Contains(live, i) {
+					mu.Lock()
+					out = append(out, res{k, i, fmt.Errorf("%w: server %d failed lately", proto.ErrUnavailable, cp.ids[k][i])})
+					mu.Unlock()
+					continue
+				}
+				a := cp.addrs[k][i]
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					_, err := f.c.pool.Call(ctx, a, mk(k))
+					// A copy that does not answer in time is marked stale
+					// like one that failed: a stopped server must not hold
+					// up fsync or close for long.
+					cctx, cancel := context.WithTimeout(ctx, timeout)
+					_, err := f.c.pool.Call(cctx, a, mk(k))
+					cancel()
 					if transport(err) {
 						f.c.markDown(cp.ids[k][i])
 					}
@@ -499,7 +528,7 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 				}
 				continue
 			}
-			if len(missed) == 0 {
+			if len(missed) == 0 || span(k).empty() {
 				continue
 			}
 			if err := f.markStale(ctx, cp, k, missed, span(k)); err != nil {
