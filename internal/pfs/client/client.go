@@ -324,6 +324,29 @@ func (c *Client) SetLayout(ctx context.Context, ino uint64, stripeSize, stripeCo
 	return c.attr(ctx, &proto.SetLayout{Ino: ino, StripeSize: stripeSize, StripeCount: stripeCount})
 }
 
+// SetLayoutPolicy sets directory m.Ino's layout policy: stripe size and
+// count as SetLayout, and (0: keep) its replicas and placement.
+func (c *Client) SetLayoutPolicy(ctx context.Context, m *proto.SetLayout) (proto.Attr, error) {
+	return c.attr(ctx, m)
+}
+
+// LoseServer declares I/O server id lost for good: meta makes its replicas
+// again on other servers. It returns the server's entry.
+func (c *Client) LoseServer(ctx context.Context, id uint32) (proto.ServerInfo, error) {
+	r, err := c.mutate(ctx, &proto.LoseServer{ID: id})
+	if err != nil {
+		return proto.ServerInfo{}, err
+	}
+	sr, ok := r.(*proto.ServersReply)
+	if !ok || len(sr.Servers) != 1 {
+		return proto.ServerInfo{}, unexpected(c.meta, r)
+	}
+	c.mu.Lock()
+	c.lost[id] = true
+	c.mu.Unlock()
+	return sr.Servers[0], nil
+}
+
 func (c *Client) Statfs(ctx context.Context) (*proto.StatfsReply, error) {
 	r, err := c.call(ctx, &proto.Statfs{})
 	if err != nil {
