@@ -282,7 +282,7 @@ func TestFSCommands(t *testing.T) {
 	ok("", "layout", "set", "/www", "--stripe-size", "1M", "--stripe-count", "2")
 	ok("", "mkdir", "-p", "/www/new/deeper")
 	for _, d := range []string{"/www/old", "/www/new/deeper"} {
-		if got, want := ok("", "layout", "get", d), "stripe-size 1MiB (inherited from /www) stripe-count 2 (inherited from /www)" + dflt; got != want {
+		if got, want := ok("", "layout", "get", d), "stripe-size 1MiB (inherited from /www) stripe-count 2 (inherited from /www)"+dflt; got != want {
 			t.Errorf("layout get %s = %q, want %q", d, got, want)
 		}
 		ok("x", "put", "-", d+"/f")
@@ -290,10 +290,10 @@ func TestFSCommands(t *testing.T) {
 			t.Errorf("file in %s: %q", d, got)
 		}
 	}
-	if got, want := ok("", "layout", "set", "/www/new", "--stripe-count", "1"), "stripe-size 1MiB (inherited from /www) stripe-count 1 (set here)" + dflt; got != want {
+	if got, want := ok("", "layout", "set", "/www/new", "--stripe-count", "1"), "stripe-size 1MiB (inherited from /www) stripe-count 1 (set here)"+dflt; got != want {
 		t.Errorf("layout set /www/new = %q, want %q", got, want)
 	}
-	if got, want := ok("", "layout", "get", "/"), "stripe-size default (default) stripe-count all (default)" + dflt; got != want {
+	if got, want := ok("", "layout", "get", "/"), "stripe-size default (default) stripe-count all (default)"+dflt; got != want {
 		t.Errorf("layout get / = %q, want %q", got, want)
 	}
 	fails("stripe count 99, but the file system has 3 I/O servers", "layout", "set", "/www", "--stripe-count", "99")

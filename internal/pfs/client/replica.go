@@ -27,6 +27,20 @@ import (
 // server is used again soon.
 const DownFor = 5 * time.Second
 
+// maxDown caps the skip period of a server that keeps failing: each time it
+// fails again right after being tried again, the period doubles, so a
+// stopped server costs a write's timeout once a minute at most, not every
+// DownFor.
+const maxDown = time.Minute
+
+// downRec is what the client remembers of a server that failed.
+type downRec struct {
+	until  time.Time
+	period time.Duration
+}
+
+var now = time.Now // tests move the clock
+
 // maxLayoutTries bounds the resends of one operation after meta answered
 // ESTALE (the layout changed under it).
 const maxLayoutTries = 4
@@ -120,22 +134,35 @@ func (c *Client) buildCopies(ctx context.Context, lay layout.Layout) (*copies, e
 // markDown remembers that server id failed: skipped for DownFor.
 func (c *Client) markDown(id uint32) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.down == nil {
-		c.down = map[uint32]time.Time{}
+		c.down = map[uint32]downRec{}
 	}
-	c.down[id] = time.Now().Add(DownFor)
-	c.mu.Unlock()
+	t := now()
+	r, ok := c.down[id]
+	switch {
+	case ok && t.Before(r.until):
+		// More failures of one outage (requests sent before it was
+		// known): the period stands.
+		return
+	case ok && t.Before(r.until.Add(r.period)):
+		r.period = min(2*r.period, maxDown) // tried again and failed again
+	default:
+		r.period = DownFor
+	}
+	r.until = t.Add(r.period)
+	c.down[id] = r
 }
 
 // isDown reports whether server id failed within DownFor. Called with c.mu
 // held.
 func (c *Client) isDown(id uint32) bool {
-	t, ok := c.down[id]
-	if ok && time.Now().After(t) {
-		delete(c.down, id)
+	r, ok := c.down[id]
+	if ok && now().After(r.until.Add(r.period)) {
+		delete(c.down, id) // healthy long enough: start afresh next time
 		return false
 	}
-	return ok
+	return ok && now().Before(r.until)
 }
 
 // Down reports whether the client skips server id (it failed lately).

@@ -571,3 +571,50 @@ func TestReplicaReadFailover(t *testing.T) {
 		t.Fatal("read succeeded with no copy answering")
 	}
 }
+
+// TestOneCopyPathUnchanged: a file with one copy (Replicas 1, or 0 from an
+// older meta) writes with plain Writes to its one server per column and
+// never asks meta about stale copies.
+func TestOneCopyPathUnchanged(t *testing.T) {
+	for _, r := range []int{0, 1} {
+		e := startRepl(t, 2, 2, 1)
+		e.meta.attr.Replicas = uint32(r)
+		f := e.open(t)
+		if f.Replicas() != nil {
+			t.Fatalf("replicas %d: copies %v, want none", r, f.Replicas())
+		}
+		mustWrite(t, f, bytes.Repeat([]byte("1"), 8192), 0)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range e.iods {
+			if s.plain.Load() != 1 || s.repl.Load()+s.fwds.Load() != 0 {
+				t.Fatalf("replicas %d: server %d got %d plain and %d replicated writes, want 1 and 0", r, s.id, s.plain.Load(), s.repl.Load()+s.fwds.Load())
+			}
+		}
+	}
+}
+
+// TestReplicaTruncateFailure: a copy that fails a truncate is marked stale
+// from the new object size to its end (Len 0); the truncate succeeds.
+func TestReplicaTruncateFailure(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	mustWrite(t, f, bytes.Repeat([]byte("t"), 9000), 0)
+	if err := f.Sync(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.iod(2).mode.Store(modeFail)
+	if err := f.Truncate(ctxT(t), 5000); err != nil {
+		t.Fatal(err)
+	}
+	m := e.meta.Marks()
+	if len(m) != 1 || !slices.Equal(m[0].Servers, []uint32{2}) || m[0].Off != 5000 || m[0].Len != 0 {
+		t.Fatalf("marks %+v: want server 2 stale from 5000 to the end", m)
+	}
+	e.iod(1).mode.Store(modeFail)
+	if err := f.Truncate(ctxT(t), 10); err == nil {
+		t.Fatal("truncate succeeded with no copy taking it")
+	}
+}
