@@ -277,7 +277,7 @@ func TestFSCommands(t *testing.T) {
 	fails("directories cannot be hard-linked", "ln", "/", "/rootlink")
 
 	// Layout policies.
-	const dflt = " replicas 1 (default) placement striped (default)\n"
+	const dflt = " replicas default (default) placement striped (default)\n"
 	ok("", "mkdir", "-p", "/www/old")
 	ok("", "layout", "set", "/www", "--stripe-size", "1M", "--stripe-count", "2")
 	ok("", "mkdir", "-p", "/www/new/deeper")

@@ -342,8 +342,8 @@ func layoutCmd(run func(func(context.Context, *client.Client, []string) error) f
 the stripe size, how many I/O servers each spans, how many copies each
 stripe unit has (--replicas) and how files are placed (--placement). A new
 file takes each from the nearest directory, its own first, then up to /,
-that sets it; none: the metadata server's default size over every server,
-one copy, striped. The
+that sets it; none: the metadata server's defaults (its stripe size over
+every server, its replica count, striped). The
 policy is looked up when the file is created, so setting one on /www
 applies to all of /www's subdirectories that set none of their own, old
 and new. An existing file's layout is fixed.`,
@@ -472,10 +472,10 @@ func (p layoutPolicy) String() string {
 		replicaWord(p.replicas), from(p.replFrom), placeWord(p.place), from(p.placeFrom))
 }
 
-// replicaWord says a replica count (0: the default, one copy).
+// replicaWord says a replica count (0: the metadata server's default).
 func replicaWord(r uint32) string {
 	if r == 0 {
-		return "1"
+		return "default"
 	}
 	return fmt.Sprint(r)
 }
