@@ -112,7 +112,14 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		}
 		st.mu.Unlock()
 		if st.replicated() {
-			// Reopen: what meta says now about stale copies.
+			// Reopen: where meta says the copies are now, and which are
+			// stale.
+			if !sameCopies(st.rep.Load(), a) {
+				if err := st.refresh(ctx); err != nil {
+					c.release(st)
+					return nil, err
+				}
+			}
 			if err := st.staleFromAttr(ctx, a); err != nil {
 				c.release(st)
 				return nil, err

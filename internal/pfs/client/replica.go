@@ -131,6 +131,20 @@ func (c *Client) buildCopies(ctx context.Context, lay layout.Layout) (*copies, e
 	}
 }
 
+// sameCopies reports whether a's copies are where cp says.
+func sameCopies(cp *copies, a proto.Attr) bool {
+	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	if lay.Validate() != nil || len(a.Servers) != len(cp.ids) {
+		return false
+	}
+	for k := range cp.ids {
+		if !slices.Equal(lay.Column(k), cp.ids[k]) {
+			return false
+		}
+	}
+	return true
+}
+
 // markDown remembers that server id failed: skipped for DownFor.
 func (c *Client) markDown(id uint32) {
 	c.mu.Lock()
@@ -274,10 +288,36 @@ func (f *wstate) markStale(ctx context.Context, cp *copies, k int, servers []uin
 	}
 	f.smu.Lock()
 	for _, id := range servers {
-		f.stale = append(f.stale, proto.StaleRec{Index: uint32(k), Server: id, Off: off, Len: n})
+		f.stale = addStale(f.stale, proto.StaleRec{Index: uint32(k), Server: id, Off: off, Len: n})
 	}
 	f.smu.Unlock()
 	return nil
+}
+
+// addStale adds r to recs, merged into a record of the same copy it
+// overlaps or touches: a long outage under sequential writes stays a few
+// records, not one per write (reads scan them).
+func addStale(recs []proto.StaleRec, r proto.StaleRec) []proto.StaleRec {
+	end := func(x proto.StaleRec) uint64 {
+		if x.Len == 0 {
+			return math.MaxUint64
+		}
+		return x.Off + x.Len
+	}
+	for i := range recs {
+		x := &recs[i]
+		if x.Index != r.Index || x.Server != r.Server || x.Off > end(r) || r.Off > end(*x) {
+			continue
+		}
+		e := max(end(*x), end(r))
+		x.Off = min(x.Off, r.Off)
+		x.Len = 0
+		if e != math.MaxUint64 {
+			x.Len = e - x.Off
+		}
+		return recs
+	}
+	return append(recs, r)
 }
 
 // sendRepl writes data at objOff of column k: ReplWrite to the first copy

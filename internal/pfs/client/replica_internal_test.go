@@ -1,6 +1,7 @@
 package client
 
 import (
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"testing"
 	"time"
 )
@@ -46,5 +47,23 @@ func TestDownMemory(t *testing.T) {
 	c.markDown(3)
 	if p := c.down[3].period; p != DownFor {
 		t.Fatalf("period %v after a healthy spell, want %v afresh", p, DownFor)
+	}
+}
+
+// TestAddStaleMerges: records of one copy that overlap or touch merge
+// (Len 0 stays "to the end"); others stay apart.
+func TestAddStaleMerges(t *testing.T) {
+	var recs []proto.StaleRec
+	for i := uint64(0); i < 100; i++ {
+		recs = addStale(recs, proto.StaleRec{Index: 1, Server: 2, Off: i * 4096, Len: 4096})
+	}
+	recs = addStale(recs, proto.StaleRec{Index: 1, Server: 3, Off: 0, Len: 10})
+	recs = addStale(recs, proto.StaleRec{Index: 0, Server: 2, Off: 0, Len: 10})
+	if len(recs) != 3 || recs[0] != (proto.StaleRec{Index: 1, Server: 2, Off: 0, Len: 100 * 4096}) {
+		t.Fatalf("records %+v: want one for [0, 400 KiB) of server 2 column 1 and two others", recs)
+	}
+	recs = addStale(recs, proto.StaleRec{Index: 1, Server: 2, Off: 8192, Len: 0})
+	if recs[0] != (proto.StaleRec{Index: 1, Server: 2, Off: 0, Len: 0}) {
+		t.Fatalf("record %+v: want [0, end)", recs[0])
 	}
 }
