@@ -1,9 +1,10 @@
 package client
 
 import (
-	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"testing"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // TestDownMemory: a failed server is skipped for DownFor; failing again
