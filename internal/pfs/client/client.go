@@ -230,12 +230,13 @@ type CreateOpts struct {
 	Excl        bool
 	StripeSize  uint32 // 0: the directory's policy
 	StripeCount uint32 // 0: the directory's policy
+	Replicas    uint32 // copies of each stripe unit; 0: the directory's policy
 }
 
 // Create makes (or, without Excl, opens) a regular file; created says which.
 func (c *Client) Create(ctx context.Context, parent uint64, name string, mode uint32, o CreateOpts) (a proto.Attr, created bool, err error) {
 	r, err := c.mutate(ctx, &proto.Create{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid,
-		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount})
+		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount, Replicas: o.Replicas})
 	if err != nil {
 		return a, false, err
 	}

@@ -618,3 +618,67 @@ func TestReplicaTruncateFailure(t *testing.T) {
 		t.Fatal("truncate succeeded with no copy taking it")
 	}
 }
+
+// TestReplicaReadAheadFailover: a sequential reader (read-ahead on) of a
+// file whose first copies' server was killed reads every byte from the
+// other copies, without an error.
+func TestReplicaReadAheadFailover(t *testing.T) {
+	e := startRepl(t, 3, 3, 2)
+	f := e.open(t)
+	defer f.Close()
+	data := randBytes(rand.New(rand.NewPCG(3, 4)), 200000)
+	mustWrite(t, f, data, 0)
+	if err := f.Sync(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	e.iod(1).srv.Close()
+	got := make([]byte, len(data))
+	for off := 0; off < len(got); off += 10000 {
+		if _, err := f.ReadAt(got[off:min(off+10000, len(got))], int64(off)); err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("read other bytes than written")
+	}
+}
+
+// estaleIOD answers ReplWrite with ESTALE (as a head that knows the
+// layout moved on) until the test lets it through.
+type estaleIOD struct {
+	*fakeIOD
+	refuse atomic.Int32
+}
+
+func (s *estaleIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if _, ok := req.(*proto.ReplWrite); ok && s.refuse.Add(-1) >= 0 {
+		return nil, proto.Errorf(syscall.ESTALE, "layout moved")
+	}
+	return s.fakeIOD.Handle(ctx, req)
+}
+
+// TestReplicaHeadEstale: a head answering ESTALE makes the client re-read
+// the layout and send the write again, not mark the head stale.
+func TestReplicaHeadEstale(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	h := &estaleIOD{fakeIOD: e.iod(1)}
+	h.refuse.Store(1)
+	h.srv.Close()
+	srv, addr := serve(t, h, e.sec)
+	h.srv, h.addr = srv, addr
+	e.meta.servers[0].Addr = addr
+	f := e.open(t)
+	defer f.Close()
+	mustWrite(t, f, []byte("again"), 0)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m := e.meta.Marks(); len(m) != 0 {
+		t.Fatalf("marks %+v: ESTALE is no failure of the head", m)
+	}
+	for _, s := range e.iods {
+		if got := s.Data(7, 0); !bytes.Equal(got, []byte("again")) {
+			t.Fatalf("server %d has %q", s.id, got)
+		}
+	}
+}
