@@ -63,6 +63,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"fs", "layout", "set", "/d", "--replicas", "6", "--meta", "127.0.0.1:1"}, []string{"--replicas: 6 out of range [1, 5]"}},
 		{[]string{"fs", "layout", "set", "/d", "--replicas", "0", "--meta", "127.0.0.1:1"}, []string{"--replicas: 0 out of range [1, 5]"}},
 		{[]string{"fs", "layout", "set", "/d", "--placement", "spread", "--meta", "127.0.0.1:1"}, []string{`--placement: "spread" is not striped or whole`}},
+		{[]string{"fs", "put", "--replicas", "9", "a", "/b", "--meta", "127.0.0.1:1"}, []string{"--replicas: 9 out of range [1, 5]"}},
 		{[]string{"fs", "servers", "lost", "x", "--meta", "127.0.0.1:1"}, []string{`invalid server ID "x"`}},
 		{[]string{"ctl", "servces"}, []string{"did you mean services?"}},
 		{[]string{"ctl", "weight", "www", "127.0.0.1:1", "abc"}, []string{`corral ctl weight: weight "abc": want 0..65535`}},

@@ -120,28 +120,35 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 
 	var putSize, putCount string
 	var putForce bool
+	var putReplicas int
 	var putLayout stripeFlags
 	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file (- : standard input) into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
 directory); LOCAL - reads standard input. An existing REMOTE is replaced
 only with --force. The new file takes its directory's layout unless
---stripe-size or --stripe-count say otherwise (--stripe-count all: every
-usable I/O server). The copy is written under a temporary name next to
+--stripe-size, --stripe-count or --replicas say otherwise (--stripe-count
+all: every usable I/O server). The copy is written under a temporary name next to
 REMOTE and renamed over it once on disk, so REMOTE is either the old file
 or the whole new one; a put that fails leaves nothing behind.`,
 		Example: `  corral fs put index.html /www/example.org/
   corral fs put -f index.html /www/example.org/index.html     # replace it
   tar c site | corral fs put - /backup/site.tar
   corral fs put --stripe-count all big.iso /data/`,
-		PreRunE: func(cmd *cobra.Command, _ []string) error { return putLayout.parse(cmd, putSize, putCount, false) },
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("replicas") && (putReplicas < 1 || putReplicas > layout.MaxReplicas) {
+				return usageError{fmt.Errorf("--replicas: %d out of range [1, %d]", putReplicas, layout.MaxReplicas)}
+			}
+			return putLayout.parse(cmd, putSize, putCount, false)
+		},
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
-			o.StripeSize, o.StripeCount = putLayout.size.v, putLayout.count.v
+			o.StripeSize, o.StripeCount, o.Replicas = putLayout.size.v, putLayout.count.v, uint32(putReplicas)
 			return putFile(ctx, cl, args[0], args[1], o, putForce)
 		})}
 	put.Flags().BoolVarP(&putForce, "force", "f", false, "replace REMOTE if it exists")
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
 	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
+	put.Flags().IntVar(&putReplicas, "replicas", 0, "copies of each stripe unit of the new file, 1-5")
 
 	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)",
 		Example: `  corral fs get /www/example.org/index.html .
