@@ -672,6 +672,11 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 			which = fmt.Sprintf("units %d, %d, ... every %d (%d units)", k, int64(k)+n, n, mine)
 		}
 		fmt.Printf("  stripe %d: server %d at %s, object %d bytes, %s\n", k, id, addr[id], lay.ObjectSize(k, int64(a.Size)), which)
+		if rl := (layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}); rl.Copies() > 1 && rl.Validate() == nil {
+			for c, cid := range rl.Column(k)[1:] {
+				fmt.Printf("    copy %d: server %d at %s\n", c+2, cid, addr[cid])
+			}
+		}
 	}
 	return nil
 }
