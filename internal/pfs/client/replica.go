@@ -186,17 +186,41 @@ func (c *Client) Down(id uint32) bool {
 	return c.isDown(id)
 }
 
-// busyAdd counts this client's requests in flight to addr (its load).
-func (c *Client) busyAdd(addr string, d int) {
+// inflight is this client's load on one server: requests and bytes.
+type inflight struct {
+	reqs  int
+	bytes int64
+}
+
+// busyAdd counts a request of n bytes to addr (d = 1) or its end (d = -1),
+// and returns the bytes in flight to addr with it: a request's timeout
+// grows with the queue ahead of it on this client's link, so a busy but
+// healthy server is not taken for a dead one.
+func (c *Client) busyAdd(addr string, n int, d int) int64 {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.busy == nil {
-		c.busy = map[string]int{}
+		c.busy = map[string]inflight{}
 	}
-	c.busy[addr] += d
-	if c.busy[addr] <= 0 {
+	l := c.busy[addr]
+	l.reqs += d
+	l.bytes += int64(d * n)
+	if l.reqs <= 0 {
 		delete(c.busy, addr)
+		return 0
 	}
-	c.mu.Unlock()
+	c.busy[addr] = l
+	return l.bytes
+}
+
+// attemptCtx bounds one attempt at a replica: its bytes plus the queue
+// ahead of it at the head's pace (headTimeout), or, for the last copy there
+// is to try, the whole operation's ctx (no other copy could do better).
+func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, context.CancelFunc) {
+	if last {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, headTimeout(int(min(queued, 1<<40))))
 }
 
 // transport reports whether err is the server not answering (rather than
@@ -350,16 +374,19 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 		failed := map[int]bool{}
 		var headErr error
 		estale := false
-		for _, h := range append(live, down...) {
+		heads := append(live, down...)
+		for hi, h := range heads {
 			var fwd []proto.Peer
 			for _, i := range live {
 				if i != h && !failed[i] {
 					fwd = append(fwd, proto.Peer{ID: col[i], Addr: addrs[i]})
 				}
 			}
-			hctx, hcancel := context.WithTimeout(ctx, headTimeout(len(data)))
+			queued := f.c.busyAdd(addrs[h], len(data), 1)
+			hctx, hcancel := attemptCtx(ctx, queued, hi == len(heads)-1)
 			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data})
 			hcancel()
+			f.c.busyAdd(addrs[h], len(data), -1)
 			if err == nil {
 				rr, ok := r.(*proto.ReplReply)
 				if !ok {
@@ -440,11 +467,12 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 		}
 		id, addr := cp.ids[k][i], cp.addrs[k][i]
 		tried[id] = true
-		f.c.busyAdd(addr, 1)
-		rctx, rcancel := context.WithTimeout(ctx, headTimeout(len(dst)))
+		last := f.pick(cp, k, objOff, int64(len(dst)), tried) < 0
+		queued := f.c.busyAdd(addr, len(dst), 1)
+		rctx, rcancel := attemptCtx(ctx, queued, last)
 		r, err := f.c.pool.CallInto(rctx, addr, &proto.Read{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Len: uint32(len(dst))}, dst)
 		rcancel()
-		f.c.busyAdd(addr, -1)
+		f.c.busyAdd(addr, len(dst), -1)
 		if err == nil {
 			dr, ok := r.(*proto.DataReply)
 			if ok {
@@ -494,7 +522,7 @@ func (f *wstate) pick(cp *copies, k int, off, n int64, tried map[uint32]bool) in
 	defer f.c.mu.Unlock()
 	best, bestDown, bestLoad, ties := -1, false, 0, 0
 	for _, i := range cand {
-		d, l := f.c.isDown(cp.ids[k][i]), f.c.busy[cp.addrs[k][i]]
+		d, l := f.c.isDown(cp.ids[k][i]), f.c.busy[cp.addrs[k][i]].reqs
 		better := best < 0 || (!d && bestDown) || (d == bestDown && l < bestLoad)
 		if better {
 			best, bestDown, bestLoad, ties = i, d, l, 1
