@@ -503,8 +503,9 @@ func TestReplicaEstaleResends(t *testing.T) {
 	}
 }
 
-// TestReplicaReadSpread: concurrent reads use every current copy, not
-// always the first.
+// TestReplicaReadSpread: reads use every current copy, not always the
+// first: one reader at a time takes copies at random (equal load), and
+// concurrent readers still reach them all.
 func TestReplicaReadSpread(t *testing.T) {
 	e := startRepl(t, 3, 1, 3)
 	f := e.open(t)
@@ -513,6 +514,24 @@ func TestReplicaReadSpread(t *testing.T) {
 	mustWrite(t, f, bytes.Repeat([]byte("r"), 4096), 0)
 	if err := f.Sync(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+	p := make([]byte, 4096)
+	for i := 0; i < 120; i++ {
+		if _, err := f.ReadAt(p, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts := func() []int64 {
+		var c []int64
+		for _, s := range e.iods {
+			c = append(c, s.reads.Load())
+		}
+		return c
+	}
+	// Binomial(120, 1/3): below 10 has odds under 1e-7.
+	c1 := counts()
+	if slices.Min(c1) < 10 {
+		t.Fatalf("reads per server %v of 120 one at a time: not spread", c1)
 	}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -529,9 +548,9 @@ func TestReplicaReadSpread(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, s := range e.iods {
-		if s.reads.Load() < 10 {
-			t.Fatalf("server %d served %d of 120 reads: not spread", s.id, s.reads.Load())
+	for i, n := range counts() {
+		if n == c1[i] {
+			t.Fatalf("server %d got none of 120 reads from 4 concurrent readers (%v, then %v)", i+1, c1, counts())
 		}
 	}
 }
