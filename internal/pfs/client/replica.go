@@ -213,14 +213,20 @@ func (c *Client) busyAdd(addr string, n int, d int) int64 {
 	return l.bytes
 }
 
+// attemptCtxFor is ctx bounded by d, or not bounded further for the last
+// copy there is to try.
+func attemptCtxFor(ctx context.Context, d time.Duration, last bool) (context.Context, context.CancelFunc) {
+	if last {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 // attemptCtx bounds one attempt at a replica: its bytes plus the queue
 // ahead of it at the head's pace (headTimeout), or, for the last copy there
 // is to try, the whole operation's ctx (no other copy could do better).
 func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, context.CancelFunc) {
-	if last {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, headTimeout(int(min(queued, 1<<40))))
+	return attemptCtxFor(ctx, headTimeout(int(min(queued, 1<<40))), last)
 }
 
 // transport reports whether err is the server not answering (rather than
@@ -585,8 +591,9 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 					defer wg.Done()
 					// A copy that does not answer in time is marked stale
 					// like one that failed: a stopped server must not hold
-					// up fsync or close for long.
-					cctx, cancel := context.WithTimeout(ctx, timeout)
+					// up fsync or close for long. The only live copy is
+					// waited for as long as the call may take.
+					cctx, cancel := attemptCtxFor(ctx, timeout, len(live) == 1)
 					_, err := f.c.pool.Call(cctx, a, mk(k))
 					cancel()
 					if transport(err) {
