@@ -60,6 +60,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"fs", "ls", "--lng"}, []string{"corral fs ls: unknown flag: --lng", "did you mean --long?"}},
 		{[]string{"fs", "put", "a"}, []string{"corral fs put: accepts 2 arg(s), received 1", "usage: corral fs put LOCAL REMOTE"}},
 		{[]string{"fs", "layout", "set", "/d", "--stripe-count", "x", "--meta", "127.0.0.1:1", "--secret-file", "/nonexistent"}, []string{"corral fs layout set"}},
+		{[]string{"fs", "layout", "set", "/d", "--replicas", "6", "--meta", "127.0.0.1:1"}, []string{"--replicas: 6 out of range [1, 5]"}},
+		{[]string{"fs", "layout", "set", "/d", "--replicas", "0", "--meta", "127.0.0.1:1"}, []string{"--replicas: 0 out of range [1, 5]"}},
+		{[]string{"fs", "layout", "set", "/d", "--placement", "spread", "--meta", "127.0.0.1:1"}, []string{`--placement: "spread" is not striped or whole`}},
+		{[]string{"fs", "put", "--replicas", "9", "a", "/b", "--meta", "127.0.0.1:1"}, []string{"--replicas: 9 out of range [1, 5]"}},
+		{[]string{"fs", "servers", "lost", "x", "--meta", "127.0.0.1:1"}, []string{`invalid server ID "x"`}},
 		{[]string{"ctl", "servces"}, []string{"did you mean services?"}},
 		{[]string{"ctl", "weight", "www", "127.0.0.1:1", "abc"}, []string{`corral ctl weight: weight "abc": want 0..65535`}},
 		{[]string{"ctl", "add", "www", "127.0.0.1:1", "--weight", "-1"}, []string{"corral ctl add: --weight -1: want 0..65535"}},
@@ -275,11 +280,12 @@ func TestFSCommands(t *testing.T) {
 	fails("directories cannot be hard-linked", "ln", "/", "/rootlink")
 
 	// Layout policies.
+	const dflt = " replicas default (default) placement striped (default)\n"
 	ok("", "mkdir", "-p", "/www/old")
 	ok("", "layout", "set", "/www", "--stripe-size", "1M", "--stripe-count", "2")
 	ok("", "mkdir", "-p", "/www/new/deeper")
 	for _, d := range []string{"/www/old", "/www/new/deeper"} {
-		if got, want := ok("", "layout", "get", d), "stripe-size 1MiB (inherited from /www) stripe-count 2 (inherited from /www)\n"; got != want {
+		if got, want := ok("", "layout", "get", d), "stripe-size 1MiB (inherited from /www) stripe-count 2 (inherited from /www)"+dflt; got != want {
 			t.Errorf("layout get %s = %q, want %q", d, got, want)
 		}
 		ok("x", "put", "-", d+"/f")
@@ -287,10 +293,10 @@ func TestFSCommands(t *testing.T) {
 			t.Errorf("file in %s: %q", d, got)
 		}
 	}
-	if got, want := ok("", "layout", "set", "/www/new", "--stripe-count", "1"), "stripe-size 1MiB (inherited from /www) stripe-count 1 (set here)\n"; got != want {
+	if got, want := ok("", "layout", "set", "/www/new", "--stripe-count", "1"), "stripe-size 1MiB (inherited from /www) stripe-count 1 (set here)"+dflt; got != want {
 		t.Errorf("layout set /www/new = %q, want %q", got, want)
 	}
-	if got, want := ok("", "layout", "get", "/"), "stripe-size default (default) stripe-count all (default)\n"; got != want {
+	if got, want := ok("", "layout", "get", "/"), "stripe-size default (default) stripe-count all (default)"+dflt; got != want {
 		t.Errorf("layout get / = %q, want %q", got, want)
 	}
 	fails("stripe count 99, but the file system has 3 I/O servers", "layout", "set", "/www", "--stripe-count", "99")

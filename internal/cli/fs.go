@@ -120,28 +120,35 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 
 	var putSize, putCount string
 	var putForce bool
+	var putReplicas int
 	var putLayout stripeFlags
 	put := &cobra.Command{Use: "put LOCAL REMOTE", Short: "Copy a local file (- : standard input) into the file system", Args: cobra.ExactArgs(2),
 		Long: `Copy LOCAL into the file system as REMOTE (or into REMOTE when it is a
 directory); LOCAL - reads standard input. An existing REMOTE is replaced
 only with --force. The new file takes its directory's layout unless
---stripe-size or --stripe-count say otherwise (--stripe-count all: every
-usable I/O server). The copy is written under a temporary name next to
+--stripe-size, --stripe-count or --replicas say otherwise (--stripe-count
+all: every usable I/O server). The copy is written under a temporary name next to
 REMOTE and renamed over it once on disk, so REMOTE is either the old file
 or the whole new one; a put that fails leaves nothing behind.`,
 		Example: `  corral fs put index.html /www/example.org/
   corral fs put -f index.html /www/example.org/index.html     # replace it
   tar c site | corral fs put - /backup/site.tar
   corral fs put --stripe-count all big.iso /data/`,
-		PreRunE: func(cmd *cobra.Command, _ []string) error { return putLayout.parse(cmd, putSize, putCount, false) },
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("replicas") && (putReplicas < 1 || putReplicas > layout.MaxReplicas) {
+				return usageError{fmt.Errorf("--replicas: %d out of range [1, %d]", putReplicas, layout.MaxReplicas)}
+			}
+			return putLayout.parse(cmd, putSize, putCount, false)
+		},
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			var o client.CreateOpts
-			o.StripeSize, o.StripeCount = putLayout.size.v, putLayout.count.v
+			o.StripeSize, o.StripeCount, o.Replicas = putLayout.size.v, putLayout.count.v, uint32(putReplicas)
 			return putFile(ctx, cl, args[0], args[1], o, putForce)
 		})}
 	put.Flags().BoolVarP(&putForce, "force", "f", false, "replace REMOTE if it exists")
 	put.Flags().StringVar(&putSize, "stripe-size", "", "stripe size of the new file (e.g. 64K, 1M)")
 	put.Flags().StringVar(&putCount, "stripe-count", "", "number of I/O servers the new file spans, or all")
+	put.Flags().IntVar(&putReplicas, "replicas", 0, "copies of each stripe unit of the new file, 1-5")
 
 	get := &cobra.Command{Use: "get REMOTE LOCAL", Short: "Copy a file out of the file system (LOCAL - is stdout)",
 		Example: `  corral fs get /www/example.org/index.html .
@@ -216,9 +223,10 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
 		})}
 	ln.Flags().BoolVarP(&symbolic, "symbolic", "s", false, "make a symbolic link instead of a hard link")
 
-	servers := &cobra.Command{Use: "servers [replace ID]", Short: "List the I/O servers, their state and space",
+	servers := &cobra.Command{Use: "servers [replace ID | lost ID]", Short: "List the I/O servers, their state, space, load and heal progress",
 		Example: `  corral fs servers
-  corral fs servers replace 2`, Args: cobra.NoArgs,
+  corral fs servers replace 2
+  corral fs servers lost 2`, Args: cobra.NoArgs,
 		Long: `List the I/O servers the metadata server knows, with their state:
   up         heard from lately, free space above the reserve: gets new files
   full       up, but free space is below the reserve (corral meta --reserve)
@@ -226,21 +234,28 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
   lost       came back without its objects (empty or replaced disk): no new
              files, and reads of its data fail with EIO
   replacing  'servers replace' was run: the next empty disk at its address
-             takes it over`,
+             takes it over
+
+ZONE is the failure domain the iod gave (--zone; copies of one stripe unit
+go to distinct zones when there are enough), LOAD its current I/O per
+second. STALE is the bytes of replicas on it that missed writes and wait
+for heal, HEALED the bytes heal copied to it since the metadata leader
+started, and HEAL how far heal is: HEALED / (HEALED + STALE).`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			ss, err := cl.Servers(ctx)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tCAPACITY\tFREE\tLAST SEEN")
+			fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tSTATE\tCAPACITY\tFREE\tLOAD\tSTALE\tHEALED\tHEAL\tLAST SEEN")
 			for _, s := range ss {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, proto.StateName(s.State), human(int64(s.Capacity)), human(int64(s.Free)),
-					time.Since(time.Unix(0, s.Seen)).Round(time.Second))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s/s\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, orDash(s.Zone), proto.StateName(s.State),
+					human(int64(s.Capacity)), human(int64(s.Free)), human(int64(s.Load)<<10), human(int64(s.Stale)), human(int64(s.Healed)),
+					healProgress(s.Stale, s.Healed), time.Since(time.Unix(0, s.Seen)).Round(time.Second))
 			}
 			return tw.Flush()
 		})}
-	servers.AddCommand(replaceCmd(run))
+	servers.AddCommand(replaceCmd(run), lostCmd(run))
 
 	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), gcCmd(run), fsckCmd(run), secretCmd(&sf), metaAdminCmd(run))
 	return c
@@ -329,18 +344,21 @@ func parseCount(s string) (uint32, error) {
 }
 
 func layoutCmd(run func(func(context.Context, *client.Client, []string) error) func(*cobra.Command, []string) error) *cobra.Command {
-	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping policy",
-		Long: `A directory's striping policy says how files created below it are laid out:
-the stripe size and how many I/O servers each spans. A new file takes each
-of the two from the nearest directory, its own first, then up to /, that
-sets it; none: the metadata server's default size over every server. The
+	c := &cobra.Command{Use: "layout get|set PATH", Short: "Show or set a directory's striping and replica policy",
+		Long: `A directory's layout policy says how files created below it are laid out:
+the stripe size, how many I/O servers each spans, how many copies each
+stripe unit has (--replicas) and how files are placed (--placement). A new
+file takes each from the nearest directory, its own first, then up to /,
+that sets it; none: the metadata server's defaults (its stripe size over
+every server, its replica count, striped). The
 policy is looked up when the file is created, so setting one on /www
 applies to all of /www's subdirectories that set none of their own, old
 and new. An existing file's layout is fixed.`,
 		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
   corral fs layout get /www/example.org       # inherited from /www
   corral fs layout set /www/big --stripe-count all
-  corral fs layout set /www/big --stripe-count inherit`,
+  corral fs layout set /www/big --stripe-count inherit
+  corral fs layout set /www --replicas 2 --placement whole`,
 	}
 	get := &cobra.Command{Use: "get PATH", Short: "Show the layout of a file or the policy of a directory, and where it comes from", Args: cobra.ExactArgs(1),
 		Example: `  corral fs layout get /www
@@ -361,21 +379,43 @@ and new. An existing file's layout is fixed.`,
 			fmt.Println(src.String())
 			return nil
 		})}
-	var size, count string
+	var size, count, placement string
+	var replicas int
 	var lf stripeFlags
-	set := &cobra.Command{Use: "set DIR --stripe-size SIZE --stripe-count N", Short: "Set the layout new files below DIR take", Args: cobra.ExactArgs(1),
+	var place uint8
+	set := &cobra.Command{Use: "set DIR [--stripe-size SIZE] [--stripe-count N] [--replicas R] [--placement striped|whole]", Short: "Set the layout new files below DIR take", Args: cobra.ExactArgs(1),
 		Long: `Set the striping policy of directory DIR: files created below it afterwards,
 in subdirectories too unless they set their own, get this stripe size and
 span this many I/O servers. --stripe-count is 1 up to the number of I/O
 servers, or all (also 0): every usable server. "inherit" for either clears
-it here, so it comes from the directories above again. An existing file's
-layout is fixed; to restripe it, copy it.`,
+it here, so it comes from the directories above again. --replicas R (1-5)
+keeps R copies of each stripe unit on distinct servers (distinct zones when
+there are enough): the file stays readable and writable while R-1 of each
+unit's servers are down. --placement striped spreads each file's stripe
+units round-robin over its servers (PVFS); whole keeps each file whole on
+the least-loaded server(s) (CASTOR), its copies on others. Replicas and
+placement cannot be set back to inherit (the protocol's 0 means keep).
+An existing file's layout is fixed; to restripe it, copy it.`,
 		Example: `  corral fs layout set /www --stripe-size 1M --stripe-count 3
   corral fs layout set /www/small --stripe-count 1
-  corral fs layout set /www/small --stripe-count inherit`,
+  corral fs layout set /www/small --stripe-count inherit
+  corral fs layout set /www/db --replicas 3
+  corral fs layout set /archive --placement whole --replicas 2`,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			if size == "" && count == "" {
-				return usageError{errors.New("nothing to set: give --stripe-size and/or --stripe-count")}
+			if cmd.Flags().Changed("replicas") && (replicas < 1 || replicas > layout.MaxReplicas) {
+				return usageError{fmt.Errorf("--replicas: %d out of range [1, %d]", replicas, layout.MaxReplicas)}
+			}
+			if size == "" && count == "" && replicas == 0 && placement == "" {
+				return usageError{errors.New("nothing to set: give --stripe-size, --stripe-count, --replicas and/or --placement")}
+			}
+			switch placement {
+			case "":
+			case "striped":
+				place = proto.PlaceStriped
+			case "whole":
+				place = proto.PlaceWhole
+			default:
+				return usageError{fmt.Errorf("--placement: %q is not striped or whole", placement)}
 			}
 			return lf.parse(cmd, size, count, true)
 		},
@@ -394,7 +434,7 @@ layout is fixed; to restripe it, copy it.`,
 			if lf.count.set {
 				sc = lf.count.v
 			}
-			a, err = cl.SetLayout(ctx, a.Ino, ss, sc)
+			a, err = cl.SetLayoutPolicy(ctx, &proto.SetLayout{Ino: a.Ino, StripeSize: ss, StripeCount: sc, Replicas: uint32(replicas), Placement: place})
 			if err != nil {
 				return &fs.PathError{Op: "layout", Path: args[0], Err: err}
 			}
@@ -407,6 +447,8 @@ layout is fixed; to restripe it, copy it.`,
 		})}
 	set.Flags().StringVar(&size, "stripe-size", "", "stripe size (e.g. 64K, 1M), or inherit")
 	set.Flags().StringVar(&count, "stripe-count", "", "number of I/O servers per file, all, or inherit")
+	set.Flags().IntVar(&replicas, "replicas", 0, "copies of each stripe unit, 1-5")
+	set.Flags().StringVar(&placement, "placement", "", "striped (round-robin over servers) or whole (each file on the least-loaded server)")
 	c.AddCommand(get, set)
 	return c
 }
@@ -416,6 +458,9 @@ layout is fixed; to restripe it, copy it.`,
 type layoutPolicy struct {
 	size, count         uint32
 	sizeFrom, countFrom string
+	replicas            uint32
+	place               uint8
+	replFrom, placeFrom string
 	dir                 string
 }
 
@@ -430,7 +475,43 @@ func (p layoutPolicy) String() string {
 		return "inherited from " + at
 	}
 	size, count := layoutWords(p.size, p.count)
-	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom))
+	return fmt.Sprintf("stripe-size %s (%s) stripe-count %s (%s) replicas %s (%s) placement %s (%s)", size, from(p.sizeFrom), count, from(p.countFrom),
+		replicaWord(p.replicas), from(p.replFrom), placeWord(p.place), from(p.placeFrom))
+}
+
+// replicaWord says a replica count (0: the metadata server's default).
+func replicaWord(r uint32) string {
+	if r == 0 {
+		return "default"
+	}
+	return fmt.Sprint(r)
+}
+
+// placeWord says a placement policy as --placement takes it.
+func placeWord(p uint8) string {
+	if p == proto.PlaceWhole {
+		return "whole"
+	}
+	return "striped"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// healProgress is the share of a server's heal done: healed / (healed +
+// stale), "-" when there was none.
+func healProgress(stale, healed uint64) string {
+	if stale == 0 && healed == 0 {
+		return "-"
+	}
+	if stale == 0 {
+		return "done"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(healed)/float64(healed+stale))
 }
 
 // layoutWords says a stripe size and count as layout commands take them.
@@ -460,7 +541,13 @@ func layoutPolicySource(ctx context.Context, cl *client.Client, dir string, a pr
 		if p.count == 0 && a.StripeCount != 0 {
 			p.count, p.countFrom = a.StripeCount, name
 		}
-		if p.size != 0 && p.count != 0 || name == "/" {
+		if p.replicas == 0 && a.Replicas != 0 {
+			p.replicas, p.replFrom = a.Replicas, name
+		}
+		if p.place == proto.PlaceInherit && a.Placement != proto.PlaceInherit {
+			p.place, p.placeFrom = a.Placement, name
+		}
+		if p.size != 0 && p.count != 0 && p.replicas != 0 && p.place != proto.PlaceInherit || name == "/" {
 			break
 		}
 		walk += "/.."
@@ -478,6 +565,20 @@ func layoutText(a proto.Attr) string {
 	s := fmt.Sprintf("stripe-size %s stripe-count %s", size, count)
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		s += fmt.Sprintf(" servers %v", a.Servers)
+		if a.Replicas > 1 {
+			lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+			s += fmt.Sprintf(" replicas %d", a.Replicas)
+			if lay.Validate() == nil {
+				cols := make([]string, len(a.Servers))
+				for k := range cols {
+					cols[k] = fmt.Sprint(lay.Column(k))
+				}
+				s += " copies " + strings.Join(cols, " ")
+			}
+			if a.Stale > 0 {
+				s += fmt.Sprintf(" stale-records %d", a.Stale)
+			}
+		}
 	}
 	return s
 }
@@ -571,6 +672,11 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 			which = fmt.Sprintf("units %d, %d, ... every %d (%d units)", k, int64(k)+n, n, mine)
 		}
 		fmt.Printf("  stripe %d: server %d at %s, object %d bytes, %s\n", k, id, addr[id], lay.ObjectSize(k, int64(a.Size)), which)
+		if rl := (layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}); rl.Copies() > 1 && rl.Validate() == nil {
+			for c, cid := range rl.Column(k)[1:] {
+				fmt.Printf("    copy %d: server %d at %s\n", c+2, cid, addr[cid])
+			}
+		}
 	}
 	return nil
 }

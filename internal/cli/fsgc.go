@@ -39,6 +39,35 @@ created later, and parts of files written later, read normally.`,
 		})}
 }
 
+func lostCmd(run fsRunner) *cobra.Command {
+	return &cobra.Command{Use: "lost ID", Short: "Declare I/O server ID gone for good: its replicas are made again elsewhere",
+		Example: `  corral fs servers             # find the dead server
+  corral fs servers lost 2`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+				return err
+			}
+			if id, err := strconv.ParseUint(args[0], 10, 32); err != nil || id == 0 {
+				return usageError{fmt.Errorf("invalid server ID %q (see corral fs servers)", args[0])}
+			}
+			return nil
+		},
+		Long: `Declare I/O server ID lost for good (a dead machine that will not come back).
+The metadata server moves every replica ID held to another server (another
+zone when there is one) and heal copies them there from the current copies;
+corral fs servers shows the progress (STALE, HEALED, HEAL). Files with a
+single copy on ID lose those stripe units: reading them fails with EIO.`,
+		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
+			id, _ := strconv.ParseUint(args[0], 10, 32) // checked by Args
+			s, err := cl.LoseServer(ctx, uint32(id))
+			if err != nil {
+				return fmt.Errorf("server %d: %w", id, err)
+			}
+			fmt.Printf("server %d at %s is lost: its replicas are being made again elsewhere (%s to heal; see corral fs servers)\n", id, s.Addr, human(int64(s.Stale)))
+			return nil
+		})}
+}
+
 func gcCmd(run fsRunner) *cobra.Command {
 	var apply bool
 	var grace time.Duration

@@ -32,10 +32,12 @@ type Client struct {
 
 	mu      sync.Mutex
 	servers map[uint32]string
-	open    map[uint64]*wstate // inodes with open Files: their shared write state
-	credErr error              // why $CORRAL_SECRET_FILE could not be used
-	lost    map[uint32]bool    // servers meta last called lost or replacing
-	cache   *mcache            // metadata cache (WithCache), nil without
+	open    map[uint64]*wstate  // inodes with open Files: their shared write state
+	credErr error               // why $CORRAL_SECRET_FILE could not be used
+	lost    map[uint32]bool     // servers meta last called lost or replacing
+	cache   *mcache             // metadata cache (WithCache), nil without
+	down    map[uint32]downRec  // servers that failed lately: skipped until then (replica.go)
+	busy    map[string]inflight // this client's requests in flight per server (replicated files)
 }
 
 // New returns a client of the metadata service whose members' addresses
@@ -228,12 +230,13 @@ type CreateOpts struct {
 	Excl        bool
 	StripeSize  uint32 // 0: the directory's policy
 	StripeCount uint32 // 0: the directory's policy
+	Replicas    uint32 // copies of each stripe unit; 0: the directory's policy
 }
 
 // Create makes (or, without Excl, opens) a regular file; created says which.
 func (c *Client) Create(ctx context.Context, parent uint64, name string, mode uint32, o CreateOpts) (a proto.Attr, created bool, err error) {
 	r, err := c.mutate(ctx, &proto.Create{Parent: parent, Name: name, Mode: mode, Uid: c.Uid, Gid: c.Gid,
-		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount})
+		Excl: o.Excl, StripeSize: o.StripeSize, StripeCount: o.StripeCount, Replicas: o.Replicas})
 	if err != nil {
 		return a, false, err
 	}
@@ -320,6 +323,29 @@ func (c *Client) readdir(ctx context.Context, ino uint64) ([]proto.Entry, error)
 
 func (c *Client) SetLayout(ctx context.Context, ino uint64, stripeSize, stripeCount uint32) (proto.Attr, error) {
 	return c.attr(ctx, &proto.SetLayout{Ino: ino, StripeSize: stripeSize, StripeCount: stripeCount})
+}
+
+// SetLayoutPolicy sets directory m.Ino's layout policy: stripe size and
+// count as SetLayout, and (0: keep) its replicas and placement.
+func (c *Client) SetLayoutPolicy(ctx context.Context, m *proto.SetLayout) (proto.Attr, error) {
+	return c.attr(ctx, m)
+}
+
+// LoseServer declares I/O server id lost for good: meta makes its replicas
+// again on other servers. It returns the server's entry.
+func (c *Client) LoseServer(ctx context.Context, id uint32) (proto.ServerInfo, error) {
+	r, err := c.mutate(ctx, &proto.LoseServer{ID: id})
+	if err != nil {
+		return proto.ServerInfo{}, err
+	}
+	sr, ok := r.(*proto.ServersReply)
+	if !ok || len(sr.Servers) != 1 {
+		return proto.ServerInfo{}, unexpected(c.meta, r)
+	}
+	c.mu.Lock()
+	c.lost[id] = true
+	c.mu.Unlock()
+	return sr.Servers[0], nil
 }
 
 func (c *Client) Statfs(ctx context.Context) (*proto.StatfsReply, error) {

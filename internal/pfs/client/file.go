@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,14 @@ type wstate struct {
 	werr     error
 	gen      uint64 // bumped by every write and truncate: read-ahead older than it is stale
 	ctime    int64  // the newest change time meta has told us: older attributes are stale
+
+	// Replicated files only (replica.go): where the copies live, the
+	// object range of each column written since the last sync, and the
+	// stale records known (guarded by smu: reads do not hold mu).
+	rep   atomic.Pointer[copies]
+	dirt  []extent
+	smu   sync.Mutex
+	stale []proto.StaleRec
 }
 
 // span is one write request, from the moment it leaves the coalescing
@@ -83,7 +92,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		}
 		return nil, fmt.Errorf("inode %d: not a regular file", a.Ino)
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers}
+	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
 	if err := lay.Validate(); err != nil {
 		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
 	}
@@ -102,14 +111,45 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 			st.size, st.metaSize, st.ctime = int64(a.Size), int64(a.Size), a.Ctime
 		}
 		st.mu.Unlock()
+		if st.replicated() {
+			// Reopen: where meta says the copies are now, and which are
+			// stale.
+			if !sameCopies(st.rep.Load(), a) {
+				if err := st.refresh(ctx); err != nil {
+					c.release(st)
+					return nil, err
+				}
+			}
+			if err := st.staleFromAttr(ctx, a); err != nil {
+				c.release(st)
+				return nil, err
+			}
+		}
 		return newFile(st), nil
 	}
-	addrs, err := c.addrs(ctx, a.Servers)
-	if err != nil {
-		return nil, err
+	st = &wstate{c: c, ino: a.Ino, lay: lay, size: int64(a.Size), metaSize: int64(a.Size),
+		ctime: a.Ctime, touched: make([]bool, len(a.Servers)), refs: 1}
+	if lay.Copies() == 1 {
+		addrs, err := c.addrs(ctx, a.Servers)
+		if err != nil {
+			return nil, err
+		}
+		st.addrs = addrs
+	} else {
+		cp, err := c.buildCopies(ctx, lay)
+		if err != nil {
+			return nil, err
+		}
+		st.rep.Store(cp)
+		st.addrs = make([]string, len(cp.addrs))
+		for k := range cp.addrs {
+			st.addrs[k] = cp.addrs[k][0]
+		}
+		st.dirt = make([]extent, len(a.Servers))
+		if err := st.staleFromAttr(ctx, a); err != nil {
+			return nil, err
+		}
 	}
-	st = &wstate{c: c, ino: a.Ino, lay: lay, addrs: addrs, size: int64(a.Size), metaSize: int64(a.Size),
-		ctime: a.Ctime, touched: make([]bool, len(addrs)), refs: 1}
 	st.cond = sync.NewCond(&st.mu)
 	c.mu.Lock()
 	if cur := c.open[a.Ino]; cur != nil {
@@ -121,6 +161,28 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	}
 	c.mu.Unlock()
 	return newFile(st), nil
+}
+
+// staleFromAttr loads the stale records when a says there are any, and
+// forgets them when it says there are none.
+func (st *wstate) staleFromAttr(ctx context.Context, a proto.Attr) error {
+	if a.Stale > 0 {
+		return st.loadStale(ctx)
+	}
+	st.smu.Lock()
+	st.stale = nil
+	st.smu.Unlock()
+	return nil
+}
+
+// release drops one reference to st (an open that failed).
+func (c *Client) release(st *wstate) {
+	c.mu.Lock()
+	st.refs--
+	if st.refs == 0 && c.open[st.ino] == st {
+		delete(c.open, st.ino)
+	}
+	c.mu.Unlock()
 }
 
 func newFile(st *wstate) *File {
@@ -216,6 +278,9 @@ func (f *wstate) flushPend() {
 	f.pend = nil
 	k, objOff := f.lay.Locate(off)
 	f.touched[k] = true
+	if f.dirt != nil {
+		f.dirt[k] = f.dirt[k].union(objOff, objOff+int64(len(data)))
+	}
 	sp := &span{off, off + int64(len(data))}
 	f.inflight = append(f.inflight, sp)
 	f.flying += int64(len(data))
@@ -241,9 +306,17 @@ func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
 		f.cond.Wait()
 	}
 	f.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
-	_, err := f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data})
-	cancel()
+	var err error
+	if f.replicated() {
+		err = f.sendRepl(k, objOff, data)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
+		_, err = f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data})
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("write to %s: %w", f.addrs[k], err)
+		}
+	}
 	f.mu.Lock()
 	for i, s := range f.inflight {
 		if s == sp {
@@ -253,7 +326,7 @@ func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
 	}
 	f.flying -= int64(len(data))
 	if err != nil && f.werr == nil {
-		f.werr = fmt.Errorf("write to %s: %w", f.addrs[k], err)
+		f.werr = err
 	}
 	f.cond.Broadcast()
 	f.mu.Unlock()
@@ -338,6 +411,16 @@ func (f *File) readDirect(p []byte, off int64) error {
 }
 
 func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
+	if f.replicated() {
+		for done := int64(0); done < ch.Len; {
+			n := min(ch.Len-done, maxReq)
+			if err := f.readRepl(dst[done:done+n], ch.Server, ch.ObjOff+done); err != nil {
+				return err
+			}
+			done += n
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
 	defer cancel()
 	for done := int64(0); done < ch.Len; {
@@ -372,20 +455,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 		return err
 	}
 	f.gen++
-	errs := make([]error, len(f.addrs))
-	var wg sync.WaitGroup
-	for k, a := range f.addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := f.c.pool.Call(ctx, a, &proto.Truncate{Handle: f.ino, Index: uint32(k), Size: uint64(f.lay.ObjectSize(k, size))})
-			if err != nil {
-				errs[k] = fmt.Errorf("truncate on %s: %w", a, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := f.truncObjects(ctx, size); err != nil {
 		return err
 	}
 	a, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)})
@@ -396,21 +466,61 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	// The objects' new sizes become durable with the next fsync or close.
 	for k := range f.touched {
 		f.touched[k] = true
+		if f.dirt != nil {
+			f.dirt[k] = f.dirt[k].union(f.lay.ObjectSize(k, size), math.MaxInt64)
+		}
 	}
 	f.dirty = true
 	return nil
 }
 
-// Sync makes every write durable on the I/O servers, then records the size
-// and modification time with the metadata server.
-func (f *File) Sync(ctx context.Context) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.drain(); err != nil {
-		return err
+// truncObjects cuts or extends each object to its size for a file of size
+// size; on every copy of a replicated file (a copy that fails is stale from
+// the new size to its end). Called with f.mu held.
+func (f *File) truncObjects(ctx context.Context, size int64) error {
+	mk := func(k int) proto.Msg {
+		return &proto.Truncate{Handle: f.ino, Index: uint32(k), Size: uint64(f.lay.ObjectSize(k, size))}
 	}
-	if !f.dirty {
-		return nil
+	if f.replicated() {
+		return f.toCopies(ctx, "truncate", allCols(len(f.addrs)), mk,
+			func(k int) extent { return extent{f.lay.ObjectSize(k, size), math.MaxInt64} })
+	}
+	errs := make([]error, len(f.addrs))
+	var wg sync.WaitGroup
+	for k, a := range f.addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.c.pool.Call(ctx, a, mk(k)); err != nil {
+				errs[k] = fmt.Errorf("truncate on %s: %w", a, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func allCols(n int) []int {
+	out := make([]int, n)
+	for k := range out {
+		out[k] = k
+	}
+	return out
+}
+
+// syncObjects makes the touched objects durable: on every copy of a
+// replicated file, where a copy that fails is stale over what was written
+// to its column since the last sync. Called with f.mu held.
+func (f *File) syncObjects(ctx context.Context) error {
+	if f.replicated() {
+		var cols []int
+		for k, t := range f.touched {
+			if t {
+				cols = append(cols, k)
+			}
+		}
+		return f.toCopies(ctx, "sync", cols, func(k int) proto.Msg { return &proto.Sync{Handle: f.ino, Index: uint32(k)} },
+			func(k int) extent { return f.dirt[k] })
 	}
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup
@@ -427,7 +537,21 @@ func (f *File) Sync(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	return errors.Join(errs...)
+}
+
+// Sync makes every write durable on the I/O servers, then records the size
+// and modification time with the metadata server.
+func (f *File) Sync(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.drain(); err != nil {
+		return err
+	}
+	if !f.dirty {
+		return nil
+	}
+	if err := f.syncObjects(ctx); err != nil {
 		return err
 	}
 	m := &proto.SetAttr{Ino: f.ino, Mask: proto.SetMtime, Mtime: time.Now().UnixNano()}
@@ -440,6 +564,7 @@ func (f *File) Sync(ctx context.Context) error {
 		return err
 	}
 	clear(f.touched)
+	clear(f.dirt)
 	f.dirty = false
 	f.metaSize, f.ctime = int64(a.Size), a.Ctime
 	f.size = max(f.size, f.metaSize)

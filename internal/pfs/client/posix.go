@@ -134,18 +134,35 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 // range per object: from its size for a file of size off to its size for a
 // file of size off+n. Called with f.mu held.
 func (f *File) objects(ctx context.Context, off, n int64, mk func(handle uint64, index uint32, off, n uint64) proto.Msg) error {
-	errs := make([]error, len(f.addrs))
-	var wg sync.WaitGroup
-	for k, a := range f.addrs {
+	var cols []int
+	for k := range f.addrs {
 		lo, hi := f.lay.ObjectSize(k, off), f.lay.ObjectSize(k, off+n)
 		if hi <= lo {
 			continue
 		}
 		f.touched[k] = true
+		if f.dirt != nil {
+			f.dirt[k] = f.dirt[k].union(lo, hi)
+		}
+		cols = append(cols, k)
+	}
+	msg := func(k int) proto.Msg {
+		lo, hi := f.lay.ObjectSize(k, off), f.lay.ObjectSize(k, off+n)
+		return mk(f.ino, uint32(k), uint64(lo), uint64(hi-lo))
+	}
+	if f.replicated() {
+		// Every copy; one that fails is stale over the range.
+		return f.toCopies(ctx, "allocate", cols, msg,
+			func(k int) extent { return extent{f.lay.ObjectSize(k, off), f.lay.ObjectSize(k, off+n)} })
+	}
+	errs := make([]error, len(f.addrs))
+	var wg sync.WaitGroup
+	for _, k := range cols {
+		a := f.addrs[k]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := mk(f.ino, uint32(k), uint64(lo), uint64(hi-lo))
+			req := msg(k)
 			if _, err := f.c.pool.Call(ctx, a, req); err != nil {
 				errs[k] = fmt.Errorf("%T on %s: %w", req, a, err)
 			}

@@ -1,0 +1,653 @@
+package client
+
+// Replicated files (docs/fs.md, "Replicas: what the client does"). A file
+// with R > 1 copies of each stripe unit writes through the column's head
+// (ReplWrite, primary-backup), tells meta which copies missed a write
+// before acknowledging it (MarkStale), and reads from any copy meta does
+// not call stale. Files with one copy never come here.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/layout"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+)
+
+// DownFor is how long a server that failed a request is skipped as a
+// write's head and read last: long enough that a burst of writes after a
+// crash does not wait for it once each, short enough that a restarted
+// server is used again soon.
+const DownFor = 5 * time.Second
+
+// maxDown caps the skip period of a server that keeps failing: each time it
+// fails again right after being tried again, the period doubles, so a
+// stopped server costs a write's timeout once a minute at most, not every
+// DownFor.
+const maxDown = time.Minute
+
+// downRec is what the client remembers of a server that failed.
+type downRec struct {
+	until  time.Time
+	period time.Duration
+}
+
+var now = time.Now // tests move the clock
+
+// maxLayoutTries bounds the resends of one operation after meta answered
+// ESTALE (the layout changed under it).
+const maxLayoutTries = 4
+
+// ForwardTimeout bounds one replica's part of an n-byte request: 2 s plus
+// the time to move n bytes at 8 MiB/s. Heads use it for each forward.
+func ForwardTimeout(n int) time.Duration {
+	return 2*time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
+}
+
+// headTimeout bounds a request to a head: its own part, then its
+// forwards' timeout, so a hung forward is reported by the head, not blamed
+// on it.
+func headTimeout(n int) time.Duration {
+	return ForwardTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
+}
+
+// copies is where each column of a replicated file lives, as last read
+// from meta. It is replaced whole (never changed) when the layout changes.
+type copies struct {
+	ids   [][]uint32 // ids[k]: column k's servers, first copy first
+	addrs [][]string // their addresses; "" for a server meta calls lost
+}
+
+// extent is an object range; hi == math.MaxInt64 means to the end.
+type extent struct{ lo, hi int64 }
+
+func (x extent) empty() bool { return x.hi <= x.lo }
+
+func (x extent) union(lo, hi int64) extent {
+	if x.empty() {
+		return extent{lo, hi}
+	}
+	return extent{min(x.lo, lo), max(x.hi, hi)}
+}
+
+// offLen is x as MarkStale takes it (Len 0: to the end).
+func (x extent) offLen() (uint64, uint64) {
+	if x.hi == math.MaxInt64 {
+		return uint64(x.lo), 0
+	}
+	return uint64(x.lo), uint64(x.hi - x.lo)
+}
+
+// replicated reports whether the file has more than one copy.
+func (f *wstate) replicated() bool { return f.lay.Copies() > 1 }
+
+// Replicas is where each column's copies live, server IDs first copy
+// first, as this handle last learnt them (nil for a file with one copy).
+func (f *File) Replicas() [][]uint32 {
+	if cp := f.rep.Load(); cp != nil {
+		return cp.ids
+	}
+	return nil
+}
+
+// buildCopies resolves every copy's address. A lost server gets "": it is
+// skipped (its copies are stale until meta re-homes them).
+func (c *Client) buildCopies(ctx context.Context, lay layout.Layout) (*copies, error) {
+	for try := 0; ; try++ {
+		cp := &copies{ids: make([][]uint32, len(lay.Servers)), addrs: make([][]string, len(lay.Servers))}
+		missing, have := uint32(0), false
+		c.mu.Lock()
+		for k := range lay.Servers {
+			cp.ids[k] = lay.Column(k)
+			cp.addrs[k] = make([]string, len(cp.ids[k]))
+			for i, id := range cp.ids[k] {
+				if c.lost[id] {
+					continue
+				}
+				a, ok := c.servers[id]
+				if !ok {
+					missing, have = id, true
+				}
+				cp.addrs[k][i] = a
+			}
+		}
+		c.mu.Unlock()
+		if !have {
+			return cp, nil
+		}
+		if try > 0 {
+			return nil, fmt.Errorf("I/O server %d is not known to the metadata server %s", missing, c.meta)
+		}
+		if _, err := c.Servers(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sameCopies reports whether a's copies are where cp says.
+func sameCopies(cp *copies, a proto.Attr) bool {
+	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	if lay.Validate() != nil || len(a.Servers) != len(cp.ids) {
+		return false
+	}
+	for k := range cp.ids {
+		if !slices.Equal(lay.Column(k), cp.ids[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// markDown remembers that server id failed: skipped for DownFor.
+func (c *Client) markDown(id uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down == nil {
+		c.down = map[uint32]downRec{}
+	}
+	t := now()
+	r, ok := c.down[id]
+	switch {
+	case ok && t.Before(r.until):
+		// More failures of one outage (requests sent before it was
+		// known): the period stands.
+		return
+	case ok && t.Before(r.until.Add(r.period)):
+		r.period = min(2*r.period, maxDown) // tried again and failed again
+	default:
+		r.period = DownFor
+	}
+	r.until = t.Add(r.period)
+	c.down[id] = r
+}
+
+// isDown reports whether server id failed within DownFor. Called with c.mu
+// held.
+func (c *Client) isDown(id uint32) bool {
+	r, ok := c.down[id]
+	if ok && now().After(r.until.Add(r.period)) {
+		delete(c.down, id) // healthy long enough: start afresh next time
+		return false
+	}
+	return ok && now().Before(r.until)
+}
+
+// Down reports whether the client skips server id (it failed lately).
+func (c *Client) Down(id uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.isDown(id)
+}
+
+// inflight is this client's load on one server: requests and bytes.
+type inflight struct {
+	reqs  int
+	bytes int64
+}
+
+// busyAdd counts a request of n bytes to addr (d = 1) or its end (d = -1),
+// and returns the bytes in flight to addr with it: a request's timeout
+// grows with the queue ahead of it on this client's link, so a busy but
+// healthy server is not taken for a dead one.
+func (c *Client) busyAdd(addr string, n int, d int) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy == nil {
+		c.busy = map[string]inflight{}
+	}
+	l := c.busy[addr]
+	l.reqs += d
+	l.bytes += int64(d * n)
+	if l.reqs <= 0 {
+		delete(c.busy, addr)
+		return 0
+	}
+	c.busy[addr] = l
+	return l.bytes
+}
+
+// attemptCtxFor is ctx bounded by d, or not bounded further for the last
+// copy there is to try.
+func attemptCtxFor(ctx context.Context, d time.Duration, last bool) (context.Context, context.CancelFunc) {
+	if last {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// attemptCtx bounds one attempt at a replica: its bytes plus the queue
+// ahead of it at the head's pace (headTimeout), or, for the last copy there
+// is to try, the whole operation's ctx (no other copy could do better).
+func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, context.CancelFunc) {
+	return attemptCtxFor(ctx, headTimeout(int(min(queued, 1<<40))), last)
+}
+
+// transport reports whether err is the server not answering (rather than
+// its answer): only that marks it down.
+func transport(err error) bool {
+	var re *proto.RemoteError
+	return err != nil && !errors.As(err, &re)
+}
+
+func isErrno(err error, no syscall.Errno) bool {
+	var re *proto.RemoteError
+	return errors.As(err, &re) && re.Errno == no
+}
+
+// refresh re-reads the file's attributes (the layout changed: meta said
+// ESTALE) and rebuilds where its copies live. Stripe size and count never
+// change under an open file; only which servers hold the copies.
+func (f *wstate) refresh(ctx context.Context) error {
+	a, err := f.c.attr(ctx, &proto.GetAttr{Ino: f.ino})
+	if err != nil {
+		return fmt.Errorf("inode %d: re-reading the layout: %w", f.ino, err)
+	}
+	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	if err := lay.Validate(); err != nil {
+		return fmt.Errorf("inode %d: bad layout from metadata server: %v", f.ino, err)
+	}
+	if lay.StripeSize != f.lay.StripeSize || len(lay.Servers) != len(f.lay.Servers) || lay.Copies() != f.lay.Copies() {
+		return fmt.Errorf("inode %d: layout changed shape while open (stripe %d x %d, %d copies, now %d x %d, %d copies)",
+			f.ino, f.lay.StripeSize, len(f.lay.Servers), f.lay.Copies(), lay.StripeSize, len(lay.Servers), lay.Copies())
+	}
+	cp, err := f.c.buildCopies(ctx, lay)
+	if err != nil {
+		return err
+	}
+	f.rep.Store(cp)
+	if a.Stale > 0 {
+		return f.loadStale(ctx)
+	}
+	f.smu.Lock()
+	f.stale = nil
+	f.smu.Unlock()
+	return nil
+}
+
+// loadStale fetches the file's stale records from meta.
+func (f *wstate) loadStale(ctx context.Context) error {
+	r, err := f.c.call(ctx, &proto.GetStale{Ino: f.ino})
+	if err != nil {
+		return fmt.Errorf("inode %d: stale records: %w", f.ino, err)
+	}
+	sr, ok := r.(*proto.StaleReply)
+	if !ok {
+		return unexpected(f.c.meta, r)
+	}
+	f.smu.Lock()
+	f.stale = sr.Recs
+	f.smu.Unlock()
+	return nil
+}
+
+// current reports whether server id's copy of column k is current over
+// [off, off+n) as far as this client knows.
+func (f *wstate) current(k int, id uint32, off, n int64) bool {
+	f.smu.Lock()
+	defer f.smu.Unlock()
+	for _, r := range f.stale {
+		if int(r.Index) != k || r.Server != id {
+			continue
+		}
+		end := int64(math.MaxInt64)
+		if r.Len != 0 {
+			end = int64(r.Off + r.Len)
+		}
+		if int64(r.Off) < off+n && off < end {
+			return false
+		}
+	}
+	return true
+}
+
+// markStale tells meta that servers of column k missed [x) and, once it
+// has recorded it, remembers that here too (reads then avoid them). ESTALE
+// comes back as is: the caller re-reads the layout and redoes its work.
+func (f *wstate) markStale(ctx context.Context, cp *copies, k int, servers []uint32, x extent) error {
+	off, n := x.offLen()
+	_, err := f.c.call(ctx, &proto.MarkStale{Ino: f.ino, Index: uint32(k), Column: cp.ids[k], Servers: servers, Off: off, Len: n})
+	if err != nil {
+		return fmt.Errorf("inode %d column %d: marking servers %v stale: %w", f.ino, k, servers, err)
+	}
+	f.smu.Lock()
+	for _, id := range servers {
+		f.stale = addStale(f.stale, proto.StaleRec{Index: uint32(k), Server: id, Off: off, Len: n})
+	}
+	f.smu.Unlock()
+	return nil
+}
+
+// addStale adds r to recs, merged into a record of the same copy it
+// overlaps or touches: a long outage under sequential writes stays a few
+// records, not one per write (reads scan them).
+func addStale(recs []proto.StaleRec, r proto.StaleRec) []proto.StaleRec {
+	end := func(x proto.StaleRec) uint64 {
+		if x.Len == 0 {
+			return math.MaxUint64
+		}
+		return x.Off + x.Len
+	}
+	for i := range recs {
+		x := &recs[i]
+		if x.Index != r.Index || x.Server != r.Server || x.Off > end(r) || r.Off > end(*x) {
+			continue
+		}
+		e := max(end(*x), end(r))
+		x.Off = min(x.Off, r.Off)
+		x.Len = 0
+		if e != math.MaxUint64 {
+			x.Len = e - x.Off
+		}
+		return recs
+	}
+	return append(recs, r)
+}
+
+// sendRepl writes data at objOff of column k: ReplWrite to the first copy
+// not known to be down, forwarding to the others; the copies that missed it
+// are marked stale before it counts as written. A failed head is marked
+// stale too and the next copy becomes head. Called by send, after every
+// older overlapping write was acknowledged.
+func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
+	defer cancel()
+	var errs []error
+	for try := 0; try < maxLayoutTries; try++ {
+		cp := f.rep.Load()
+		col, addrs := cp.ids[k], cp.addrs[k]
+		// Heads in order: copies not known down, then the down ones (they
+		// may be back); lost copies never.
+		var live, down []int
+		f.c.mu.Lock()
+		for i, id := range col {
+			switch {
+			case addrs[i] == "":
+			case f.c.isDown(id):
+				down = append(down, i)
+			default:
+				live = append(live, i)
+			}
+		}
+		f.c.mu.Unlock()
+		applied := map[uint32]bool{}
+		failed := map[int]bool{}
+		var headErr error
+		estale := false
+		heads := append(live, down...)
+		for hi, h := range heads {
+			var fwd []proto.Peer
+			for _, i := range live {
+				if i != h && !failed[i] {
+					fwd = append(fwd, proto.Peer{ID: col[i], Addr: addrs[i]})
+				}
+			}
+			queued := f.c.busyAdd(addrs[h], len(data), 1)
+			hctx, hcancel := attemptCtx(ctx, queued, hi == len(heads)-1)
+			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data})
+			hcancel()
+			f.c.busyAdd(addrs[h], len(data), -1)
+			if err == nil {
+				rr, ok := r.(*proto.ReplReply)
+				if !ok {
+					err = unexpected(addrs[h], r)
+				} else {
+					applied[col[h]] = true
+					bad := map[uint32]bool{}
+					for _, id := range rr.Failed {
+						bad[id] = true
+						f.c.markDown(id) // later writes skip it at once
+					}
+					for _, p := range fwd {
+						if !bad[p.ID] {
+							applied[p.ID] = true
+						}
+					}
+					headErr = nil
+					break
+				}
+			}
+			if isErrno(err, syscall.ESTALE) {
+				estale = true
+				break
+			}
+			failed[h] = true
+			headErr = fmt.Errorf("write to server %d at %s (column %d): %w", col[h], addrs[h], k, err)
+			errs = append(errs, headErr)
+			if transport(err) {
+				f.c.markDown(col[h])
+			}
+		}
+		if !estale {
+			if len(applied) == 0 {
+				if len(errs) == 0 {
+					return fmt.Errorf("inode %d column %d: no copy has a known server", f.ino, k)
+				}
+				return errors.Join(errs...) // no copy took it: the write error
+			}
+			var missed []uint32
+			for _, id := range col {
+				if !applied[id] {
+					missed = append(missed, id)
+				}
+			}
+			if len(missed) == 0 {
+				return nil
+			}
+			err := f.markStale(ctx, cp, k, missed, extent{objOff, objOff + int64(len(data))})
+			if err == nil {
+				return nil
+			}
+			if !isErrno(err, syscall.ESTALE) {
+				return err
+			}
+		}
+		// The layout changed: write again where it says now.
+		if err := f.refresh(ctx); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("inode %d column %d: layout kept changing over %d tries", f.ino, k, maxLayoutTries)
+}
+
+// readRepl reads dst at objOff of column k from a current copy, moving to
+// another on error, timeout or a checksum mismatch (EBADMSG, which also
+// marks that range of that copy stale so heal repairs it). It fails only
+// when no current copy answers.
+func (f *File) readRepl(dst []byte, k int, objOff int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
+	defer cancel()
+	tried := map[uint32]bool{}
+	var errs []error
+	for range 2 * layout.MaxReplicas {
+		cp := f.rep.Load()
+		i := f.pick(cp, k, objOff, int64(len(dst)), tried)
+		if i < 0 {
+			break
+		}
+		id, addr := cp.ids[k][i], cp.addrs[k][i]
+		tried[id] = true
+		last := f.pick(cp, k, objOff, int64(len(dst)), tried) < 0
+		queued := f.c.busyAdd(addr, len(dst), 1)
+		rctx, rcancel := attemptCtx(ctx, queued, last)
+		r, err := f.c.pool.CallInto(rctx, addr, &proto.Read{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Len: uint32(len(dst))}, dst)
+		rcancel()
+		f.c.busyAdd(addr, len(dst), -1)
+		if err == nil {
+			dr, ok := r.(*proto.DataReply)
+			if ok {
+				got := len(dr.Data)
+				if got > 0 && &dr.Data[0] != &dst[0] {
+					got = copy(dst, dr.Data)
+				}
+				clear(dst[got:]) // past the object's end: a hole
+				return nil
+			}
+			err = unexpected(addr, r)
+		}
+		errs = append(errs, fmt.Errorf("read from server %d at %s: %w", id, addr, err))
+		if transport(err) {
+			f.c.markDown(id)
+		}
+		if isErrno(err, syscall.EBADMSG) {
+			// Bad bytes on disk: make heal repair them. An error here only
+			// costs the repair, not the read.
+			if merr := f.markStale(ctx, cp, k, []uint32{id}, extent{objOff, objOff + int64(len(dst))}); isErrno(merr, syscall.ESTALE) {
+				f.refresh(ctx)
+			}
+		}
+		// Others may have found copies stale meanwhile.
+		f.loadStale(ctx)
+	}
+	if len(errs) == 0 {
+		return proto.Errorf(syscall.EIO, fmt.Sprintf("inode %d column %d: no current copy of object range [%d, %d)", f.ino, k, objOff, objOff+int64(len(dst))))
+	}
+	return fmt.Errorf("inode %d column %d: no current copy answered: %w", f.ino, k, errors.Join(errs...))
+}
+
+// pick chooses the copy of column k to read [off, off+n) from: current,
+// not tried, not lost; servers not known down before down ones; then the
+// least requests in flight from this client, ties at random. -1: none.
+func (f *wstate) pick(cp *copies, k int, off, n int64, tried map[uint32]bool) int {
+	var cand []int
+	for i, id := range cp.ids[k] {
+		if cp.addrs[k][i] != "" && !tried[id] && f.current(k, id, off, n) {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) == 0 {
+		return -1
+	}
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	best, bestDown, bestLoad, ties := -1, false, 0, 0
+	for _, i := range cand {
+		d, l := f.c.isDown(cp.ids[k][i]), f.c.busy[cp.addrs[k][i]].reqs
+		better := best < 0 || (!d && bestDown) || (d == bestDown && l < bestLoad)
+		if better {
+			best, bestDown, bestLoad, ties = i, d, l, 1
+			continue
+		}
+		if d == bestDown && l == bestLoad {
+			ties++
+			if rand.IntN(ties) == 0 { // reservoir: each tie equally likely
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// toCopies sends mk(k, server) to every copy of each column in cols, all at
+// once. A copy that fails it is marked stale over span(k); the result is an
+// error only when no copy of a column took it or meta could not record the
+// stale copies. Called with f.mu held (Sync, Truncate, Allocate).
+func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(k int) proto.Msg, span func(k int) extent) error {
+	for try := 0; try < maxLayoutTries; try++ {
+		cp := f.rep.Load()
+		type res struct {
+			k, i int
+			err  error
+		}
+		var mu sync.Mutex
+		var out []res
+		var wg sync.WaitGroup
+		for _, k := range cols {
+			// Copies known down are not waited for: they missed it. When
+			// every copy is down, all are asked (they may be back).
+			var live, all []int
+			f.c.mu.Lock()
+			for i, a := range cp.addrs[k] {
+				if a == "" {
+					continue
+				}
+				all = append(all, i)
+				if !f.c.isDown(cp.ids[k][i]) {
+					live = append(live, i)
+				}
+			}
+			f.c.mu.Unlock()
+			if len(live) == 0 {
+				live = all
+			}
+			_, n := span(k).offLen()
+			timeout := ForwardTimeout(int(min(n, 1<<30)))
+			for _, i := range all {
+				if !slices.Contains(live, i) {
+					mu.Lock()
+					out = append(out, res{k, i, fmt.Errorf("%w: server %d failed lately", proto.ErrUnavailable, cp.ids[k][i])})
+					mu.Unlock()
+					continue
+				}
+				a := cp.addrs[k][i]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// A copy that does not answer in time is marked stale
+					// like one that failed: a stopped server must not hold
+					// up fsync or close for long. The only live copy is
+					// waited for as long as the call may take.
+					cctx, cancel := attemptCtxFor(ctx, timeout, len(live) == 1)
+					_, err := f.c.pool.Call(cctx, a, mk(k))
+					cancel()
+					if transport(err) {
+						f.c.markDown(cp.ids[k][i])
+					}
+					mu.Lock()
+					out = append(out, res{k, i, err})
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+		var errs []error
+		var again []int
+		for _, k := range cols {
+			var ok bool
+			var missed []uint32
+			var why []error
+			for _, r := range out {
+				if r.k != k {
+					continue
+				}
+				if r.err == nil {
+					ok = true
+					continue
+				}
+				missed = append(missed, cp.ids[k][r.i])
+				why = append(why, fmt.Errorf("%s on server %d at %s: %w", what, cp.ids[k][r.i], cp.addrs[k][r.i], r.err))
+			}
+			if !ok {
+				errs = append(errs, why...)
+				if len(why) == 0 {
+					errs = append(errs, fmt.Errorf("%s: column %d has no copy on a known server", what, k))
+				}
+				continue
+			}
+			if len(missed) == 0 || span(k).empty() {
+				continue
+			}
+			if err := f.markStale(ctx, cp, k, missed, span(k)); err != nil {
+				if isErrno(err, syscall.ESTALE) {
+					again = append(again, k)
+					continue
+				}
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 || len(again) == 0 {
+			return errors.Join(errs...)
+		}
+		if err := f.refresh(ctx); err != nil {
+			return err
+		}
+		cols = again
+	}
+	return fmt.Errorf("inode %d: %s: layout kept changing over %d tries", f.ino, what, maxLayoutTries)
+}
