@@ -247,9 +247,9 @@ started, and HEAL how far heal is: HEALED / (HEALED + STALE).`,
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tSTATE\tCAPACITY\tFREE\tLOAD\tSTALE\tHEALED\tHEAL\tLAST SEEN")
+			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tZONE\tCAPACITY\tFREE\tLOAD\tSTALE\tHEALED\tHEAL\tLAST SEEN")
 			for _, s := range ss {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s/s\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, orDash(s.Zone), proto.StateName(s.State),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s/s\t%s\t%s\t%s\t%s ago\n", s.ID, s.Addr, proto.StateName(s.State), orDash(s.Zone),
 					human(int64(s.Capacity)), human(int64(s.Free)), human(int64(s.Load)<<10), human(int64(s.Stale)), human(int64(s.Healed)),
 					healProgress(s.Stale, s.Healed), time.Since(time.Unix(0, s.Seen)).Round(time.Second))
 			}
