@@ -1,0 +1,376 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+)
+
+// replicated is a cluster of n I/O servers with /r holding r copies of
+// every stripe unit.
+func replicated(t *testing.T, n, r int) *cluster {
+	t.Helper()
+	c := newCluster(t, n)
+	c.mustFS("mkdir", "/r")
+	c.mustFS("layout", "set", "/r", "--replicas", strconv.Itoa(r))
+	return c
+}
+
+// writer writes files under /r through the library and remembers what was
+// acknowledged; lat is the longest single write.
+type writer struct {
+	c   *cluster
+	cl  *client.Client
+	mu  sync.Mutex
+	lat time.Duration
+	n   int
+}
+
+func newWriter(c *cluster) *writer {
+	cl := client.New(c.metaAddr)
+	c.t.Cleanup(cl.Close)
+	return &writer{c: c, cl: cl}
+}
+
+// write stores one file of size random bytes; an acknowledged one is
+// remembered in c.files.
+func (w *writer) write(p string, size int) error {
+	data := make([]byte, size)
+	rand.Read(data)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := w.cl.WriteFile(ctx, p, bytes.NewReader(data), 0o644, client.CreateOpts{}, nil)
+	d := time.Since(start)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lat = max(w.lat, d)
+	if err == nil {
+		w.c.files[p] = data
+		w.n++
+	}
+	return err
+}
+
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// readAll reads every acknowledged file through the library: each must
+// read back whole, without an error.
+func (w *writer) readAll(t *testing.T, why string) {
+	t.Helper()
+	ctx := context.Background()
+	for p, want := range w.c.files {
+		f, err := w.cl.Open(ctx, p)
+		if err != nil {
+			t.Errorf("%s: open %s: %v", why, p, err)
+			continue
+		}
+		got, err := io.ReadAll(io.NewSectionReader(f, 0, f.Size()))
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: read %s: %v", why, p, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: %s: %d bytes differ from the %d acknowledged", why, p, diff(got, want), len(want))
+		}
+	}
+}
+
+// waitHealed waits until no server has stale bytes left.
+func (c *cluster) waitHealed(within time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		out := c.mustFS("servers")
+		if !stalePending(out) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("heal not done within %v:\n%s", within, out)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// An I/O server killed during writes with 2 and 3 copies: every
+// acknowledged byte reads back while it is down, no read fails; it comes
+// back, is healed, and then serves what it missed (another server killed
+// after the heal leaves it the only copy of some units).
+func TestReplicasSurviveKill(t *testing.T) {
+	for _, r := range []int{2, 3} {
+		t.Run(fmt.Sprintf("replicas%d", r), func(t *testing.T) {
+			c := replicated(t, 4, r)
+			w := newWriter(c)
+			for i := range 6 {
+				if err := w.write(fmt.Sprintf("/r/before%d", i), 300<<10+i*4096); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 60 {
+					if err := w.write(fmt.Sprintf("/r/during%d", i), 200<<10+i*1000); err != nil {
+						t.Errorf("write during the kill: %v", err)
+					}
+				}
+			}()
+			// Kill iod2 once the writers are well under way.
+			for deadline := time.Now().Add(30 * time.Second); w.count() < 16 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			c.iods[1].kill()
+			killedAt := w.count()
+			wg.Wait()
+			if killedAt >= 66 {
+				t.Fatal("every write was done before the kill")
+			}
+			if !stalePending(c.mustFS("servers")) {
+				t.Fatalf("no stale bytes recorded after writes with a server down:\n%s", c.mustFS("servers"))
+			}
+			w.readAll(t, "with iod2 down")
+			c.startIOD(1).waitReady(t)
+			c.waitHealed(60 * time.Second)
+			c.iods[2].kill()
+			w.readAll(t, "after the heal, with iod3 down")
+			t.Logf("replicas %d: %d files acknowledged, longest write %v", r, w.n, w.lat)
+		})
+	}
+}
+
+// A stopped I/O server (SIGSTOP: it holds its connections and answers
+// nothing) stalls writes for at most 5 s; it is healed once it goes on.
+func TestStoppedServerDoesNotStallWrites(t *testing.T) {
+	c := replicated(t, 3, 2)
+	w := newWriter(c)
+	if err := w.write("/r/warm", 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	c.iods[0].cmd.Process.Signal(syscall.SIGSTOP)
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			c.iods[0].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	})
+	w.lat = 0
+	for i := range 12 {
+		if err := w.write(fmt.Sprintf("/r/s%d", i), 256<<10); err != nil {
+			t.Fatalf("write with a stopped server: %v", err)
+		}
+	}
+	t.Logf("longest write with one server stopped: %v", w.lat)
+	if w.lat > 5*time.Second {
+		t.Errorf("a write took %v with one server stopped, want at most 5 s", w.lat)
+	}
+	c.iods[0].cmd.Process.Signal(syscall.SIGCONT)
+	stopped = false
+	c.waitHealed(60 * time.Second)
+	c.iods[1].kill()
+	w.readAll(t, "after the heal, with iod2 down")
+}
+
+// objectFiles lists the object files of file ino in I/O server i's store.
+func (c *cluster) objectFiles(i int, ino uint64) []string {
+	c.t.Helper()
+	dir := filepath.Join(c.iodDir(i), "objects", fmt.Sprintf("%02x", ino&0xff))
+	var out []string
+	name := strconv.FormatUint(ino, 10)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		n := e.Name()
+		if n == name || len(n) > len(name) && n[:len(name)+1] == name+"." && !isSidecar(n) {
+			out = append(out, filepath.Join(dir, n))
+		}
+	}
+	return out
+}
+
+func isSidecar(name string) bool { return strings.HasSuffix(name, ".crc") }
+
+// stalePending reports whether `corral fs servers` shows stale bytes left
+// on any server (the STALE column, the eighth).
+func stalePending(out string) bool {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 7 && f[7] != "0B" {
+			return true
+		}
+	}
+	return false
+}
+
+// ino is the inode number of remote.
+func (c *cluster) ino(remote string) uint64 {
+	c.t.Helper()
+	m := regexp.MustCompile(`Inode: (\d+)`).FindStringSubmatch(c.mustFS("stat", remote))
+	if m == nil {
+		c.t.Fatalf("stat %s: no inode number", remote)
+	}
+	n, _ := strconv.ParseUint(m[1], 10, 64)
+	return n
+}
+
+// flip inverts one byte at off of the first object file of ino found on
+// I/O server i; it reports whether there was one.
+func (c *cluster) flip(i int, ino uint64, off int64) bool {
+	c.t.Helper()
+	files := c.objectFiles(i, ino)
+	if len(files) == 0 {
+		return false
+	}
+	f, err := os.OpenFile(files[0], os.O_RDWR, 0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		c.t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		c.t.Fatal(err)
+	}
+	return true
+}
+
+// Bytes flipped in a stored block are detected on read, served from the
+// other copy (the reader sees no error), and repaired by heal.
+func TestBitRotServedAndRepaired(t *testing.T) {
+	c := replicated(t, 3, 2)
+	w := newWriter(c)
+	if err := w.write("/r/f", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	ino := c.ino("/r/f")
+	flipped := -1
+	for i := range c.iods {
+		if c.flip(i, ino, 1000) {
+			flipped = i
+			break
+		}
+	}
+	if flipped < 0 {
+		t.Fatal("no object file of /r/f found")
+	}
+	// Every copy is read in turn (reads spread): each read must be right.
+	for range 8 {
+		w.readAll(t, "with a flipped byte")
+	}
+	c.waitHealed(30 * time.Second)
+	out, rc := c.fs("fsck", "/")
+	if rc != 0 {
+		t.Fatalf("fsck after the repair: exit %d:\n%s", rc, out)
+	}
+	// The repaired copy alone serves the file.
+	for i := range c.iods {
+		if i != flipped {
+			c.iods[i].kill()
+		}
+	}
+	w.readAll(t, "from the repaired copy alone")
+}
+
+// fsck finds seeded damage of each kind, repairs what the copies allow and
+// says so in its exit status (0 clean, 1 repaired, 4 damage left).
+func TestFsckSeededDamage(t *testing.T) {
+	c := replicated(t, 3, 2)
+	w := newWriter(c)
+	for _, p := range []string{"/r/a", "/r/b"} {
+		if err := w.write(p, 300<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, rc := c.fs("fsck"); rc != 0 {
+		t.Fatalf("fsck of a clean file system: exit %d:\n%s", rc, out)
+	}
+	// Missing: an object file of /r/a removed; corrupt: a byte of /r/b
+	// flipped; orphaned: an object no file references.
+	ia, ib := c.ino("/r/a"), c.ino("/r/b")
+	removed := false
+	for i := range c.iods {
+		if fs := c.objectFiles(i, ia); len(fs) > 0 {
+			os.Remove(fs[0])
+			os.Remove(fs[0] + ".crc")
+			removed = true
+			break
+		}
+	}
+	flipped := false
+	for i := range c.iods {
+		if c.flip(i, ib, 5000) {
+			flipped = true
+			break
+		}
+	}
+	stray := filepath.Join(c.iodDir(0), "objects", "ff", "999999")
+	os.MkdirAll(filepath.Dir(stray), 0o755)
+	if err := os.WriteFile(stray, []byte("stray"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !removed || !flipped {
+		t.Fatal("could not seed the damage")
+	}
+	out, rc := c.fs("fsck", "--grace", "0s")
+	if rc != 4 {
+		t.Fatalf("fsck with damage: exit %d, want 4:\n%s", rc, out)
+	}
+	for _, kind := range []string{"missing", "corrupt", "orphan"} {
+		if !strings.Contains(out, kind) {
+			t.Errorf("fsck output names no %s data:\n%s", kind, out)
+		}
+	}
+	if out, rc := c.fs("fsck", "--repair", "--grace", "0s"); rc != 1 {
+		t.Fatalf("fsck --repair: exit %d, want 1:\n%s", rc, out)
+	}
+	if out, rc := c.fs("fsck", "--grace", "0s"); rc != 0 {
+		t.Fatalf("fsck after the repair: exit %d, want 0:\n%s", rc, out)
+	}
+	w.readAll(t, "after fsck --repair")
+}
+
+// A server declared lost has its copies made again on the others: then
+// another server can die and every file still reads.
+func TestLostServerReReplicated(t *testing.T) {
+	c := replicated(t, 4, 2)
+	w := newWriter(c)
+	for i := range 8 {
+		if err := w.write(fmt.Sprintf("/r/f%d", i), 200<<10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := c.serverID(0)
+	c.iods[0].kill()
+	c.waitState(id, "down")
+	c.mustFS("servers", "lost", strconv.FormatUint(uint64(id), 10))
+	c.waitHealed(60 * time.Second)
+	for p := range c.files {
+		for _, s := range c.servers(p) {
+			if s == id {
+				t.Errorf("%s still names lost server %d", p, id)
+			}
+		}
+	}
+	c.iods[1].kill()
+	w.readAll(t, "lost server re-replicated, a second one down")
+}
