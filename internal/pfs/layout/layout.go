@@ -61,14 +61,19 @@ func (l Layout) Validate() error {
 	if len(l.Servers) > MaxServers {
 		return fmt.Errorf("layout has %d servers, more than the limit of %d", len(l.Servers), MaxServers)
 	}
-	seen := make(map[uint32]bool, len(l.Servers))
-	for _, s := range l.Servers {
-		if seen[s] {
-			return fmt.Errorf("layout names server %d twice", s)
-		}
-		seen[s] = true
-	}
 	r := l.Copies()
+	if r == 1 {
+		// With copies, one server may hold objects of several columns (a
+		// lost server's copies are made again on the others); without,
+		// a server named twice is a placement bug.
+		seen := make(map[uint32]bool, len(l.Servers))
+		for _, s := range l.Servers {
+			if seen[s] {
+				return fmt.Errorf("layout names server %d twice", s)
+			}
+			seen[s] = true
+		}
+	}
 	if r > MaxReplicas {
 		return fmt.Errorf("layout has %d replicas, more than the limit of %d", r, MaxReplicas)
 	}
