@@ -95,7 +95,7 @@ func staleRecs(t *testing.T, s *Service, ino uint64) []proto.StaleRec {
 func TestMarkStaleRefusals(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, o opener) {
 		s := open(t, o)
-		a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644, StripeCount: 1}).Attr
+		a := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: "f", Mode: 0o644, StripeCount: 1, Replicas: 1}).Attr
 		col := []uint32{a.Servers[0]}
 		_, err := s.Handle(context.Background(), &proto.MarkStale{Ino: a.Ino, Column: col, Servers: col, Off: 0, Len: 10})
 		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "no current copy") {
