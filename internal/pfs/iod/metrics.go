@@ -106,7 +106,7 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	fwdFailed := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_repl_forward_failures_total",
 		Help: "writes this I/O server, as head of a replicated column, could not forward to a copy (that copy is then marked stale)"},
 		func() float64 { return float64(s.r.fwdErr.Load()) })
-		csErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_checksum_errors_total",
+	csErrors := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_checksum_errors_total",
 		Help: "blocks whose CRC32C did not match, found by reads and scrubs"}, func() float64 { return float64(s.csErrors.Load()) })
 	degraded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_raid_degraded",
 		Help: "RAID-1 data directories missing, failed or being rebuilt"}, func() float64 { return float64(s.degradedCount()) })

@@ -26,8 +26,54 @@ type replState struct {
 	zone   string      // failure domain (--zone), sent with every heartbeat
 	locks  rangeLocks
 	load   loadMeter
+	headed headedObjs    // objects this server lately took client writes for as head
 	healed atomic.Uint64 // bytes written by Heal
 	fwdErr atomic.Uint64 // forwards of ReplWrite that failed
+}
+
+// forwardBudget: a head forwards a write only this soon after it arrived;
+// clients give a head at least 3 s (client.headTimeout), so a head that
+// was stopped (SIGSTOP, a VM paused) never forwards a write its client has
+// sent elsewhere since.
+const forwardBudget = 1500 * time.Millisecond
+
+// headedFor: after taking a client's write as head, the server refuses
+// forwards of that object from other heads for this long.
+const headedFor = 30 * time.Second
+
+// headedObjs remembers when this server last took a client's write to an
+// object as its head; bounded (old entries are dropped past maxHeaded).
+type headedObjs struct {
+	mu sync.Mutex
+	at map[objKey]time.Time
+}
+
+const maxHeaded = 1 << 16
+
+func (h *headedObjs) note(k objKey, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.at == nil {
+		h.at = map[objKey]time.Time{}
+	}
+	if len(h.at) >= maxHeaded {
+		for o, t := range h.at {
+			if now.Sub(t) > headedFor {
+				delete(h.at, o)
+			}
+		}
+		if len(h.at) >= maxHeaded {
+			clear(h.at) // all recent: forget them (forwards then apply as before)
+		}
+	}
+	h.at[k] = now
+}
+
+func (h *headedObjs) recent(k objKey, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.at[k]
+	return ok && now.Sub(t) < headedFor
 }
 
 // healPiece is the largest read of a heal from its source.
@@ -92,7 +138,19 @@ func (s *Store) lockedChange(ctx context.Context, k objKey, off, end uint64, cha
 // next overlapping write in. A local failure is the error (the client
 // takes another head); failed forwards are listed in the reply.
 func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplReply, error) {
+	arrived := time.Now()
 	k := objKey{m.Handle, m.Index}
+	if m.Head != 0 && s.r.headed.recent(k, arrived) {
+		// A forward from another head of an object this server lately
+		// headed itself: clients failed over to here, and the other head
+		// may be a stopped server going on with a write they gave up on.
+		// Applying it could lay old bytes over newer ones; refused, this
+		// copy is at worst marked stale by a writer still waiting.
+		return nil, proto.Errorf(syscall.EAGAIN, fmt.Sprintf("file %d stripe %d: a forward from server %d, but this server heads writes of it now", m.Handle, m.Index, m.Head))
+	}
+	if m.Head == 0 {
+		s.r.headed.note(k, arrived)
+	}
 	unlock, err := s.r.locks.lock(ctx, k, m.Off, m.Off+uint64(len(m.Data)))
 	if err != nil {
 		return nil, err
@@ -111,7 +169,13 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 		return rep, nil
 	}
 	self, _ := s.identity()
-	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Data: m.Data}
+	if d := time.Since(arrived); d > forwardBudget {
+		// Too late to forward: the client has given this head up (its
+		// timeout is longer), or is about to; a forward now could reach a
+		// copy after the newer write the client sent through another head.
+		return nil, proto.Errorf(syscall.ETIMEDOUT, fmt.Sprintf("file %d stripe %d: not forwarded, %v after it arrived", m.Handle, m.Index, d.Round(time.Millisecond)))
+	}
+	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Head: self.id, Data: m.Data}
 	errs := make([]error, len(m.Fwd))
 	var wg sync.WaitGroup
 	for i, p := range m.Fwd {

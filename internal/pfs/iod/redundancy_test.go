@@ -563,3 +563,47 @@ func TestHealSkipsBadSource(t *testing.T) {
 		t.Fatalf("heal from a bad source only: %v, want EIO naming server 97", err)
 	}
 }
+
+// After clients failed over to a copy (it took their writes as head), a
+// late forward from the old head (a stopped server going on) is refused
+// there, not laid over the newer bytes.
+func TestLateForwardRefusedByNewHead(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	newer := pattern(1, 8<<10)
+	call(t, pool, srv[1].addr, &proto.ReplWrite{Handle: 50, Index: 0, Data: newer})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := pool.Call(ctx, srv[1].addr, &proto.ReplWrite{Handle: 50, Index: 0, Head: srv[0].id, Data: pattern(9, 8<<10)})
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("late forward: %v, want EAGAIN", err)
+	}
+	if got := readAll(t, pool, srv[1].addr, 50, 0); !bytes.Equal(got, newer) {
+		t.Fatal("the late forward was applied over the newer write")
+	}
+	// Another object of the same server still takes forwards.
+	call(t, pool, srv[1].addr, &proto.ReplWrite{Handle: 51, Index: 0, Head: srv[0].id, Data: newer})
+}
+
+// A head that could not forward within forwardBudget of the write's
+// arrival (here: held behind a lock, as a stopped server would be) does
+// not forward it: its client has moved on to another head.
+func TestHeadDoesNotForwardLate(t *testing.T) {
+	_, pool := startIods(t, 0)
+	srv, _ := startIods(t, 1)
+	st := openStore(t, t.TempDir())
+	st.registered.Store(true)
+	st.r.peers = &proto.Pool{Security: testSec}
+	t.Cleanup(st.r.peers.Close)
+	unlock, err := st.r.locks.lock(context.Background(), objKey{52, 0}, 0, toEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(forwardBudget + 300*time.Millisecond); unlock() }()
+	_, err = st.Handle(context.Background(), &proto.ReplWrite{Handle: 52, Index: 0, Fwd: []proto.Peer{srv[0].peer()}, Data: pattern(3, 4096)})
+	if !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("write forwarded %v after it arrived: %v, want ETIMEDOUT", forwardBudget+300*time.Millisecond, err)
+	}
+	if got := readAll(t, pool, srv[0].addr, 52, 0); len(got) != 0 {
+		t.Fatalf("the copy got %d bytes of a write forwarded too late", len(got))
+	}
+}

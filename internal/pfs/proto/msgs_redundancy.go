@@ -50,12 +50,14 @@ func decPeers(d *Dec) []Peer {
 // ReplWrite writes Data at Off of object (Handle, Index) on the receiving
 // server (the head) and on every replica in Fwd, in one order: the head
 // applies overlapping writes of one object one at a time and forwards each
-// (with Fwd empty) before the next. The reply lists the replicas of Fwd that
-// failed; an error means the head itself did not apply it.
+// (with Fwd empty and Head its own ID) before the next. The reply lists the
+// replicas of Fwd that failed; an error means the head itself did not apply
+// it. Head is 0 from a client: the receiver is the head.
 type ReplWrite struct {
 	Handle uint64
 	Index  uint32
 	Off    uint64
+	Head   uint32
 	Fwd    []Peer
 	Data   []byte
 }
@@ -65,11 +67,12 @@ func (m *ReplWrite) Encode(e *Enc) {
 	e.U64(m.Handle)
 	e.U32(m.Index)
 	e.U64(m.Off)
+	e.U32(m.Head)
 	encPeers(e, m.Fwd)
 	e.Bytes(m.Data)
 }
 func (m *ReplWrite) Decode(d *Dec) {
-	m.Handle, m.Index, m.Off = d.U64(), d.U32(), d.U64()
+	m.Handle, m.Index, m.Off, m.Head = d.U64(), d.U32(), d.U64(), d.U32()
 	m.Fwd = decPeers(d)
 	m.Data = d.Bytes()
 }
@@ -294,7 +297,7 @@ func newRedundancy(op Op) Msg {
 
 func redundancySamples() []Msg {
 	return []Msg{
-		&ReplWrite{Handle: 7, Index: 1, Off: 4096, Fwd: []Peer{{2, "127.0.0.1:2"}}, Data: []byte("abc")},
+		&ReplWrite{Handle: 7, Index: 1, Off: 4096, Head: 3, Fwd: []Peer{{2, "127.0.0.1:2"}}, Data: []byte("abc")},
 		&ReplReply{Failed: []uint32{2}, Why: []string{"timeout"}},
 		&Scrub{Handle: 7, Index: 1},
 		&ScrubReply{Size: 9, Exists: true, Bad: []Extent{{0, 65536}}},
