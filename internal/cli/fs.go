@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +119,7 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 			return nil
 		})}
 
+	var serversJSON bool
 	var putSize, putCount string
 	var putForce bool
 	var putReplicas int
@@ -240,11 +242,16 @@ ZONE is the failure domain the iod gave (--zone; copies of one stripe unit
 go to distinct zones when there are enough), LOAD its current I/O per
 second. STALE is the bytes of replicas on it that missed writes and wait
 for heal, HEALED the bytes heal copied to it since the metadata leader
-started, and HEAL how far heal is: HEALED / (HEALED + STALE).`,
+started, and HEAL how far heal is: HEALED / (HEALED + STALE). --json prints
+the same as one JSON array (sizes in bytes, load in KiB/s, seen in ns since
+the epoch), for scripts.`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			ss, err := cl.Servers(ctx)
 			if err != nil {
 				return err
+			}
+			if serversJSON {
+				return printServersJSON(ss)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDRESS\tSTATE\tZONE\tCAPACITY\tFREE\tLOAD\tSTALE\tHEALED\tHEAL\tLAST SEEN")
@@ -255,10 +262,35 @@ started, and HEAL how far heal is: HEALED / (HEALED + STALE).`,
 			}
 			return tw.Flush()
 		})}
+	servers.Flags().BoolVar(&serversJSON, "json", false, "print JSON instead of a table")
 	servers.AddCommand(replaceCmd(run), lostCmd(run))
 
 	c.AddCommand(mkdir, ls, stat, put, get, cat, rm, mv, ln, servers, layoutCmd(run), gcCmd(run), fsckCmd(run), secretCmd(&sf), metaAdminCmd(run))
 	return c
+}
+
+// serverJSON is one line of `corral fs servers --json`.
+type serverJSON struct {
+	ID       uint32 `json:"id"`
+	Addr     string `json:"addr"`
+	State    string `json:"state"`
+	Zone     string `json:"zone"`
+	Capacity uint64 `json:"capacity"`
+	Free     uint64 `json:"free"`
+	LoadKiB  uint32 `json:"load_kib_per_s"`
+	Stale    uint64 `json:"stale"`
+	Healed   uint64 `json:"healed"`
+	Seen     int64  `json:"seen_ns"`
+}
+
+func printServersJSON(ss []proto.ServerInfo) error {
+	out := make([]serverJSON, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, serverJSON{s.ID, s.Addr, proto.StateName(s.State), s.Zone, s.Capacity, s.Free, s.Load, s.Stale, s.Healed, s.Seen})
+	}
+	e := json.NewEncoder(os.Stdout)
+	e.SetIndent("", "  ")
+	return e.Encode(out)
 }
 
 // stripeFlags are --stripe-size and --stripe-count, parsed before anything

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -153,15 +154,27 @@ func TestReplicasSurviveKill(t *testing.T) {
 			if killedAt >= 66 {
 				t.Fatal("every write was done before the kill")
 			}
-			if !stalePending(c.mustFS("servers")) {
+			// The stale bytes of the dead server, once meta's figure settles.
+			dead := c.serverID(1)
+			var stale uint64
+			for range 10 {
+				stale = max(stale, c.figures()[dead].Stale)
+				time.Sleep(300 * time.Millisecond)
+			}
+			if stale == 0 {
 				t.Fatalf("no stale bytes recorded after writes with a server down:\n%s", c.mustFS("servers"))
 			}
 			w.readAll(t, "with iod2 down")
 			c.startIOD(1).waitReady(t)
 			c.waitHealed(60 * time.Second)
+			healed := c.figures()[dead].Healed
+			t.Logf("replicas %d: %d files acknowledged, longest write %v; heal copied %d bytes for %d stale (%.2fx)",
+				r, w.n, w.lat, healed, stale, float64(healed)/float64(stale))
+			if healed < stale || float64(healed) > 1.1*float64(stale) {
+				t.Errorf("heal copied %d bytes for %d stale, want between 1 and 1.1 times", healed, stale)
+			}
 			c.iods[2].kill()
 			w.readAll(t, "after the heal, with iod3 down")
-			t.Logf("replicas %d: %d files acknowledged, longest write %v", r, w.n, w.lat)
 		})
 	}
 }
@@ -212,6 +225,26 @@ func (c *cluster) objectFiles(i int, ino uint64) []string {
 		}
 	}
 	return out
+}
+
+// figures are `corral fs servers --json` by server ID.
+func (c *cluster) figures() map[uint32]serverFigures {
+	c.t.Helper()
+	var ss []serverFigures
+	if err := json.Unmarshal([]byte(c.mustFS("servers", "--json")), &ss); err != nil {
+		c.t.Fatal(err)
+	}
+	m := map[uint32]serverFigures{}
+	for _, s := range ss {
+		m[s.ID] = s
+	}
+	return m
+}
+
+type serverFigures struct {
+	ID            uint32
+	State         string
+	Stale, Healed uint64
 }
 
 func isSidecar(name string) bool { return strings.HasSuffix(name, ".crc") }
@@ -404,4 +437,85 @@ func TestLostServerReReplicated(t *testing.T) {
 	}
 	c.iods[1].kill()
 	w.readAll(t, "lost server re-replicated, a second one down")
+}
+
+// The same through the FUSE mount: files written with write(2), fsync(2)
+// and close(2) while an I/O server is killed read back whole (through the
+// library, so from the servers, not the page cache) while it is down, and
+// after it was healed and another one is down.
+func TestReplicasSurviveKillMount(t *testing.T) {
+	if !canMount() {
+		t.Skip("needs root and /dev/fuse to mount")
+	}
+	for _, r := range []int{2, 3} {
+		t.Run(fmt.Sprintf("replicas%d", r), func(t *testing.T) {
+			c := replicated(t, 4, r)
+			mnt := t.TempDir()
+			t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) }) // runs after the mount's stop
+			m := spawn(t, "mount", "mount", "--meta", c.metaAddr, mnt)
+			m.waitReady(t)
+			w := newWriter(c)
+			var mu sync.Mutex
+			written := 0
+			put := func(name string, size int) error {
+				data := make([]byte, size)
+				rand.Read(data)
+				f, err := os.Create(filepath.Join(mnt, "r", name))
+				if err != nil {
+					return err
+				}
+				for off := 0; off < size; off += 64 << 10 {
+					if _, err := f.Write(data[off:min(size, off+64<<10)]); err != nil {
+						f.Close()
+						return err
+					}
+				}
+				if err := f.Sync(); err != nil {
+					f.Close()
+					return err
+				}
+				if err := f.Close(); err != nil {
+					return err
+				}
+				mu.Lock()
+				c.files["/r/"+name] = data
+				written++
+				mu.Unlock()
+				return nil
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 40 {
+					if err := put(fmt.Sprintf("m%d", i), 150<<10+i*777); err != nil {
+						t.Errorf("write through the mount during the kill: %v", err)
+					}
+				}
+			}()
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				mu.Lock()
+				n := written
+				mu.Unlock()
+				if n >= 10 {
+					break
+				}
+			}
+			c.iods[2].kill()
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			w.readAll(t, "written through the mount, iod3 down")
+			for p, want := range c.files {
+				got, err := os.ReadFile(filepath.Join(mnt, p))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("read %s through the mount: %v (%d of %d bytes)", p, err, len(got), len(want))
+				}
+			}
+			c.startIOD(2).waitReady(t)
+			c.waitHealed(60 * time.Second)
+			c.iods[0].kill()
+			w.readAll(t, "written through the mount, healed, iod1 down")
+		})
+	}
 }
