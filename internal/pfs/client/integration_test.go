@@ -212,7 +212,7 @@ func TestKillMetaAndIOD(t *testing.T) {
 				t.Fatal(err)
 			}
 			want[p] = randBytes(r, r.IntN(1<<20))
-			writeFile(t, cl, p, want[p], client.CreateOpts{}, r)
+			writeFile(t, cl, p, want[p], client.CreateOpts{Replicas: 1}, r) // one copy: reads needing a dead server fail
 		}
 	}
 	check := func(when string) {
