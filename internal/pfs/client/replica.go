@@ -262,13 +262,7 @@ func (f *wstate) refresh(ctx context.Context) error {
 		return err
 	}
 	f.rep.Store(cp)
-	if a.Stale > 0 {
-		return f.loadStale(ctx)
-	}
-	f.smu.Lock()
-	f.stale = nil
-	f.smu.Unlock()
-	return nil
+	return f.staleFromAttr(ctx, a)
 }
 
 // loadStale fetches the file's stale records from meta.
