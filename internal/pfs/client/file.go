@@ -92,7 +92,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		}
 		return nil, fmt.Errorf("inode %d: not a regular file", a.Ino)
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
 	}
@@ -161,6 +161,13 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	}
 	c.mu.Unlock()
 	return newFile(st), nil
+}
+
+// AttrLayout is the layout (stripes and copies) attribute a describes.
+// It lives here, not in proto or layout, because those two share layer 0
+// and may not import each other.
+func AttrLayout(a proto.Attr) layout.Layout {
+	return layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
 }
 
 // staleFromAttr loads the stale records when a says there are any, and

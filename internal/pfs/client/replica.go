@@ -133,7 +133,7 @@ func (c *Client) buildCopies(ctx context.Context, lay layout.Layout) (*copies, e
 
 // sameCopies reports whether a's copies are where cp says.
 func sameCopies(cp *copies, a proto.Attr) bool {
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if lay.Validate() != nil || len(a.Servers) != len(cp.ids) {
 		return false
 	}
@@ -249,7 +249,7 @@ func (f *wstate) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inode %d: re-reading the layout: %w", f.ino, err)
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		return fmt.Errorf("inode %d: bad layout from metadata server: %v", f.ino, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/iod"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -358,7 +359,7 @@ func (c *checker) checkFile(ctx context.Context, p string, a proto.Attr) {
 	c.mu.Lock()
 	c.rep.Files++
 	c.mu.Unlock()
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := client.AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		c.add(Damage{Path: p, Ino: a.Ino, Column: -1, Kind: Unreadable, Detail: "bad layout: " + err.Error()})
 		return
