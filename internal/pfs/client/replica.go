@@ -45,17 +45,11 @@ var now = time.Now // tests move the clock
 // ESTALE (the layout changed under it).
 const maxLayoutTries = 4
 
-// ForwardTimeout bounds one replica's part of an n-byte request: 2 s plus
-// the time to move n bytes at 8 MiB/s. Heads use it for each forward.
-func ForwardTimeout(n int) time.Duration {
-	return 2*time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
-}
-
 // headTimeout bounds a request to a head: its own part, then its
 // forwards' timeout, so a hung forward is reported by the head, not blamed
 // on it.
 func headTimeout(n int) time.Duration {
-	return ForwardTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
+	return proto.ReplicaTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
 }
 
 // copies is where each column of a replicated file lives, as last read
@@ -571,7 +565,7 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 				live = all
 			}
 			_, n := span(k).offLen()
-			timeout := ForwardTimeout(int(min(n, 1<<30)))
+			timeout := proto.ReplicaTimeout(int(min(n, 1<<30)))
 			for _, i := range all {
 				if !slices.Contains(live, i) {
 					mu.Lock()

@@ -114,7 +114,7 @@ func (s *fakeIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fctx, cancel := context.WithTimeout(context.Background(), client.ForwardTimeout(len(m.Data)))
+				fctx, cancel := context.WithTimeout(context.Background(), proto.ReplicaTimeout(len(m.Data)))
 				defer cancel()
 				_, err := s.pool.Call(fctx, p.Addr, &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Data: m.Data})
 				if err != nil {
