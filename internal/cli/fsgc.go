@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
-	"github.com/corral-cluster/corral/internal/pfs/iod"
+	"github.com/corral-cluster/corral/internal/pfs/fsck"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
@@ -93,19 +93,13 @@ objects this way when it starts.`,
 					fmt.Printf("server %d (%s): %s, skipped\n", s.ID, s.Addr, proto.StateName(s.State))
 					continue
 				}
-				objs, err := listObjects(ctx, pool, s.Addr)
+				objs, err := fsck.ListObjects(ctx, pool, s.Addr)
 				if err != nil {
 					return fmt.Errorf("server %d (%s): %w", s.ID, s.Addr, err)
 				}
-				old := objs[:0]
-				for _, o := range objs {
-					if o.Mtime < cut {
-						old = append(old, o)
-					}
-				}
-				gone, err := iod.Unreferenced(ctx, cl, s.ID, old)
+				gone, err := fsck.Orphans(ctx, cl, s.ID, objs, cut)
 				if err != nil {
-					return err
+					return fmt.Errorf("server %d (%s): %w", s.ID, s.Addr, err)
 				}
 				var n int
 				var b uint64
@@ -140,24 +134,4 @@ objects this way when it starts.`,
 	c.Flags().BoolVar(&apply, "apply", false, "remove the unreferenced objects (default: only count them)")
 	c.Flags().DurationVar(&grace, "grace", time.Hour, "ignore objects younger than this (a create may still be writing them)")
 	return c
-}
-
-func listObjects(ctx context.Context, pool *proto.Pool, addr string) ([]proto.ObjectInfo, error) {
-	var out []proto.ObjectInfo
-	req := &proto.ListObjects{}
-	for {
-		r, err := pool.Call(ctx, addr, req)
-		if err != nil {
-			return nil, err
-		}
-		or, ok := r.(*proto.ObjectsReply)
-		if !ok {
-			return nil, fmt.Errorf("%s: unexpected reply to list", addr)
-		}
-		out = append(out, or.Objs...)
-		if !or.More || len(or.Objs) == 0 {
-			return out, nil
-		}
-		req = &proto.ListObjects{AfterSet: true, After: or.Objs[len(or.Objs)-1].ObjRef}
-	}
 }
