@@ -239,8 +239,8 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
              takes it over
 
 ZONE is the failure domain the iod gave (--zone; copies of one stripe unit
-go to distinct zones when there are enough), LOAD its current I/O per
-second. STALE is the bytes of replicas on it that missed writes and wait
+go to distinct zones when there are enough), LOAD the bytes it read and
+wrote per second, as it last reported. STALE is the bytes of replicas on it that missed writes and wait
 for heal, HEALED the bytes heal copied to it since the metadata leader
 started, and HEAL how far heal is: HEALED / (HEALED + STALE). --json prints
 the same as one JSON array (sizes in bytes, load in KiB/s, seen in ns since
