@@ -56,7 +56,11 @@ func lostCmd(run fsRunner) *cobra.Command {
 The metadata server moves every replica ID held to another server (another
 zone when there is one) and heal copies them there from the current copies;
 corral fs servers shows the progress (STALE, HEALED, HEAL). Files with a
-single copy on ID lose those stripe units: reading them fails with EIO.`,
+single copy on ID lose those stripe units: reading them fails with EIO.
+
+It is refused (EBUSY) while the server still answers as itself, up with
+its objects: stop it first. Meta also declares a server lost by itself once
+it has been down longer than corral meta --lost-after (default 30m).`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			id, _ := strconv.ParseUint(args[0], 10, 32) // checked by Args
 			s, err := cl.LoseServer(ctx, uint32(id))
