@@ -368,7 +368,7 @@ func raidBenchCmd() *cobra.Command {
 	var quick bool
 	var disks, rate, size string
 	c := &cobra.Command{
-		Use:   "raid [--quick] [--disks 1,2,4] [--rate 20M]",
+		Use:   "raid [--quick] [--disks 1,2,4] [--rate 20M] [--size 128M]",
 		Short: "An I/O server's store over 1..4 throttled loop disks, RAID-0 and RAID-1",
 		Long: `As root: make loop-device disks (files under /tmp, ext4), throttle each
 to --rate bytes/s with cgroup v1 blkio, and measure an I/O server's store
@@ -380,19 +380,21 @@ cgroup. Without root it says so and does nothing.`,
 		Example: "  sudo corral bench raid --quick\n  sudo corral bench raid --disks 1,2,3,4 --rate 20M --size 256M",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Checked before anything is made or throttled: a bad value
+			// is a usage error (exit 2) naming its flag.
 			r, err := parseSize(rate)
-			if err != nil {
-				return err
+			if err != nil || r <= 0 {
+				return usageError{fmt.Errorf("--rate %q: want a positive rate in bytes/s such as 20M", rate)}
 			}
 			sz, err := parseSize(size)
-			if err != nil {
-				return err
+			if err != nil || sz <= 0 {
+				return usageError{fmt.Errorf("--size %q: want a positive size such as 128M", size)}
 			}
 			cfg := bench.RAIDConfig{Rate: r, Size: sz, Streams: 4, RandDur: 3 * time.Second, Out: os.Stdout}
 			for _, d := range strings.Split(disks, ",") {
 				n, err := strconv.Atoi(strings.TrimSpace(d))
 				if err != nil || n < 1 || n > 8 {
-					return fmt.Errorf("--disks %q: want counts from 1 to 8, comma-separated", disks)
+					return usageError{fmt.Errorf("--disks %q: want counts from 1 to 8, comma-separated", disks)}
 				}
 				cfg.Disks = append(cfg.Disks, n)
 			}

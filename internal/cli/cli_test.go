@@ -73,6 +73,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"node", "--cache-file-max", "0"}, []string{`corral node: --cache-file-max "0": want a positive size`}},
 		{[]string{"meta", "--heal-rate", "fast"}, []string{`corral meta: --heal-rate "fast": want a positive size per second such as 64M`}},
 		{[]string{"meta", "--lost-after", "0s"}, []string{`corral meta: --lost-after 0s: want a positive duration such as 30m`}},
+		{[]string{"iod", "--data", "/nonexistent/a,/nonexistent/b"}, []string{"corral iod: --data with 2 directories needs --raid 0 (striping) or --raid 1 (mirroring)"}},
+		{[]string{"iod", "--data", "/nonexistent/a,/nonexistent/b", "--raid", "5"}, []string{"corral iod: --raid 5: want 0 (striping) or 1 (mirroring)"}},
+		{[]string{"iod", "--data", "/nonexistent/a", "--raid", "1"}, []string{"corral iod: --raid 1 needs several --data directories"}},
+		{[]string{"iod", "--data", "/nonexistent/a,", "--raid", "0"}, []string{"an empty directory name"}},
+		{[]string{"bench", "raid", "--rate", "fast"}, []string{`corral bench raid: --rate "fast": want a positive rate`}},
+		{[]string{"bench", "raid", "--rate", "0"}, []string{`--rate "0": want a positive rate`}},
+		{[]string{"bench", "raid", "--size", "big"}, []string{`corral bench raid: --size "big": want a positive size`}},
+		{[]string{"bench", "raid", "--disks", "1,9"}, []string{`--disks "1,9": want counts from 1 to 8`}},
 		{[]string{"help", "fs", "lyout"}, []string{`corral help: no help topic "lyout" under "corral fs"; did you mean layout?`}},
 	} {
 		code, _, stderr := runMain(t, c.args...)

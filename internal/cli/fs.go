@@ -239,8 +239,8 @@ made in it under TARGET's last name. Directories cannot be hard-linked.`,
              takes it over
 
 ZONE is the failure domain the iod gave (--zone; copies of one stripe unit
-go to distinct zones when there are enough), LOAD its current I/O per
-second. STALE is the bytes of replicas on it that missed writes and wait
+go to distinct zones when there are enough), LOAD the bytes it read and
+wrote per second, as it last reported. STALE is the bytes of replicas on it that missed writes and wait
 for heal, HEALED the bytes heal copied to it since the metadata leader
 started, and HEAL how far heal is: HEALED / (HEALED + STALE). --json prints
 the same as one JSON array (sizes in bytes, load in KiB/s, seen in ns since
@@ -598,7 +598,7 @@ func layoutText(a proto.Attr) string {
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		s += fmt.Sprintf(" servers %v", a.Servers)
 		if a.Replicas > 1 {
-			lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+			lay := client.AttrLayout(a)
 			s += fmt.Sprintf(" replicas %d", a.Replicas)
 			if lay.Validate() == nil {
 				cols := make([]string, len(a.Servers))
@@ -690,7 +690,7 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 			addr[s.ID] += " (" + proto.StateName(s.State) + ")"
 		}
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers}
+	lay := client.AttrLayout(a)
 	units := (int64(a.Size) + int64(a.StripeSize) - 1) / int64(a.StripeSize)
 	n := int64(len(a.Servers))
 	for k, id := range a.Servers {
@@ -704,8 +704,8 @@ func statPath(ctx context.Context, cl *client.Client, p string) error {
 			which = fmt.Sprintf("units %d, %d, ... every %d (%d units)", k, int64(k)+n, n, mine)
 		}
 		fmt.Printf("  stripe %d: server %d at %s, object %d bytes, %s\n", k, id, addr[id], lay.ObjectSize(k, int64(a.Size)), which)
-		if rl := (layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}); rl.Copies() > 1 && rl.Validate() == nil {
-			for c, cid := range rl.Column(k)[1:] {
+		if lay.Copies() > 1 && lay.Validate() == nil {
+			for c, cid := range lay.Column(k)[1:] {
 				fmt.Printf("    copy %d: server %d at %s\n", c+2, cid, addr[cid])
 			}
 		}

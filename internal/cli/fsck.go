@@ -31,8 +31,9 @@ that no file references and older than --grace are orphans.
 
 Prints a line per damaged copy (path, column, server, byte ranges of the
 object) and the counts per kind: missing, mismatch, stale, corrupt,
-orphaned, unreadable (a damaged column with no good copy left). Progress
-goes to standard error every few seconds unless --quiet.
+orphaned, unreadable (a damaged column with no good copy left). When
+standard error is a terminal, a progress line goes there every 5 s (not
+with --quiet or --json).
 
 With --repair, a damaged copy is healed from the good copies of its column
 (the I/O server copies the bad ranges, or the whole object when it is
@@ -51,8 +52,10 @@ Exit status, as e2fsck's:
 		if len(args) == 1 {
 			opt.Path = args[0]
 		}
-		if !progressQuiet {
-			opt.Progress = os.Stderr
+		// Progress only for a person watching: not into logs or pipes,
+		// and not beside --json, which is for programs.
+		if !progressQuiet && !asJSON && isTTYFile(os.Stderr) {
+			opt.Progress, opt.ProgressEvery = os.Stderr, 5*time.Second
 		}
 		rep, err := fsck.Check(ctx, cl, cl.Pool(), opt)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
-	"github.com/corral-cluster/corral/internal/pfs/iod"
+	"github.com/corral-cluster/corral/internal/pfs/fsck"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
@@ -56,7 +56,11 @@ func lostCmd(run fsRunner) *cobra.Command {
 The metadata server moves every replica ID held to another server (another
 zone when there is one) and heal copies them there from the current copies;
 corral fs servers shows the progress (STALE, HEALED, HEAL). Files with a
-single copy on ID lose those stripe units: reading them fails with EIO.`,
+single copy on ID lose those stripe units: reading them fails with EIO.
+
+It is refused (EBUSY) while the server still answers as itself, up with
+its objects: stop it first. Meta also declares a server lost by itself once
+it has been down longer than corral meta --lost-after (default 30m).`,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			id, _ := strconv.ParseUint(args[0], 10, 32) // checked by Args
 			s, err := cl.LoseServer(ctx, uint32(id))
@@ -93,19 +97,13 @@ objects this way when it starts.`,
 					fmt.Printf("server %d (%s): %s, skipped\n", s.ID, s.Addr, proto.StateName(s.State))
 					continue
 				}
-				objs, err := listObjects(ctx, pool, s.Addr)
+				objs, err := fsck.ListObjects(ctx, pool, s.Addr)
 				if err != nil {
 					return fmt.Errorf("server %d (%s): %w", s.ID, s.Addr, err)
 				}
-				old := objs[:0]
-				for _, o := range objs {
-					if o.Mtime < cut {
-						old = append(old, o)
-					}
-				}
-				gone, err := iod.Unreferenced(ctx, cl, s.ID, old)
+				gone, err := fsck.Orphans(ctx, cl, s.ID, objs, cut)
 				if err != nil {
-					return err
+					return fmt.Errorf("server %d (%s): %w", s.ID, s.Addr, err)
 				}
 				var n int
 				var b uint64
@@ -140,24 +138,4 @@ objects this way when it starts.`,
 	c.Flags().BoolVar(&apply, "apply", false, "remove the unreferenced objects (default: only count them)")
 	c.Flags().DurationVar(&grace, "grace", time.Hour, "ignore objects younger than this (a create may still be writing them)")
 	return c
-}
-
-func listObjects(ctx context.Context, pool *proto.Pool, addr string) ([]proto.ObjectInfo, error) {
-	var out []proto.ObjectInfo
-	req := &proto.ListObjects{}
-	for {
-		r, err := pool.Call(ctx, addr, req)
-		if err != nil {
-			return nil, err
-		}
-		or, ok := r.(*proto.ObjectsReply)
-		if !ok {
-			return nil, fmt.Errorf("%s: unexpected reply to list", addr)
-		}
-		out = append(out, or.Objs...)
-		if !or.More || len(or.Objs) == 0 {
-			return out, nil
-		}
-		req = &proto.ListObjects{AfterSet: true, After: or.Objs[len(or.Objs)-1].ObjRef}
-	}
 }

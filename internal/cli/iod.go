@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,8 +54,16 @@ copied back when it returns). The identity and LOCK live in the first.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dirs := strings.Split(data, ",")
-			if len(dirs) > 1 && raid != iod.RAID0 && raid != iod.RAID1 {
-				return fmt.Errorf("--data with %d directories needs --raid 0 (striping) or --raid 1 (mirroring)", len(dirs))
+			raidSet := cmd.Flags().Changed("raid")
+			switch {
+			case slices.Contains(dirs, ""):
+				return usageError{fmt.Errorf("--data %q: an empty directory name in the list", data)}
+			case raidSet && raid != iod.RAID0 && raid != iod.RAID1:
+				return usageError{fmt.Errorf("--raid %d: want 0 (striping) or 1 (mirroring)", raid)}
+			case raidSet && len(dirs) == 1:
+				return usageError{fmt.Errorf("--raid %d needs several --data directories (comma-separated, one per disk), got one: %s", raid, data)}
+			case !raidSet && len(dirs) > 1:
+				return usageError{fmt.Errorf("--data with %d directories needs --raid 0 (striping) or --raid 1 (mirroring)", len(dirs))}
 			}
 			if err := os.MkdirAll(dirs[0], 0o755); err != nil {
 				return err

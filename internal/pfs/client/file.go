@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -70,7 +71,7 @@ type wstate struct {
 	// object range of each column written since the last sync, and the
 	// stale records known (guarded by smu: reads do not hold mu).
 	rep   atomic.Pointer[copies]
-	dirt  []extent
+	dirt  []extent.Range
 	smu   sync.Mutex
 	stale []proto.StaleRec
 }
@@ -92,7 +93,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		}
 		return nil, fmt.Errorf("inode %d: not a regular file", a.Ino)
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
 	}
@@ -145,7 +146,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 		for k := range cp.addrs {
 			st.addrs[k] = cp.addrs[k][0]
 		}
-		st.dirt = make([]extent, len(a.Servers))
+		st.dirt = make([]extent.Range, len(a.Servers))
 		if err := st.staleFromAttr(ctx, a); err != nil {
 			return nil, err
 		}
@@ -161,6 +162,13 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	}
 	c.mu.Unlock()
 	return newFile(st), nil
+}
+
+// AttrLayout is the layout (stripes and copies) attribute a describes.
+// It lives here, not in proto or layout, because those two share layer 0
+// and may not import each other.
+func AttrLayout(a proto.Attr) layout.Layout {
+	return layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
 }
 
 // staleFromAttr loads the stale records when a says there are any, and
@@ -279,7 +287,7 @@ func (f *wstate) flushPend() {
 	k, objOff := f.lay.Locate(off)
 	f.touched[k] = true
 	if f.dirt != nil {
-		f.dirt[k] = f.dirt[k].union(objOff, objOff+int64(len(data)))
+		f.dirt[k] = f.dirt[k].Hull(objRange(objOff, objOff+int64(len(data))))
 	}
 	sp := &span{off, off + int64(len(data))}
 	f.inflight = append(f.inflight, sp)
@@ -467,7 +475,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	for k := range f.touched {
 		f.touched[k] = true
 		if f.dirt != nil {
-			f.dirt[k] = f.dirt[k].union(f.lay.ObjectSize(k, size), math.MaxInt64)
+			f.dirt[k] = f.dirt[k].Hull(objRange(f.lay.ObjectSize(k, size), math.MaxInt64))
 		}
 	}
 	f.dirty = true
@@ -483,7 +491,7 @@ func (f *File) truncObjects(ctx context.Context, size int64) error {
 	}
 	if f.replicated() {
 		return f.toCopies(ctx, "truncate", allCols(len(f.addrs)), mk,
-			func(k int) extent { return extent{f.lay.ObjectSize(k, size), math.MaxInt64} })
+			func(k int) extent.Range { return objRange(f.lay.ObjectSize(k, size), math.MaxInt64) })
 	}
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup
@@ -520,7 +528,7 @@ func (f *File) syncObjects(ctx context.Context) error {
 			}
 		}
 		return f.toCopies(ctx, "sync", cols, func(k int) proto.Msg { return &proto.Sync{Handle: f.ino, Index: uint32(k)} },
-			func(k int) extent { return f.dirt[k] })
+			func(k int) extent.Range { return f.dirt[k] })
 	}
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -142,7 +143,7 @@ func (f *File) objects(ctx context.Context, off, n int64, mk func(handle uint64,
 		}
 		f.touched[k] = true
 		if f.dirt != nil {
-			f.dirt[k] = f.dirt[k].union(lo, hi)
+			f.dirt[k] = f.dirt[k].Hull(objRange(lo, hi))
 		}
 		cols = append(cols, k)
 	}
@@ -153,7 +154,7 @@ func (f *File) objects(ctx context.Context, off, n int64, mk func(handle uint64,
 	if f.replicated() {
 		// Every copy; one that fails is stale over the range.
 		return f.toCopies(ctx, "allocate", cols, msg,
-			func(k int) extent { return extent{f.lay.ObjectSize(k, off), f.lay.ObjectSize(k, off+n)} })
+			func(k int) extent.Range { return objRange(f.lay.ObjectSize(k, off), f.lay.ObjectSize(k, off+n)) })
 	}
 	errs := make([]error, len(f.addrs))
 	var wg sync.WaitGroup

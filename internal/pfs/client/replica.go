@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -45,17 +46,11 @@ var now = time.Now // tests move the clock
 // ESTALE (the layout changed under it).
 const maxLayoutTries = 4
 
-// ForwardTimeout bounds one replica's part of an n-byte request: 2 s plus
-// the time to move n bytes at 8 MiB/s. Heads use it for each forward.
-func ForwardTimeout(n int) time.Duration {
-	return 2*time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
-}
-
 // headTimeout bounds a request to a head: its own part, then its
 // forwards' timeout, so a hung forward is reported by the head, not blamed
 // on it.
 func headTimeout(n int) time.Duration {
-	return ForwardTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
+	return proto.ReplicaTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
 }
 
 // copies is where each column of a replicated file lives, as last read
@@ -65,24 +60,12 @@ type copies struct {
 	addrs [][]string // their addresses; "" for a server meta calls lost
 }
 
-// extent is an object range; hi == math.MaxInt64 means to the end.
-type extent struct{ lo, hi int64 }
-
-func (x extent) empty() bool { return x.hi <= x.lo }
-
-func (x extent) union(lo, hi int64) extent {
-	if x.empty() {
-		return extent{lo, hi}
+// objRange is the object bytes [lo, hi); hi math.MaxInt64: to the end.
+func objRange(lo, hi int64) extent.Range {
+	if hi == math.MaxInt64 {
+		return extent.Range{Lo: uint64(lo), Hi: extent.End}
 	}
-	return extent{min(x.lo, lo), max(x.hi, hi)}
-}
-
-// offLen is x as MarkStale takes it (Len 0: to the end).
-func (x extent) offLen() (uint64, uint64) {
-	if x.hi == math.MaxInt64 {
-		return uint64(x.lo), 0
-	}
-	return uint64(x.lo), uint64(x.hi - x.lo)
+	return extent.Range{Lo: uint64(lo), Hi: uint64(hi)}
 }
 
 // replicated reports whether the file has more than one copy.
@@ -133,7 +116,7 @@ func (c *Client) buildCopies(ctx context.Context, lay layout.Layout) (*copies, e
 
 // sameCopies reports whether a's copies are where cp says.
 func sameCopies(cp *copies, a proto.Attr) bool {
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if lay.Validate() != nil || len(a.Servers) != len(cp.ids) {
 		return false
 	}
@@ -249,7 +232,7 @@ func (f *wstate) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inode %d: re-reading the layout: %w", f.ino, err)
 	}
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		return fmt.Errorf("inode %d: bad layout from metadata server: %v", f.ino, err)
 	}
@@ -262,13 +245,7 @@ func (f *wstate) refresh(ctx context.Context) error {
 		return err
 	}
 	f.rep.Store(cp)
-	if a.Stale > 0 {
-		return f.loadStale(ctx)
-	}
-	f.smu.Lock()
-	f.stale = nil
-	f.smu.Unlock()
-	return nil
+	return f.staleFromAttr(ctx, a)
 }
 
 // loadStale fetches the file's stale records from meta.
@@ -296,11 +273,7 @@ func (f *wstate) current(k int, id uint32, off, n int64) bool {
 		if int(r.Index) != k || r.Server != id {
 			continue
 		}
-		end := int64(math.MaxInt64)
-		if r.Len != 0 {
-			end = int64(r.Off + r.Len)
-		}
-		if int64(r.Off) < off+n && off < end {
+		if extent.FromOffLen(r.Off, r.Len).Overlaps(objRange(off, off+n)) {
 			return false
 		}
 	}
@@ -310,8 +283,8 @@ func (f *wstate) current(k int, id uint32, off, n int64) bool {
 // markStale tells meta that servers of column k missed [x) and, once it
 // has recorded it, remembers that here too (reads then avoid them). ESTALE
 // comes back as is: the caller re-reads the layout and redoes its work.
-func (f *wstate) markStale(ctx context.Context, cp *copies, k int, servers []uint32, x extent) error {
-	off, n := x.offLen()
+func (f *wstate) markStale(ctx context.Context, cp *copies, k int, servers []uint32, x extent.Range) error {
+	off, n := x.OffLen()
 	_, err := f.c.call(ctx, &proto.MarkStale{Ino: f.ino, Index: uint32(k), Column: cp.ids[k], Servers: servers, Off: off, Len: n})
 	if err != nil {
 		return fmt.Errorf("inode %d column %d: marking servers %v stale: %w", f.ino, k, servers, err)
@@ -328,23 +301,14 @@ func (f *wstate) markStale(ctx context.Context, cp *copies, k int, servers []uin
 // overlaps or touches: a long outage under sequential writes stays a few
 // records, not one per write (reads scan them).
 func addStale(recs []proto.StaleRec, r proto.StaleRec) []proto.StaleRec {
-	end := func(x proto.StaleRec) uint64 {
-		if x.Len == 0 {
-			return math.MaxUint64
-		}
-		return x.Off + x.Len
-	}
+	rr := extent.FromOffLen(r.Off, r.Len)
 	for i := range recs {
 		x := &recs[i]
-		if x.Index != r.Index || x.Server != r.Server || x.Off > end(r) || r.Off > end(*x) {
+		xr := extent.FromOffLen(x.Off, x.Len)
+		if x.Index != r.Index || x.Server != r.Server || !xr.Touches(rr) {
 			continue
 		}
-		e := max(end(*x), end(r))
-		x.Off = min(x.Off, r.Off)
-		x.Len = 0
-		if e != math.MaxUint64 {
-			x.Len = e - x.Off
-		}
+		x.Off, x.Len = xr.Hull(rr).OffLen()
 		return recs
 	}
 	return append(recs, r)
@@ -440,7 +404,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			if len(missed) == 0 {
 				return nil
 			}
-			err := f.markStale(ctx, cp, k, missed, extent{objOff, objOff + int64(len(data))})
+			err := f.markStale(ctx, cp, k, missed, objRange(objOff, objOff+int64(len(data))))
 			if err == nil {
 				return nil
 			}
@@ -498,7 +462,7 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 		if isErrno(err, syscall.EBADMSG) {
 			// Bad bytes on disk: make heal repair them. An error here only
 			// costs the repair, not the read.
-			if merr := f.markStale(ctx, cp, k, []uint32{id}, extent{objOff, objOff + int64(len(dst))}); isErrno(merr, syscall.ESTALE) {
+			if merr := f.markStale(ctx, cp, k, []uint32{id}, objRange(objOff, objOff+int64(len(dst)))); isErrno(merr, syscall.ESTALE) {
 				f.refresh(ctx)
 			}
 		}
@@ -548,7 +512,7 @@ func (f *wstate) pick(cp *copies, k int, off, n int64, tried map[uint32]bool) in
 // once. A copy that fails it is marked stale over span(k); the result is an
 // error only when no copy of a column took it or meta could not record the
 // stale copies. Called with f.mu held (Sync, Truncate, Allocate).
-func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(k int) proto.Msg, span func(k int) extent) error {
+func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(k int) proto.Msg, span func(k int) extent.Range) error {
 	for try := 0; try < maxLayoutTries; try++ {
 		cp := f.rep.Load()
 		type res struct {
@@ -576,8 +540,8 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 			if len(live) == 0 {
 				live = all
 			}
-			_, n := span(k).offLen()
-			timeout := ForwardTimeout(int(min(n, 1<<30)))
+			_, n := span(k).OffLen()
+			timeout := proto.ReplicaTimeout(int(min(n, 1<<30)))
 			for _, i := range all {
 				if !slices.Contains(live, i) {
 					mu.Lock()
@@ -630,7 +594,7 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 				}
 				continue
 			}
-			if len(missed) == 0 || span(k).empty() {
+			if len(missed) == 0 || span(k).Empty() {
 				continue
 			}
 			if err := f.markStale(ctx, cp, k, missed, span(k)); err != nil {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/iod"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -358,7 +360,7 @@ func (c *checker) checkFile(ctx context.Context, p string, a proto.Attr) {
 	c.mu.Lock()
 	c.rep.Files++
 	c.mu.Unlock()
-	lay := layout.Layout{StripeSize: a.StripeSize, Servers: a.Servers, Replicas: int(a.Replicas), Extra: a.Extra}
+	lay := client.AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		c.add(Damage{Path: p, Ino: a.Ino, Column: -1, Kind: Unreadable, Detail: "bad layout: " + err.Error()})
 		return
@@ -488,8 +490,8 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 	// lacks[i]: the object ranges copy i cannot serve; nil for a copy that
 	// serves all (a copy on a server that is down counts as one: its state
 	// is unknown, not damaged).
-	lacks := make([][]span, len(cs))
-	all := []span{{0, want}}
+	lacks := make([][]extent.Range, len(cs))
+	all := []extent.Range{{Lo: 0, Hi: want}}
 	for i, s := range cs {
 		if !s.known {
 			continue
@@ -523,7 +525,7 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 		if len(s.bad) > 0 {
 			d.Kind, d.Ranges, d.Detail = Corrupt, s.bad, "checksum mismatch"
 			hurts = append(hurts, hurt{d: d, copy: i})
-			lacks[i] = union(lacks[i], spans(s.bad, want))
+			lacks[i] = extent.Union(lacks[i], spans(s.bad, want))
 		}
 	}
 	if len(hurts) == 0 {
@@ -550,7 +552,7 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 		var from []proto.Peer
 		need := spans(d.Ranges, want)
 		for j, s := range cs {
-			if j == h.copy || !s.known || damaged[j] && (h.whole || len(intersect(lacks[j], need)) > 0 || !s.exists || s.size > want) {
+			if j == h.copy || !s.known || damaged[j] && (h.whole || len(extent.Intersect(lacks[j], need)) > 0 || !s.exists || s.size > want) {
 				continue
 			}
 			from = append(from, proto.Peer{ID: s.id, Addr: c.servers[s.id].info.Addr})
@@ -566,7 +568,7 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 	// Ranges no copy can serve make the column unreadable there.
 	lost := all
 	for _, l := range lacks {
-		lost = intersect(lost, l)
+		lost = extent.Intersect(lost, l)
 	}
 	if len(lost) > 0 && want > 0 {
 		ids := make([]uint32, len(cs))
@@ -575,61 +577,21 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 		}
 		var rs []proto.Extent
 		for _, x := range lost {
-			rs = append(rs, proto.Extent{Off: x.lo, Len: x.hi - x.lo})
+			rs = append(rs, proto.Extent{Off: x.Lo, Len: x.Hi - x.Lo})
 		}
 		c.add(Damage{Path: p, Ino: a.Ino, Column: k, Kind: Unreadable, Ranges: rs, Detail: fmt.Sprintf("no good copy among servers %v", ids)})
 	}
 }
 
-// span is the object byte range [lo, hi).
-type span struct{ lo, hi uint64 }
-
-// spans turns extents (Len 0: to the end) into sorted, merged spans below
-// end.
-func spans(xs []proto.Extent, end uint64) []span {
-	var out []span
+// spans turns extents (Len 0: to the end) into sorted, merged ranges
+// below end.
+func spans(xs []proto.Extent, end uint64) []extent.Range {
+	out := make([]extent.Range, 0, len(xs))
 	for _, x := range xs {
-		hi := end
-		if x.Len != 0 {
-			hi = min(end, x.Off+x.Len)
-		}
-		if x.Off < hi {
-			out = append(out, span{x.Off, hi})
-		}
+		r := extent.FromOffLen(x.Off, x.Len)
+		out = append(out, extent.Range{Lo: r.Lo, Hi: min(r.Hi, end)})
 	}
-	return union(out, nil)
-}
-
-// union merges two span lists into one sorted list without overlaps.
-func union(a, b []span) []span {
-	all := append(append([]span(nil), a...), b...)
-	sort.Slice(all, func(i, j int) bool { return all[i].lo < all[j].lo })
-	var out []span
-	for _, x := range all {
-		if n := len(out); n > 0 && x.lo <= out[n-1].hi {
-			out[n-1].hi = max(out[n-1].hi, x.hi)
-			continue
-		}
-		out = append(out, x)
-	}
-	return out
-}
-
-// intersect is the ranges in both a and b (each sorted, without overlaps).
-func intersect(a, b []span) []span {
-	var out []span
-	for i, j := 0, 0; i < len(a) && j < len(b); {
-		lo, hi := max(a[i].lo, b[j].lo), min(a[i].hi, b[j].hi)
-		if lo < hi {
-			out = append(out, span{lo, hi})
-		}
-		if a[i].hi < b[j].hi {
-			i++
-		} else {
-			j++
-		}
-	}
-	return out
+	return extent.Union(out, nil)
 }
 
 func (c *checker) heal(ctx context.Context, addr string, ino uint64, k uint32, whole bool, ranges []proto.Extent, from []proto.Peer) string {
@@ -657,21 +619,13 @@ func (c *checker) orphans(ctx context.Context) error {
 		if !sv.up {
 			continue
 		}
-		var old []proto.ObjectInfo
+		objs := make([]proto.ObjectInfo, 0, len(sv.objs))
 		for _, o := range sv.objs {
-			if o.Mtime < cut {
-				old = append(old, o)
-			}
+			objs = append(objs, o)
 		}
-		sort.Slice(old, func(i, j int) bool {
-			if old[i].Ino != old[j].Ino {
-				return old[i].Ino < old[j].Ino
-			}
-			return old[i].Index < old[j].Index
-		})
-		gone, err := iod.Unreferenced(ctx, c.meta, id, old)
+		gone, err := Orphans(ctx, c.meta, id, objs, cut)
 		if err != nil {
-			return fmt.Errorf("server %d (%s): reference check: %w", id, sv.info.Addr, err)
+			return fmt.Errorf("server %d (%s): %w", id, sv.info.Addr, err)
 		}
 		for _, o := range gone {
 			if c.walked(o.ObjRef, id) {
@@ -717,6 +671,30 @@ func (c *checker) walked(o proto.ObjRef, id uint32) bool {
 		}
 	}
 	return false
+}
+
+// Orphans returns, of server id's objects objs, those last written before
+// cut (Unix ns; younger ones may belong to a create still writing) that
+// no file references, sorted by inode and index. corral fs gc and the
+// check's orphan step share it.
+func Orphans(ctx context.Context, meta iod.MetaCaller, id uint32, objs []proto.ObjectInfo, cut int64) ([]proto.ObjectInfo, error) {
+	var old []proto.ObjectInfo
+	for _, o := range objs {
+		if o.Mtime < cut {
+			old = append(old, o)
+		}
+	}
+	sort.Slice(old, func(i, j int) bool {
+		if old[i].Ino != old[j].Ino {
+			return old[i].Ino < old[j].Ino
+		}
+		return old[i].Index < old[j].Index
+	})
+	gone, err := iod.Unreferenced(ctx, meta, id, old)
+	if err != nil {
+		return nil, fmt.Errorf("reference check: %w", err)
+	}
+	return gone, nil
 }
 
 // ListObjects lists every object of the I/O server at addr (ListObjects

@@ -79,14 +79,6 @@ func (h *headedObjs) recent(k objKey, now time.Time) bool {
 // healPiece is the largest read of a heal from its source.
 const healPiece = 1 << 20
 
-// peerTimeout bounds one call to another I/O server moving n bytes: 2 s
-// plus the time at 8 MiB/s, the slowest disk or link that still counts as
-// working. A copy slower than that is marked stale and healed later rather
-// than holding every writer of its object.
-func peerTimeout(n int) time.Duration {
-	return 2*time.Second + time.Duration(n)*time.Second/(8<<20)
-}
-
 // handleRedundancy serves the replica requests (ReplWrite, Scrub, Heal),
 // and Truncate, Punch and Alloc under the range lock; ok is false for any
 // other request. It also meters the load of every request it sees.
@@ -187,7 +179,7 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 			defer wg.Done()
 			// The forwards finish even if the client goes: a copy must not
 			// miss a write the others have because its sender hung up.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), peerTimeout(len(m.Data)))
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), proto.ReplicaTimeout(len(m.Data)))
 			defer cancel()
 			errs[i] = s.callPeer(fctx, p, fwd)
 		}()
@@ -240,7 +232,7 @@ func (src *source) call(ctx context.Context, req proto.Msg, n int) (proto.Msg, e
 	var errs []string
 	for range src.from {
 		p := src.from[src.cur]
-		cctx, cancel := context.WithTimeout(ctx, peerTimeout(n))
+		cctx, cancel := context.WithTimeout(ctx, proto.ReplicaTimeout(n))
 		r, err := src.s.r.peers.Call(cctx, p.Addr, req)
 		cancel()
 		if err == nil {

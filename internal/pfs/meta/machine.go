@@ -496,7 +496,7 @@ func writeSynced(path string, r io.Reader, n int64) error {
 func decodeAttrReplyV1(b []byte, orig error) (proto.Msg, error) {
 	d := proto.Dec{B: b}
 	r := &proto.AttrReply{}
-	decodeAttrV1(&d, &r.Attr)
+	r.Attr.DecodeV1(&d)
 	r.Created = d.Bool()
 	if d.Err() != nil {
 		return nil, orig

@@ -317,7 +317,7 @@ func TestRefCheckReplicas(t *testing.T) {
 func TestOldRecordsDecode(t *testing.T) {
 	old := proto.Attr{Ino: 9, Mode: sIFREG | 0o644, Nlink: 1, Size: 5, StripeSize: 65536, StripeCount: 2, Servers: []uint32{3, 4}}
 	e := proto.Enc{}
-	encodeAttrV1(&e, &old)
+	old.EncodeV1(&e)
 	e.Str("")
 	e.U64(0)
 	n, err := decodeInode(e.B)
@@ -404,7 +404,7 @@ func TestOldRecordsDecode(t *testing.T) {
 	// A stored attribute reply (a retry's answer) from before.
 	e = proto.Enc{B: make([]byte, 8)}
 	e.U8(uint8(proto.OpAttr))
-	encodeAttrV1(&e, &old)
+	old.EncodeV1(&e)
 	e.Bool(true)
 	_, m, err := decodeResult(e.B)
 	if r, ok := m.(*proto.AttrReply); err != nil || !ok || r.Attr.Ino != 9 || !r.Created || !slices.Equal(r.Attr.Servers, old.Servers) {
@@ -441,7 +441,7 @@ func TestOldInodeInStore(t *testing.T) {
 		if err := s.m.db.Update(func(btx *bolt.Tx) error {
 			old := a
 			e := proto.Enc{}
-			encodeAttrV1(&e, &old)
+			old.EncodeV1(&e)
 			e.Str("")
 			e.U64(0)
 			return btx.Bucket(bInode).Put(u64key(a.Ino), e.B)

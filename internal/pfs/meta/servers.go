@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	bolt "go.etcd.io/bbolt"
 )
@@ -333,7 +332,7 @@ func (s *Service) refCheck(m *proto.RefCheck) (proto.Msg, error) {
 // holds reports whether file n keeps an object (n, index) on server id:
 // id holds a copy of column index (any column for AnyIndex).
 func holds(n *inode, id, index uint32) bool {
-	l := layout.Layout{Servers: n.Servers, Replicas: int(n.Replicas), Extra: n.Extra}
+	l := replicaLayout(n)
 	if len(l.Extra) != len(l.Servers)*(l.Copies()-1) {
 		// Extras that do not fit the columns (a record being repaired?):
 		// a server named in them keeps every object of the file, since

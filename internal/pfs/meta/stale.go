@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"slices"
 	"syscall"
 
+	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -42,18 +42,22 @@ type staleExt struct {
 	Seq, Off, Len uint64
 }
 
-func (x staleExt) end() uint64 {
-	if x.Len == 0 || x.Off+x.Len < x.Off {
-		return math.MaxUint64
-	}
-	return x.Off + x.Len
-}
+func (x staleExt) rng() extent.Range { return extent.FromOffLen(x.Off, x.Len) }
+
+func (x staleExt) end() uint64 { return x.rng().Hi }
 
 func extFromEnd(seq, off, end uint64) staleExt {
-	if end == math.MaxUint64 {
-		return staleExt{seq, off, 0}
+	off, n := extent.Range{Lo: off, Hi: end}.OffLen()
+	return staleExt{seq, off, n}
+}
+
+// ranges is xs without their sequence numbers.
+func ranges(xs []staleExt) []extent.Range {
+	out := make([]extent.Range, len(xs))
+	for i, x := range xs {
+		out[i] = x.rng()
 	}
-	return staleExt{seq, off, end - off}
+	return out
 }
 
 func staleKey(ino uint64, index, server uint32) []byte {
@@ -121,26 +125,9 @@ func mergeExts(xs []staleExt, add ...staleExt) []staleExt {
 	return out
 }
 
-// intersect returns the ranges both sorted, disjoint lists cover.
-func intersect(a, b []staleExt) []staleExt {
-	var out []staleExt
-	for i, j := 0, 0; i < len(a) && j < len(b); {
-		lo, hi := max(a[i].Off, b[j].Off), min(a[i].end(), b[j].end())
-		if lo < hi {
-			out = append(out, extFromEnd(0, lo, hi))
-		}
-		if a[i].end() < b[j].end() {
-			i++
-		} else {
-			j++
-		}
-	}
-	return out
-}
-
 func overlaps(xs []staleExt, x staleExt) bool {
 	for _, y := range xs {
-		if y.Off < x.end() && x.Off < y.end() {
+		if y.rng().Overlaps(x.rng()) {
 			return true
 		}
 	}
@@ -264,7 +251,7 @@ func (t tx) markStale(m *proto.MarkStale) (proto.Msg, error) {
 	seq := t.peekStaleSeq()
 	add := extFromEnd(seq, m.Off, staleExt{0, m.Off, m.Len}.end())
 	after := make([][]staleExt, len(col))
-	var common []staleExt
+	var common []extent.Range
 	for i, id := range col {
 		xs, err := t.staleExts(m.Ino, m.Index, id)
 		if err != nil {
@@ -278,17 +265,13 @@ func (t tx) markStale(m *proto.MarkStale) (proto.Msg, error) {
 			xs = []staleExt{{0, 0, 0}}
 		}
 		if i == 0 {
-			common = xs
+			common = ranges(xs)
 		} else {
-			common = intersect(common, xs)
+			common = extent.Intersect(common, ranges(xs))
 		}
 	}
 	if len(common) > 0 {
-		x := common[0]
-		span := fmt.Sprintf("[%d, %d)", x.Off, x.end())
-		if x.Len == 0 {
-			span = fmt.Sprintf("[%d, end)", x.Off)
-		}
+		span := common[0].String()
 		return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("mark stale: inode %d column %d: servers %v would leave no current copy of object bytes %s (copies %v): the write fails",
 			m.Ino, m.Index, m.Servers, span, col))
 	}

@@ -37,61 +37,28 @@ type inode struct {
 
 func (n *inode) encode() []byte {
 	e := proto.Enc{B: make([]byte, 0, 112+len(n.Target)+4*(len(n.Servers)+len(n.Extra)))}
-	encodeAttrV1(&e, &n.Attr)
+	n.Attr.EncodeV1(&e)
 	e.Str(n.Target)
 	e.U64(n.Parent)
 	// The replica fields come after the record's own: a record written
 	// before them ends at Parent and reads them as zero.
-	e.U32(n.Replicas)
-	e.U32s(n.Extra)
-	e.U8(n.Placement)
-	e.U32(n.Stale)
+	n.Attr.EncodeReplicas(&e)
 	return e.B
 }
 
 func decodeInode(b []byte) (*inode, error) {
 	d := proto.Dec{B: b}
 	n := &inode{}
-	decodeAttrV1(&d, &n.Attr)
+	n.Attr.DecodeV1(&d)
 	n.Target = d.Str()
 	n.Parent = d.U64()
 	if len(d.B) > 0 { // (Err would call the rest trailing bytes)
-		n.Replicas = d.U32()
-		n.Extra = d.U32s()
-		n.Placement = d.U8()
-		n.Stale = d.U32()
+		n.Attr.DecodeReplicas(&d)
 	}
 	if err := d.Err(); err != nil {
 		return nil, fmt.Errorf("corrupt inode record: %w", err)
 	}
 	return n, nil
-}
-
-// encodeAttrV1 writes the attributes known before replicas, in their
-// order then (the start of an inode record and of a stored AttrReply).
-func encodeAttrV1(e *proto.Enc, a *proto.Attr) {
-	e.U64(a.Ino)
-	e.U32(a.Mode)
-	e.U32(a.Uid)
-	e.U32(a.Gid)
-	e.U32(a.Nlink)
-	e.U64(a.Size)
-	e.I64(a.Atime)
-	e.I64(a.Mtime)
-	e.I64(a.Ctime)
-	e.U32(a.StripeSize)
-	e.U32(a.StripeCount)
-	e.U32s(a.Servers)
-}
-
-func decodeAttrV1(d *proto.Dec, a *proto.Attr) {
-	a.Ino = d.U64()
-	a.Mode = d.U32()
-	a.Uid, a.Gid, a.Nlink = d.U32(), d.U32(), d.U32()
-	a.Size = d.U64()
-	a.Atime, a.Mtime, a.Ctime = d.I64(), d.I64(), d.I64()
-	a.StripeSize, a.StripeCount = d.U32(), d.U32()
-	a.Servers = d.U32s()
 }
 
 func (n *inode) isDir() bool  { return n.Mode&sIFMT == sIFDIR }

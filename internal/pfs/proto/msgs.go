@@ -193,6 +193,19 @@ const (
 )
 
 func (a *Attr) Encode(e *Enc) {
+	a.EncodeV1(e)
+	a.EncodeReplicas(e)
+}
+
+func (a *Attr) Decode(d *Dec) {
+	a.DecodeV1(d)
+	a.DecodeReplicas(d)
+}
+
+// EncodeV1 writes the fields known before replicas, in their order then:
+// meta's stored records (inodes, retry replies) start with them, so the
+// records written before replicas still read.
+func (a *Attr) EncodeV1(e *Enc) {
 	e.U64(a.Ino)
 	e.U32(a.Mode)
 	e.U32(a.Uid)
@@ -205,13 +218,10 @@ func (a *Attr) Encode(e *Enc) {
 	e.U32(a.StripeSize)
 	e.U32(a.StripeCount)
 	e.U32s(a.Servers)
-	e.U32(a.Replicas)
-	e.U32s(a.Extra)
-	e.U8(a.Placement)
-	e.U32(a.Stale)
 }
 
-func (a *Attr) Decode(d *Dec) {
+// DecodeV1 reads what EncodeV1 writes.
+func (a *Attr) DecodeV1(d *Dec) {
 	a.Ino = d.U64()
 	a.Mode = d.U32()
 	a.Uid = d.U32()
@@ -224,6 +234,19 @@ func (a *Attr) Decode(d *Dec) {
 	a.StripeSize = d.U32()
 	a.StripeCount = d.U32()
 	a.Servers = d.U32s()
+}
+
+// EncodeReplicas writes the replica fields (Replicas, Extra, Placement,
+// Stale), which follow the V1 fields on the wire.
+func (a *Attr) EncodeReplicas(e *Enc) {
+	e.U32(a.Replicas)
+	e.U32s(a.Extra)
+	e.U8(a.Placement)
+	e.U32(a.Stale)
+}
+
+// DecodeReplicas reads what EncodeReplicas writes.
+func (a *Attr) DecodeReplicas(d *Dec) {
 	a.Replicas = d.U32()
 	a.Extra = d.U32s()
 	a.Placement = d.U8()

@@ -1,5 +1,7 @@
 package proto
 
+import "time"
+
 // Data redundancy (docs/pfs-protocol.md, "Replicas"): ops 80-89.
 //
 //	80 ReplWrite   client -> head I/O server (and head -> other replicas)
@@ -308,4 +310,13 @@ func redundancySamples() []Msg {
 		&StaleReply{Recs: []StaleRec{{1, 2, 3, 4}}},
 		&LoseServer{ID: 3},
 	}
+}
+
+// ReplicaTimeout bounds one replica's part of a request moving n bytes
+// (a head's forward, a heal's pull, a client's call to one copy): 2 s plus
+// the time at 8 MiB/s, the slowest disk or link that still counts as
+// working. A copy slower than that is marked stale and healed later rather
+// than holding every writer of its object.
+func ReplicaTimeout(n int) time.Duration {
+	return 2*time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
 }
