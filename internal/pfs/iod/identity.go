@@ -192,6 +192,13 @@ func (s *Store) register(ctx context.Context, meta *client.Leader, addr string) 
 	r, err := meta.Call(cctx, &proto.Register{ID: id.id, Addr: addr, Capacity: c, Free: f, Cluster: id.cluster, Fresh: fresh,
 		Zone: s.r.zone, Load: s.r.load.kibps(time.Now())})
 	if err != nil {
+		var re *proto.RemoteError
+		if errors.As(err, &re) && re.Errno == syscall.EAGAIN {
+			// Meta refuses this server (lost: its copies may live elsewhere
+			// now): a heartbeat refused stops it serving its objects (EIO)
+			// until meta accepts it again.
+			s.registered.Store(false)
+		}
 		return 0, err
 	}
 	sr, ok := r.(*proto.ServersReply)

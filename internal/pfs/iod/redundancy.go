@@ -292,6 +292,17 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 		if err != nil {
 			return nil, err
 		}
+		// Below its to-the-end range this copy is current, the source
+		// maybe not (stale there, and shorter): never cut below it.
+		local, _, err := s.objSize(k)
+		if err != nil {
+			return nil, fmt.Errorf("heal of file %d stripe %d: %w", k.ino, k.idx, err)
+		}
+		for _, x := range m.Ranges {
+			if x.Len == 0 {
+				size = max(size, min(x.Off, uint64(max(local, 0))))
+			}
+		}
 		if err := s.truncateObj(k, int64(size)); err != nil {
 			return nil, fmt.Errorf("heal of file %d stripe %d: set size %d: %w", k.ino, k.idx, size, err)
 		}

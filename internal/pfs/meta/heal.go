@@ -172,6 +172,7 @@ type healJob struct {
 	objSize       uint64
 	col           []uint32
 	other         map[uint32][]staleExt // the other copies' stale extents
+	snap          uint64                // the last sequence number given when the job was read
 }
 
 // healPass reads every stale record (in batches), updates the figures and
@@ -196,6 +197,7 @@ func (s *Service) healPass() {
 	for range 1 << 20 { // bounded: each round reads up to healBatch records
 		n := 0
 		s.view(func(t tx) error {
+			snap := t.peekStaleSeq() - 1
 			c := t.Bucket(bStale).Cursor()
 			k, v := c.First()
 			if after != nil {
@@ -210,7 +212,7 @@ func (s *Service) healPass() {
 				if len(k) != 16 {
 					continue
 				}
-				j := healJob{ino: binary.BigEndian.Uint64(k), index: binary.BigEndian.Uint32(k[8:]), server: binary.BigEndian.Uint32(k[12:])}
+				j := healJob{ino: binary.BigEndian.Uint64(k), index: binary.BigEndian.Uint32(k[8:]), server: binary.BigEndian.Uint32(k[12:]), snap: snap}
 				var err error
 				if j.exts, err = decodeExts(v); err != nil {
 					s.log.Error("heal: unreadable stale record", "ino", j.ino, "index", j.index, "server", j.server, "err", err)
@@ -347,8 +349,6 @@ func pieces(x staleExt, objSize uint64, whole bool) []healPiece {
 // then clears what it healed.
 func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 	target := states[j.server]
-	var upto uint64
-	whole := len(j.exts) == 1 && j.exts[0].Off == 0 && j.exts[0].Len == 0
 	for _, x := range j.exts {
 		var from []proto.Peer
 		for _, id := range j.col {
@@ -374,7 +374,10 @@ func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 			}
 			return nil
 		}
-		for _, p := range pieces(x, j.objSize, whole) {
+		// Every extent to the end sets the size (its last piece carries
+		// Whole): a copy that missed a truncate is cut to the source's size,
+		// else its old tail would read again once the file grows.
+		for _, p := range pieces(x, j.objSize, x.Len == 0) {
 			if err := s.hl.bucket.take(s.life, p.size); err != nil {
 				return err
 			}
@@ -398,11 +401,12 @@ func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 			s.hl.mu.Unlock()
 			s.hl.total.Add(copied)
 		}
-		upto = max(upto, x.Seq)
 	}
 	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
-	_, err := s.propose(ctx, &command{Kind: cmdClearStale, Ino: j.ino, Left: []uint32{j.index, j.server}, Cut: int64(min(upto, math.MaxInt64))})
+	// Cut is the job's snapshot: the clear keeps marks made since, and
+	// keeps the extents a source may have lost meanwhile (clearStale).
+	_, err := s.propose(ctx, &command{Kind: cmdClearStale, Ino: j.ino, Left: []uint32{j.index, j.server}, Cut: int64(min(j.snap, math.MaxInt64))})
 	return err
 }
 

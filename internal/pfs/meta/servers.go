@@ -254,7 +254,16 @@ func (s *Service) register(ctx context.Context, m *proto.Register) (proto.Msg, e
 		}
 		return nil, proto.Errorf(syscall.EAGAIN, fmt.Sprintf("register: I/O server %d at %s came back with an empty objects directory: its objects are gone, so it is marked lost (no new files; reads of its data fail with EIO). To accept this disk as server %d, run `corral fs servers replace %d`",
 			m.ID, m.Addr, m.ID, m.ID))
-	case cur.State == proto.ServerLost || cur.State == proto.ServerReplacing:
+	case cur.State == proto.ServerLost:
+		// Its copies were made again elsewhere (rereplicate), but clients
+		// holding the old layout would still send it writes that the new
+		// copies never get, and heal would call both current: it comes
+		// back only as an empty disk.
+		s.log.Warn("I/O server declared lost came back with its old objects: refused; its copies were made again elsewhere, so wipe its data directory and run `corral fs servers replace`",
+			"id", m.ID, "addr", m.Addr)
+		return nil, proto.Errorf(syscall.EAGAIN, fmt.Sprintf("register: I/O server %d at %s was declared lost and its copies were made again elsewhere; it cannot come back with its old objects (clients and heal would take them for current). Wipe its data directory, restart it and run `corral fs servers replace %d`",
+			m.ID, m.Addr, m.ID))
+	case cur.State == proto.ServerReplacing:
 		si.State = 0
 		if err := s.persistServer(ctx, &si, false, false); err != nil {
 			return nil, err

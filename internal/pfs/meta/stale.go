@@ -289,19 +289,40 @@ func (t tx) markStale(m *proto.MarkStale) (proto.Msg, error) {
 }
 
 // clearStale drops what a heal made current: the extents of (ino, index,
-// server) with a sequence number up to upto (marks made meanwhile stay).
+// server) with a sequence number up to upto, the heal's snapshot (marks
+// made meanwhile stay). An extent stays too where another copy of the
+// column was marked stale after upto: the heal may have copied from that
+// copy bytes older than a write the target had already taken, so the
+// target is not current there (healed again, from the copies current now).
 func (t tx) clearStale(ino uint64, index, server uint32, upto uint64) error {
 	xs, err := t.staleExts(ino, index, server)
 	if err != nil || xs == nil {
 		return err
 	}
-	xs = slices.DeleteFunc(xs, func(x staleExt) bool { return x.Seq <= upto })
-	if err := t.putStaleExts(ino, index, server, xs); err != nil {
-		return err
-	}
 	n, err := t.inode(ino)
 	if err != nil {
 		return nil // removed meanwhile
+	}
+	var newer []staleExt // other copies' extents marked after the snapshot
+	if col, err := column(n, index); err == nil {
+		for _, id := range col {
+			if id == server {
+				continue
+			}
+			ys, err := t.staleExts(ino, index, id)
+			if err != nil {
+				return err
+			}
+			for _, y := range ys {
+				if y.Seq > upto {
+					newer = append(newer, y)
+				}
+			}
+		}
+	}
+	xs = slices.DeleteFunc(xs, func(x staleExt) bool { return x.Seq <= upto && !overlaps(newer, x) })
+	if err := t.putStaleExts(ino, index, server, xs); err != nil {
+		return err
 	}
 	return t.restale(n)
 }

@@ -151,7 +151,10 @@ func (m *ScrubReply) Decode(d *Dec) {
 // Heal makes the receiving server's copy of object (Handle, Index) equal
 // to a current replica's over Ranges (Len 0: to the end of the source
 // object), reading from the first of From that answers; with Whole the
-// object is also cut or extended to the source's size. Writes arriving
+// object is also cut or extended to the source's size, never cut below the
+// start of a Len 0 range (the receiver is current below it, the source
+// perhaps not). Meta sends Whole on the last piece of every Len 0
+// extent. Writes arriving
 // meanwhile for those ranges wait, so none is overwritten by older bytes.
 type Heal struct {
 	Handle uint64
