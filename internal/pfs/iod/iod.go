@@ -391,7 +391,7 @@ func (s *Store) writeObj(k objKey, data []byte, off int64) error {
 	if s.mode == RAID0 {
 		return s.write0(k, data, off)
 	}
-	return s.eachWriter(k, func(o *ofile) error { return o.write(data, off) })
+	return s.badChange(k, s.eachWriter(k, func(o *ofile) error { return o.write(data, off) }))
 }
 
 // mayCreate is nil when object k exists or may be created (it was not
@@ -427,7 +427,7 @@ func (s *Store) truncateObj(k objKey, size int64) error {
 	if s.mode == RAID0 {
 		return s.truncate0(k, size)
 	}
-	return s.eachWriter(k, func(o *ofile) error { return o.truncate(size) })
+	return s.badChange(k, s.eachWriter(k, func(o *ofile) error { return o.truncate(size) }))
 }
 
 // objSize is object k's size; ok is false when it does not exist.
