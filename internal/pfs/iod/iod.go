@@ -357,6 +357,13 @@ func (s *Store) eachWriter(k objKey, fn func(*ofile) error) error {
 		o, err := s.openIn(m, k, true)
 		if err == nil {
 			err = fn(o)
+			// A block this change keeps in part is bad here: taken from a
+			// mirror where it checks, and the change made again (at most
+			// its two edge blocks), rather than failing the whole member.
+			var bb badBlock
+			for try := 0; try < 2 && errors.As(err, &bb) && len(ws) > 1 && s.repairBlock(k, m, s.readers(), bb.off); try++ {
+				err = fn(o)
+			}
 			o.close()
 		}
 		if err != nil {

@@ -133,3 +133,42 @@ func TestHealToEndCutsMissedTruncate(t *testing.T) {
 		t.Fatalf("after heal the copies differ: source [4096,8192) %q..., healed copy %q...", a[4096:4100], b[4096:4100])
 	}
 }
+
+// Rule: on RAID-1 a change that meets a rotted block in one mirror takes
+// the block from a mirror where it checks and goes through, rather than
+// failing (the whole mirror would be taken out and rebuilt).
+func TestRAID1PartialChangeRepairsRottedMirror(t *testing.T) {
+	st := openRAID(t, tempDirs(t, 2), RAID1)
+	k := objKey{5, 0}
+	want := randBytes(2*csBlock, 1)
+	mustWrite(t, st, k, want, 0)
+	for m := range 2 {
+		f, err := os.OpenFile(st.pathIn(m, k), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteAt([]byte{want[7+m] ^ 1}, int64(7+m)) // block 0 rots in both, at different bytes
+		f.Close()
+	}
+	if err := st.writeObj(k, []byte("x"), 1000); !isBadMsg(err) {
+		t.Fatalf("write into a block bad in both mirrors: %v, want EBADMSG", err)
+	}
+	mustWrite(t, st, k, want[:csBlock], 0) // whole: repairs both
+	f, err := os.OpenFile(st.pathIn(1, k), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{want[csBlock+7] ^ 1}, csBlock+7) // block 1 rots in mirror 1 only
+	f.Close()
+	mustWrite(t, st, k, []byte("x"), csBlock+1000)
+	want[csBlock+1000] = 'x'
+	if d := st.degraded(); d != "" {
+		t.Fatalf("a bad block in one mirror took it out: %s", d)
+	}
+	for range 2 { // reads alternate between the mirrors
+		checkObj(t, st, k, want)
+	}
+	if sr, err := st.scrub(k); err != nil || len(sr.Bad) != 0 {
+		t.Fatalf("scrub after the repair: %+v, %v", sr, err)
+	}
+}
