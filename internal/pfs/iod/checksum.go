@@ -170,22 +170,21 @@ func (o *ofile) verify(off, end int64) error {
 	return nil
 }
 
-// write writes data at off and then the sums of the blocks it touched
-// (a partly covered block is checked first and read back whole after).
+// write writes data at off and then the sums of the blocks it touched. A
+// block it covers only in part has its old bytes read and checked first
+// (re-summing them unchecked would give rot a valid sum for good), and its
+// new sum is computed from them with data laid over.
 func (o *ofile) write(data []byte, off int64) error {
-	end := off + int64(len(data))
-	if o.c != nil && len(data) > 0 {
-		if err := o.verify(off, end); err != nil {
-			return err
-		}
-	}
-	if _, err := o.f.WriteAt(data, off); err != nil {
+	if o.c == nil || len(data) == 0 {
+		_, err := o.f.WriteAt(data, off)
 		return err
 	}
-	if o.c == nil || len(data) == 0 {
-		return nil
-	}
+	end := off + int64(len(data))
 	first, last := off/csBlock, (end-1)/csBlock
+	size, err := o.size()
+	if err != nil {
+		return err
+	}
 	sums := make([]byte, (last-first+1)*4)
 	for b := first; b <= last; b++ {
 		bs := b * csBlock
@@ -193,14 +192,29 @@ func (o *ofile) write(data []byte, off int64) error {
 			binary.LittleEndian.PutUint32(sums[(b-first)*4:], blockSum(data[bs-off:bs-off+csBlock]))
 			continue
 		}
-		if err := o.resum(b, b); err != nil {
-			return err
+		if b != first && b != last {
+			continue // only the edge blocks are covered in part
 		}
-		if _, err := o.c.ReadAt(sums[(b-first)*4:(b-first)*4+4], b*4); err != nil {
-			return err
+		bp := getBuf(csBlock)
+		blk := (*bp)[:csBlock]
+		n, oldEnd := 0, min(bs+csBlock, size) // old bytes: [bs, oldEnd)
+		if oldEnd > bs && (off > bs || end < oldEnd) {
+			// Some old bytes stay: they must check.
+			if n, err = o.read(blk[:oldEnd-bs], bs); err != nil {
+				putBuf(bp)
+				return err
+			}
 		}
+		clear(blk[n:])
+		ws, we := max(off, bs), min(end, bs+csBlock)
+		copy(blk[ws-bs:], data[ws-off:we-off])
+		binary.LittleEndian.PutUint32(sums[(b-first)*4:], blockSum(blk[:max(int64(n), we-bs)]))
+		putBuf(bp)
 	}
-	_, err := o.c.WriteAt(sums, first*4)
+	if _, err := o.f.WriteAt(data, off); err != nil {
+		return err
+	}
+	_, err = o.c.WriteAt(sums, first*4)
 	return err
 }
 
