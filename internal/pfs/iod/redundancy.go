@@ -501,7 +501,7 @@ func (s *Store) zeroFrom(k objKey, pos, end uint64) (uint64, error) {
 	for pos < end {
 		// Pieces end on block edges, so only the range's edges are
 		// blocks written in part.
-		c := min(end-pos, uint64(len(zero))-pos%healPiece)
+		c := min(end-pos, healPiece-pos%healPiece)
 		if err := s.writeObj(k, zero[:c], int64(pos)); err != nil {
 			return n, fmt.Errorf("heal of file %d stripe %d: zero at %d: %w", k.ino, k.idx, pos, err)
 		}

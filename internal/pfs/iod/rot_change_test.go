@@ -172,3 +172,17 @@ func TestRAID1PartialChangeRepairsRottedMirror(t *testing.T) {
 		t.Fatalf("scrub after the repair: %+v, %v", sr, err)
 	}
 }
+
+// zeroFrom zeroes exactly its range, in pieces ending on block edges.
+func TestZeroFromUnalignedRange(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	k := objKey{8, 0}
+	want := pattern(3, 3*healPiece)
+	mustWrite(t, st, k, want, 0)
+	n, err := st.zeroFrom(k, 1000, 2*healPiece+5000)
+	if err != nil || n != 2*healPiece+4000 {
+		t.Fatalf("zeroFrom: %d bytes, %v", n, err)
+	}
+	clear(want[1000 : 2*healPiece+5000])
+	checkObj(t, st, k, want)
+}
