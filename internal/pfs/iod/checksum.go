@@ -142,17 +142,49 @@ func (o *ofile) resum(first, last int64) error {
 	return flush(at)
 }
 
-// write writes data at off and then the sums of the blocks it touched
-// (a partly covered block is read back whole).
-func (o *ofile) write(data []byte, off int64) error {
-	if _, err := o.f.WriteAt(data, off); err != nil {
+// verify checks the old bytes of every block of [off, end) that a change
+// of that range leaves partly in place, before the change: re-summing such
+// a block from the file would give rotted bytes a valid sum for good. A
+// block whose kept bytes are all of its bytes up to the file's end is not
+// kept in part; nor is one the range covers whole.
+func (o *ofile) verify(off, end int64) error {
+	size, err := o.size()
+	if err != nil || end <= off {
 		return err
 	}
+	bp := getBuf(csBlock)
+	defer putBuf(bp)
+	for _, b := range []int64{off / csBlock, (end - 1) / csBlock} {
+		bs := b * csBlock
+		be := min(bs+csBlock, size)
+		if be <= bs || (off <= bs && end >= be) {
+			continue // nothing old there, or nothing old kept
+		}
+		if _, err := o.read((*bp)[:be-bs], bs); err != nil {
+			return err
+		}
+		if off/csBlock == (end-1)/csBlock {
+			break
+		}
+	}
+	return nil
+}
+
+// write writes data at off and then the sums of the blocks it touched. A
+// block it covers only in part has its old bytes read and checked first
+// (re-summing them unchecked would give rot a valid sum for good), and its
+// new sum is computed from them with data laid over.
+func (o *ofile) write(data []byte, off int64) error {
 	if o.c == nil || len(data) == 0 {
-		return nil
+		_, err := o.f.WriteAt(data, off)
+		return err
 	}
 	end := off + int64(len(data))
 	first, last := off/csBlock, (end-1)/csBlock
+	size, err := o.size()
+	if err != nil {
+		return err
+	}
 	sums := make([]byte, (last-first+1)*4)
 	for b := first; b <= last; b++ {
 		bs := b * csBlock
@@ -160,14 +192,29 @@ func (o *ofile) write(data []byte, off int64) error {
 			binary.LittleEndian.PutUint32(sums[(b-first)*4:], blockSum(data[bs-off:bs-off+csBlock]))
 			continue
 		}
-		if err := o.resum(b, b); err != nil {
-			return err
+		if b != first && b != last {
+			continue // only the edge blocks are covered in part
 		}
-		if _, err := o.c.ReadAt(sums[(b-first)*4:(b-first)*4+4], b*4); err != nil {
-			return err
+		bp := getBuf(csBlock)
+		blk := (*bp)[:csBlock]
+		n, oldEnd := 0, min(bs+csBlock, size) // old bytes: [bs, oldEnd)
+		if oldEnd > bs && (off > bs || end < oldEnd) {
+			// Some old bytes stay: they must check.
+			if n, err = o.read(blk[:oldEnd-bs], bs); err != nil {
+				putBuf(bp)
+				return err
+			}
 		}
+		clear(blk[n:])
+		ws, we := max(off, bs), min(end, bs+csBlock)
+		copy(blk[ws-bs:], data[ws-off:we-off])
+		binary.LittleEndian.PutUint32(sums[(b-first)*4:], blockSum(blk[:max(int64(n), we-bs)]))
+		putBuf(bp)
 	}
-	_, err := o.c.WriteAt(sums, first*4)
+	if _, err := o.f.WriteAt(data, off); err != nil {
+		return err
+	}
+	_, err = o.c.WriteAt(sums, first*4)
 	return err
 }
 
@@ -182,8 +229,14 @@ func (o *ofile) size() (int64, error) {
 func blocksOf(size int64) int64 { return (size + csBlock - 1) / csBlock }
 
 // truncate sets the size; the sidecar follows, and a new partial last
-// block gets its sum again.
+// block gets its sum again (once its kept bytes are checked).
 func (o *ofile) truncate(size int64) error {
+	if o.c != nil && size%csBlock != 0 {
+		// The bytes of the new last block before size are kept.
+		if err := o.verify(size, size+1); err != nil {
+			return err
+		}
+	}
 	if err := o.f.Truncate(size); err != nil {
 		return err
 	}
@@ -202,6 +255,12 @@ func (o *ofile) truncate(size int64) error {
 // punch frees [off, off+n): it reads as zeros, the size stays. Whole
 // blocks get sum 0 (never written), partial ones their new sum.
 func (o *ofile) punch(off, n int64) error {
+	if o.c != nil {
+		// The blocks punched in part keep bytes that get a new sum.
+		if err := o.verify(off, off+n); err != nil {
+			return err
+		}
+	}
 	err := unix.Fallocate(int(o.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	size, serr := o.size()
 	if serr != nil {
@@ -348,4 +407,15 @@ func (s *Store) mismatch(k objKey, off int64) error {
 	id, _ := s.identity()
 	s.log.Error("checksum mismatch", "server", id.id, "file", k.ino, "stripe", k.idx, "offset", off)
 	return proto.Errorf(syscall.EBADMSG, fmt.Sprintf("I/O server %d: file %d stripe %d: checksum mismatch at offset %d", id.id, k.ino, k.idx, off))
+}
+
+// badChange is the error of a change (write, truncate, punch) of object k
+// that met a bad block it would keep in part: EBADMSG, as a read answers,
+// so the client marks this copy stale and heal rewrites the block whole.
+func (s *Store) badChange(k objKey, err error) error {
+	var bb badBlock
+	if errors.As(err, &bb) {
+		return s.mismatch(k, bb.off)
+	}
+	return err
 }

@@ -36,7 +36,7 @@ func (s *Store) punch(m *proto.Punch) error {
 		// All hole already, unless the object was lost with its disk.
 		return s.missing(k, "punch")
 	}
-	return s.eachWriter(k, func(o *ofile) error { return o.punch(int64(m.Off), int64(m.Len)) })
+	return s.badChange(k, s.eachWriter(k, func(o *ofile) error { return o.punch(int64(m.Off), int64(m.Len)) }))
 }
 
 // alloc reserves space for an object range without changing its size, so

@@ -693,7 +693,7 @@ func (s *Store) write0(k objKey, data []byte, off int64) error {
 	}
 	defer closeAll(fs)
 	return s.pieces(off, int64(len(data)), func(m int, loff, goff, ln int64) error {
-		return fs[m].write(data[goff-off:goff-off+ln], loff)
+		return s.badChange0(k, m, fs[m].write(data[goff-off:goff-off+ln], loff))
 	})
 }
 
@@ -712,7 +712,7 @@ func (s *Store) truncate0(k objKey, size int64) error {
 		target := localSize(m, n, size)
 		owner := size > 0 && int((size-1)/csBlock%int64(n)) == m
 		if cur > target || (owner && cur != target) {
-			if err := o.truncate(target); err != nil {
+			if err := s.badChange0(k, m, o.truncate(target)); err != nil {
 				return err
 			}
 		}
@@ -737,7 +737,7 @@ func (s *Store) punch0(k objKey, off, n int64) error {
 		if fs[m] == nil {
 			return nil
 		}
-		return fs[m].punch(loff, ln)
+		return s.badChange0(k, m, fs[m].punch(loff, ln))
 	})
 }
 
@@ -748,6 +748,15 @@ func (s *Store) alloc0(k objKey, off, n int64) error {
 	}
 	defer closeAll(fs)
 	return s.pieces(off, n, func(m int, loff, _, ln int64) error { return fs[m].alloc(loff, ln) })
+}
+
+// badChange0 is badChange for member m's local offsets.
+func (s *Store) badChange0(k objKey, m int, err error) error {
+	var bb badBlock
+	if errors.As(err, &bb) {
+		return s.mismatch(k, s.globalOff(m, bb.off))
+	}
+	return err
 }
 
 // raidErr names the member of an error.

@@ -2,6 +2,7 @@ package iod
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -132,6 +134,9 @@ func (s *Store) lockedChange(ctx context.Context, k objKey, off, end uint64, cha
 func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplReply, error) {
 	arrived := time.Now()
 	k := objKey{m.Handle, m.Index}
+	if err := s.checkFwd(m); err != nil {
+		return nil, err
+	}
 	if m.Head != 0 && s.r.headed.recent(k, arrived) {
 		// A forward from another head of an object this server lately
 		// headed itself: clients failed over to here, and the other head
@@ -171,9 +176,6 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 	errs := make([]error, len(m.Fwd))
 	var wg sync.WaitGroup
 	for i, p := range m.Fwd {
-		if p.ID == self.id {
-			continue // listed twice by mistake: already applied here
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -197,6 +199,32 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 			"off", m.Off, "len", len(m.Data), "failed", rep.Failed, "why", strings.Join(rep.Why, "; "))
 	}
 	return rep, nil
+}
+
+// checkFwd refuses a Fwd list no layout gives: more copies than a
+// column has, this server itself or one server twice (a client could
+// otherwise make a head dial any number of addresses, or apply a write
+// twice).
+func (s *Store) checkFwd(m *proto.ReplWrite) error {
+	if len(m.Fwd) == 0 {
+		return nil
+	}
+	where := fmt.Sprintf("write of file %d stripe %d", m.Handle, m.Index)
+	if len(m.Fwd) > layout.MaxReplicas-1 {
+		return proto.Errorf(syscall.EINVAL, fmt.Sprintf("%s: %d copies to forward to, more than the %d other copies a column has at most", where, len(m.Fwd), layout.MaxReplicas-1))
+	}
+	self, _ := s.identity()
+	for i, p := range m.Fwd {
+		if p.ID == self.id {
+			return proto.Errorf(syscall.EINVAL, fmt.Sprintf("%s: copy to forward to is this server (%d) itself", where, p.ID))
+		}
+		for _, q := range m.Fwd[:i] {
+			if q.ID == p.ID {
+				return proto.Errorf(syscall.EINVAL, fmt.Sprintf("%s: server %d is listed twice among the copies to forward to", where, p.ID))
+			}
+		}
+	}
+	return nil
 }
 
 // callPeer sends a forwarded write to copy p and checks its answer.
@@ -272,7 +300,12 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 	}
 	src := &source{s: s, k: k, from: m.From}
 	rep := &proto.HealReply{}
+	whole := m.Whole
 	for _, x := range m.Ranges {
+		// A range to the source's end also ends where the source ends: a
+		// local tail past it (a truncate this copy missed) is cut below,
+		// or it would come back as old bytes once the file grows again.
+		whole = whole || x.Len == 0 || x.Off+x.Len < x.Off
 		n, err := s.healRange(ctx, src, x)
 		rep.Copied += n
 		s.r.healed.Add(n)
@@ -280,7 +313,7 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 			return nil, err
 		}
 	}
-	if m.Whole {
+	if whole {
 		// The size is read under a lock over the whole object: a write
 		// that extends the object waits here, so the cut cannot undo it.
 		unlock, err := s.r.locks.lock(ctx, k, 0, toEnd)
@@ -299,11 +332,18 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 			return nil, fmt.Errorf("heal of file %d stripe %d: %w", k.ino, k.idx, err)
 		}
 		for _, x := range m.Ranges {
-			if x.Len == 0 {
+			if x.Len == 0 || x.Off+x.Len < x.Off {
 				size = max(size, min(x.Off, uint64(max(local, 0))))
 			}
 		}
-		if err := s.truncateObj(k, int64(size)); err != nil {
+		err = s.truncateObj(k, int64(size))
+		if isMismatch(err) {
+			// The new last block is bad here: it is taken whole first.
+			if err = s.healEdges(ctx, src, size, size); err == nil {
+				err = s.truncateObj(k, int64(size))
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("heal of file %d stripe %d: set size %d: %w", k.ino, k.idx, size, err)
 		}
 	}
@@ -316,7 +356,6 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 // Bytes of the range past the source's end read as zeros there, so they
 // are zeroed here too.
 func (s *Store) healRange(ctx context.Context, src *source, x proto.Extent) (uint64, error) {
-	k := src.k
 	end := x.Off + x.Len
 	if x.Len == 0 || end < x.Off {
 		var err error
@@ -334,7 +373,7 @@ func (s *Store) healRange(ctx context.Context, src *source, x proto.Extent) (uin
 		}
 		pos += got
 		if got < n { // the source ends at pos
-			z, err := s.zeroRange(ctx, k, pos, end)
+			z, err := s.zeroRange(ctx, src, pos, end)
 			return copied + z, err
 		}
 	}
@@ -345,7 +384,8 @@ func (s *Store) healRange(ctx context.Context, src *source, x proto.Extent) (uin
 // copied (fewer than n where the source ends).
 func (s *Store) healPiece(ctx context.Context, src *source, pos, n uint64) (uint64, error) {
 	k := src.k
-	unlock, err := s.r.locks.lock(ctx, k, pos, pos+n)
+	// Locked over whole blocks: a bad block met here is rewritten whole.
+	unlock, err := s.r.locks.lock(ctx, k, blockDown(pos), blockUp(pos+n))
 	if err != nil {
 		return 0, err
 	}
@@ -359,7 +399,13 @@ func (s *Store) healPiece(ctx context.Context, src *source, pos, n uint64) (uint
 		return 0, fmt.Errorf("heal: unexpected reply %T to Read", r)
 	}
 	if len(d.Data) > 0 {
-		if err := s.writeObj(k, d.Data, int64(pos)); err != nil {
+		err := s.writeObj(k, d.Data, int64(pos))
+		if isMismatch(err) {
+			if err = s.healEdges(ctx, src, pos, pos+uint64(len(d.Data))); err == nil {
+				err = s.writeObj(k, d.Data, int64(pos))
+			}
+		}
+		if err != nil {
 			return 0, fmt.Errorf("heal of file %d stripe %d at %d: %w", k.ino, k.idx, pos, err)
 		}
 	}
@@ -367,14 +413,83 @@ func (s *Store) healPiece(ctx context.Context, src *source, pos, n uint64) (uint
 }
 
 // zeroRange zeroes the local object over [pos, end) under the range lock,
-// as far as the object exists.
-func (s *Store) zeroRange(ctx context.Context, k objKey, pos, end uint64) (uint64, error) {
-	unlock, err := s.r.locks.lock(ctx, k, pos, end)
+// as far as the object exists; src gives the whole blocks it finds bad at
+// the range's edges.
+func (s *Store) zeroRange(ctx context.Context, src *source, pos, end uint64) (uint64, error) {
+	k := src.k
+	unlock, err := s.r.locks.lock(ctx, k, blockDown(pos), blockUp(end))
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
-	return s.zeroFrom(k, pos, end)
+	n, err := s.zeroFrom(k, pos, end)
+	if isMismatch(err) {
+		if err = s.healEdges(ctx, src, pos, end); err == nil {
+			n, err = s.zeroFrom(k, pos, end)
+		}
+	}
+	return n, err
+}
+
+func blockDown(off uint64) uint64 { return off &^ (csBlock - 1) }
+
+func blockUp(off uint64) uint64 {
+	if off > toEnd-csBlock {
+		return toEnd
+	}
+	return (off + csBlock - 1) &^ (csBlock - 1)
+}
+
+func isMismatch(err error) bool {
+	var re *proto.RemoteError
+	return errors.As(err, &re) && re.Errno == syscall.EBADMSG
+}
+
+// healEdges rewrites whole from src the local blocks at the edges of
+// [pos, end) that a heal changes in part (pos or end inside them): one of
+// them failed its checksum, and a heal is what repairs bad blocks. The
+// caller holds the range lock over them.
+func (s *Store) healEdges(ctx context.Context, src *source, pos, end uint64) error {
+	for i, at := range []uint64{pos, end} {
+		if at%csBlock == 0 || (i == 1 && blockDown(end) == blockDown(pos) && pos%csBlock != 0) {
+			continue // aligned, or the block of pos, healed already
+		}
+		if err := s.healBlock(ctx, src, blockDown(at)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// healBlock makes local block bs equal the source's: its bytes there,
+// zeros past the source's end as far as the local object goes, written
+// from the block's start to its end or the object's, so none of the old
+// bytes is kept or checked.
+func (s *Store) healBlock(ctx context.Context, src *source, bs uint64) error {
+	k := src.k
+	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: bs, Len: csBlock}, csBlock)
+	if err != nil {
+		return err
+	}
+	d, ok := r.(*proto.DataReply)
+	if !ok {
+		return fmt.Errorf("heal: unexpected reply %T to Read", r)
+	}
+	size, _, err := s.objSize(k)
+	if err != nil {
+		return err
+	}
+	data := d.Data
+	if want := min(int64(bs)+csBlock, size) - int64(bs); int64(len(data)) < want {
+		data = append(data[:len(data):len(data)], make([]byte, want-int64(len(data)))...)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if err := s.writeObj(k, data, int64(bs)); err != nil {
+		return fmt.Errorf("heal of file %d stripe %d: rewrite of bad block at %d: %w", k.ino, k.idx, bs, err)
+	}
+	return nil
 }
 
 // zeroFrom zeroes the local object over [pos, end), as far as it exists.
@@ -387,7 +502,9 @@ func (s *Store) zeroFrom(k objKey, pos, end uint64) (uint64, error) {
 	zero := make([]byte, min(end-pos, healPiece))
 	var n uint64
 	for pos < end {
-		c := min(end-pos, uint64(len(zero)))
+		// Pieces end on block edges, so only the range's edges are
+		// blocks written in part.
+		c := min(end-pos, healPiece-pos%healPiece)
 		if err := s.writeObj(k, zero[:c], int64(pos)); err != nil {
 			return n, fmt.Errorf("heal of file %d stripe %d: zero at %d: %w", k.ino, k.idx, pos, err)
 		}

@@ -54,7 +54,8 @@ func decPeers(d *Dec) []Peer {
 // applies overlapping writes of one object one at a time and forwards each
 // (with Fwd empty and Head its own ID) before the next. The reply lists the
 // replicas of Fwd that failed; an error means the head itself did not apply
-// it. Head is 0 from a client: the receiver is the head.
+// it. Head is 0 from a client: the receiver is the head. Fwd holds at most
+// layout.MaxReplicas-1 distinct servers, never the head (else EINVAL).
 type ReplWrite struct {
 	Handle uint64
 	Index  uint32
@@ -150,11 +151,11 @@ func (m *ScrubReply) Decode(d *Dec) {
 
 // Heal makes the receiving server's copy of object (Handle, Index) equal
 // to a current replica's over Ranges (Len 0: to the end of the source
-// object), reading from the first of From that answers; with Whole the
-// object is also cut or extended to the source's size, never cut below the
-// start of a Len 0 range (the receiver is current below it, the source
-// perhaps not). Meta sends Whole on the last piece of every Len 0
-// extent. Writes arriving
+// object), reading from the first of From that answers; with Whole, or a
+// range of Len 0, the object is also cut or extended to the source's size,
+// never cut below the start of a Len 0 range (the receiver is current below
+// it, the source perhaps not). Meta sends Whole on the last piece of every
+// Len 0 extent. Writes arriving
 // meanwhile for those ranges wait, so none is overwritten by older bytes.
 type Heal struct {
 	Handle uint64
