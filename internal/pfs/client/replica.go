@@ -271,8 +271,52 @@ func (f *wstate) refresh(ctx context.Context) error {
 	return nil
 }
 
+// StaleEvery is how old a replicated file's stale records may get, without
+// the metadata cache, before a read asks meta for them again.
+const StaleEvery = time.Second
+
+// staleChanged marks the stale records of the open files of inos (all open
+// files when all) as needing a refresh: the cache's watch said meta changed
+// them.
+func (c *Client) staleChanged(inos []uint64, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if all {
+		for _, st := range c.open {
+			st.staleNeed.Store(true)
+		}
+		return
+	}
+	for _, ino := range inos {
+		if st := c.open[ino]; st != nil {
+			st.staleNeed.Store(true)
+		}
+	}
+}
+
+// staleFresh re-reads the stale records before a read when they may be out
+// of date: with the cache's lease running, when its watch said the inode
+// changed; otherwise when older than StaleEvery (one GetStale per
+// StaleEvery per file at most: concurrent reads use the list they have).
+// A refresh that fails leaves the old list (meta may be electing).
+func (f *wstate) staleFresh(ctx context.Context) {
+	if cc := f.c.cache; cc != nil && cc.trusted() {
+		if f.staleNeed.Swap(false) && f.loadStale(ctx) != nil {
+			f.staleNeed.Store(true)
+		}
+		return
+	}
+	t, last := now().UnixNano(), f.staleAt.Load()
+	if t-last < int64(StaleEvery) || !f.staleAt.CompareAndSwap(last, t) {
+		return
+	}
+	f.staleNeed.Store(false)
+	f.loadStale(ctx)
+}
+
 // loadStale fetches the file's stale records from meta.
 func (f *wstate) loadStale(ctx context.Context) error {
+	f.staleAt.Store(now().UnixNano())
 	r, err := f.c.call(ctx, &proto.GetStale{Ino: f.ino})
 	if err != nil {
 		return fmt.Errorf("inode %d: stale records: %w", f.ino, err)
@@ -463,6 +507,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
 	defer cancel()
+	f.staleFresh(ctx)
 	tried := map[uint32]bool{}
 	var errs []error
 	for range 2 * layout.MaxReplicas {

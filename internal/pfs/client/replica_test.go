@@ -158,6 +158,59 @@ type fakeMeta struct {
 	// next, if set, is the layout the file takes at the next MarkStale
 	// (as if a server were lost meanwhile): that MarkStale gets ESTALE.
 	next *proto.Attr
+	// The watch, as meta's (docs/meta.md): change index (bumped by every
+	// MarkStale), each watcher's acknowledged index; a MarkStale is
+	// answered once every watcher acknowledged it.
+	index    uint64
+	watchers map[uint64]uint64
+	getStale atomic.Int64
+}
+
+// watch answers a Watch: the file changed (or Reset for a new watcher),
+// else a heartbeat after 100 ms.
+func (m *fakeMeta) watch(w *proto.Watch) proto.Msg {
+	for i := 0; i < 10; i++ {
+		m.mu.Lock()
+		if m.watchers == nil {
+			m.watchers = map[uint64]uint64{}
+		}
+		if w.Epoch != 1 {
+			m.watchers[w.Client] = 0
+			r := &proto.ChangesReply{Index: m.index, Epoch: 1, Reset: true}
+			m.mu.Unlock()
+			return r
+		}
+		m.watchers[w.Client] = w.Since
+		if w.Since < m.index {
+			r := &proto.ChangesReply{Index: m.index, Epoch: 1, Inos: []uint64{m.attr.Ino}}
+			m.mu.Unlock()
+			return r
+		}
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return &proto.ChangesReply{Index: m.index, Epoch: 1}
+}
+
+// awaitWatchers returns once every watcher acknowledged index (3 s at
+// most: a test's watcher that went away).
+func (m *fakeMeta) awaitWatchers(index uint64) {
+	for i := 0; i < 300; i++ {
+		m.mu.Lock()
+		slow := 0
+		for _, acked := range m.watchers {
+			if acked < index {
+				slow++
+			}
+		}
+		m.mu.Unlock()
+		if slow == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (m *fakeMeta) Marks() []proto.MarkStale {
@@ -175,6 +228,28 @@ func (m *fakeMeta) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error)
 	if id, ok := req.(*proto.Idem); ok {
 		req = id.Req
 	}
+	switch r := req.(type) {
+	case *proto.Watch:
+		return m.watch(r), nil
+	case *proto.Unwatch:
+		m.mu.Lock()
+		delete(m.watchers, r.Client)
+		m.mu.Unlock()
+		return &proto.OK{}, nil
+	case *proto.MarkStale:
+		rep, err := m.handle(req)
+		m.mu.Lock()
+		idx := m.index
+		m.mu.Unlock()
+		m.awaitWatchers(idx)
+		return rep, err
+	case *proto.GetStale:
+		m.getStale.Add(1)
+	}
+	return m.handle(req)
+}
+
+func (m *fakeMeta) handle(req proto.Msg) (proto.Msg, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch r := req.(type) {
@@ -201,6 +276,7 @@ func (m *fakeMeta) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error)
 			return nil, proto.Errorf(syscall.ESTALE, fmt.Sprintf("column %d is %v, not %v", r.Index, m.column(int(r.Index)), r.Column))
 		}
 		m.marks = append(m.marks, *r)
+		m.index++
 		for _, id := range r.Servers {
 			m.stale = append(m.stale, proto.StaleRec{Index: r.Index, Server: id, Off: r.Off, Len: r.Len})
 		}
