@@ -32,6 +32,9 @@ const (
 	modeFail   // every request: EIO
 	modeHang   // every request waits until the test ends (a stopped process)
 	modeBadMsg // reads: EBADMSG (checksum mismatch)
+	// modeSlowThenHang: the next answerN requests are answered after
+	// 300 ms, then the server stops as modeHang (a busy server that stops).
+	modeSlowThenHang
 )
 
 type fakeIOD struct {
@@ -41,6 +44,7 @@ type fakeIOD struct {
 	pool    *proto.Pool
 	release chan struct{}
 	mode    atomic.Int32
+	answerN atomic.Int64 // modeSlowThenHang
 
 	mu    sync.Mutex
 	objs  map[[2]uint64][]byte
@@ -72,7 +76,15 @@ func (s *fakeIOD) write(h uint64, k uint32, off uint64, d []byte) {
 }
 
 func (s *fakeIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
-	switch s.mode.Load() {
+	mode := s.mode.Load()
+	if mode == modeSlowThenHang {
+		mode = modeHang
+		if s.answerN.Add(-1) >= 0 {
+			mode = modeOK
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	switch mode {
 	case modeFail:
 		return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("server %d: injected failure", s.id))
 	case modeHang:

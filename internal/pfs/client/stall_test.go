@@ -1,0 +1,69 @@
+package client_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+)
+
+// TestSyncStoppedCopyBounded: fsync gives a copy that does not answer
+// client.Patience once another copy of its column answered, then marks it
+// stale; it does not wait 2 s plus the dirty span at 8 MiB/s (48 MiB apart:
+// 8 s; 1 GiB: 130 s).
+func TestSyncStoppedCopyBounded(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	mustWrite(t, f, []byte("a"), 0)
+	mustWrite(t, f, []byte("b"), 48<<20)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.iod(2).mode.Store(modeHang) // stopped after the writes landed
+	start := time.Now()
+	if err := f.Sync(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("fsync took %v with one copy stopped (want about client.Patience = %v, at most 5 s)", d.Round(time.Millisecond), client.Patience)
+	}
+	t.Logf("fsync took %v", time.Since(start).Round(time.Millisecond))
+	marks := e.meta.Marks()
+	if len(marks) != 1 || len(marks[0].Servers) != 1 || marks[0].Servers[0] != 2 {
+		t.Fatalf("stale marks %+v, want one of server 2", marks)
+	}
+}
+
+// TestWriteStoppedHeadBounded: writes queued to a head that stops give it
+// client.Patience of silence after its last answer, then go to the next
+// copy; they do not wait headTimeout of the bytes queued ahead of them
+// (19 s for the last of 64 MiB; here the first write left unanswered had
+// 36 MiB ahead of it: 12 s).
+func TestWriteStoppedHeadBounded(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	e.meta.attr.StripeSize = 4 << 20 // 4 MiB requests
+	f := e.open(t)
+	defer f.Close()
+	e.iod(1).answerN.Store(8) // 32 MiB, then it stops
+	e.iod(1).mode.Store(modeSlowThenHang)
+	data := bytes.Repeat([]byte("w"), 64<<20)
+	start := time.Now()
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("64 MiB of writes took %v with the head stopped (want about client.Patience = %v, under 8 s)", d.Round(time.Millisecond), client.Patience)
+	}
+	t.Logf("64 MiB written in %v", time.Since(start).Round(time.Millisecond))
+	if got := e.iod(2).Data(7, 0); !bytes.Equal(got, data) {
+		t.Fatalf("server 2 holds %d bytes, want the 64 MiB written", len(got))
+	}
+	for _, m := range e.meta.Marks() {
+		if len(m.Servers) != 1 || m.Servers[0] != 1 {
+			t.Fatalf("stale mark %+v, want server 1 only", m)
+		}
+	}
+}
