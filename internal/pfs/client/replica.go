@@ -465,6 +465,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
 	defer cancel()
 	var errs []error
+	viaFirst := false // retrying through the column's first copy (below)
 	for try := 0; try < maxLayoutTries; try++ {
 		cp := f.rep.Load()
 		col, addrs := cp.ids[k], cp.addrs[k]
@@ -482,6 +483,11 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			}
 		}
 		f.c.mu.Unlock()
+		if viaFirst && addrs[0] != "" {
+			notFirst := func(i int) bool { return i == 0 }
+			live = append([]int{0}, slices.DeleteFunc(live, notFirst)...)
+			down = slices.DeleteFunc(down, notFirst)
+		}
 		applied := map[uint32]bool{}
 		failed := map[int]bool{}
 		var headErr error
@@ -550,6 +556,16 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			err := f.markStale(ctx, cp, k, missed, extent{objOff, objOff + int64(len(data))})
 			if err == nil {
 				return nil
+			}
+			if isErrno(err, syscall.EIO) && !viaFirst && addrs[0] != "" {
+				// Meta refused: with these copies stale no copy of the
+				// range would be current (another writer marked stale the
+				// ones this write reached, as when two heads each refuse
+				// the other's forwards). Once more through the column's
+				// first copy, the head every writer tries first.
+				viaFirst = true
+				errs = append(errs, err)
+				continue
 			}
 			if !isErrno(err, syscall.ESTALE) {
 				return err

@@ -176,6 +176,9 @@ type fakeMeta struct {
 	index    uint64
 	watchers map[uint64]uint64
 	getStale atomic.Int64
+	// eio, if > 0, is how many MarkStales are refused with EIO "no current
+	// copy" (another writer marked the other copies stale meanwhile).
+	eio int
 }
 
 // watch answers a Watch: the file changed (or Reset for a new watcher),
@@ -283,6 +286,10 @@ func (m *fakeMeta) handle(req proto.Msg) (proto.Msg, error) {
 		if m.next != nil {
 			m.attr, m.next = *m.next, nil
 			return nil, proto.Errorf(syscall.ESTALE, "layout changed")
+		}
+		if m.eio > 0 {
+			m.eio--
+			return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("mark stale: servers %v would leave no current copy", r.Servers))
 		}
 		if !slices.Equal(r.Column, m.column(int(r.Index))) {
 			return nil, proto.Errorf(syscall.ESTALE, fmt.Sprintf("column %d is %v, not %v", r.Index, m.column(int(r.Index)), r.Column))

@@ -67,3 +67,33 @@ func TestWriteStoppedHeadBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteNoCurrentCopyRetriesFirstCopy: when meta refuses a write's
+// stale mark because no copy would be current (EIO), the write is sent once
+// more through the column's first copy, forwarding to the others, before
+// it fails.
+func TestWriteNoCurrentCopyRetriesFirstCopy(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	e.cl.MarkDown(1) // this client writes through server 2 and leaves 1 out
+	e.meta.mu.Lock()
+	e.meta.eio = 1
+	e.meta.mu.Unlock()
+	data := bytes.Repeat([]byte("z"), 4096)
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(); err != nil { // not Sync: it would mark down server 1 stale
+		t.Fatalf("write failed: %v", err)
+	}
+	for id := uint32(1); id <= 2; id++ {
+		if got := e.iod(id).Data(7, 0); !bytes.Equal(got, data) {
+			t.Fatalf("server %d holds %q..., want the write", id, got[:min(4, len(got))])
+		}
+	}
+	if n := e.iod(1).repl.Load(); n != 1 {
+		t.Fatalf("server 1 headed %d writes, want the retry", n)
+	}
+	if m := e.meta.Marks(); len(m) != 0 {
+		t.Fatalf("stale marks %+v after the retry reached every copy, want none", m)
+	}
+}
