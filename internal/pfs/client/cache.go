@@ -249,6 +249,14 @@ func (cc *mcache) answered(r *proto.ChangesReply, sent time.Time) {
 	cc.leaseEnd = sent.Add(cc.lease)
 }
 
+// trusted reports whether the watch's lease runs: every change meta made
+// is then known here before meta acknowledges it.
+func (cc *mcache) trusted() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return time.Now().Before(cc.leaseEnd)
+}
+
 // cached returns the cache, its watch loop started.
 func (c *Client) cached() *mcache {
 	cc := c.cache
@@ -304,6 +312,10 @@ func (c *Client) watchOnce(ctx context.Context) error {
 	}
 	cc.hold.Lock()
 	cc.answered(cr, sent)
+	// Before the next Watch acknowledges this answer (meta holds a
+	// MarkStale's reply until then): open files re-read their stale
+	// records before their next read.
+	c.staleChanged(cr.Inos, cr.Reset)
 	cc.hold.Unlock()
 	return nil
 }

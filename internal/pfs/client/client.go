@@ -32,12 +32,13 @@ type Client struct {
 
 	mu      sync.Mutex
 	servers map[uint32]string
-	open    map[uint64]*wstate  // inodes with open Files: their shared write state
-	credErr error               // why $CORRAL_SECRET_FILE could not be used
-	lost    map[uint32]bool     // servers meta last called lost or replacing
-	cache   *mcache             // metadata cache (WithCache), nil without
-	down    map[uint32]downRec  // servers that failed lately: skipped until then (replica.go)
-	busy    map[string]inflight // this client's requests in flight per server (replicated files)
+	open    map[uint64]*wstate   // inodes with open Files: their shared write state
+	credErr error                // why $CORRAL_SECRET_FILE could not be used
+	lost    map[uint32]bool      // servers meta last called lost or replacing
+	cache   *mcache              // metadata cache (WithCache), nil without
+	down    map[uint32]downRec   // servers that failed lately: skipped until then (replica.go)
+	busy    map[string]inflight  // this client's requests in flight per server (replicated files)
+	heard   map[string]time.Time // when each server last answered a replica request (replica.go)
 }
 
 // New returns a client of the metadata service whose members' addresses

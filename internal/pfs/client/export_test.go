@@ -17,3 +17,6 @@ func (c *Client) FreezeWatch() (thaw func()) {
 	var once sync.Once
 	return func() { once.Do(c.cache.hold.Unlock) }
 }
+
+// MarkDown makes the client take server id for down (as after a failure).
+func (c *Client) MarkDown(id uint32) { c.markDown(id) }

@@ -74,6 +74,12 @@ type wstate struct {
 	dirt  []extent.Range
 	smu   sync.Mutex
 	stale []proto.StaleRec
+	// staleNeed: meta changed the inode since the list was read (the
+	// cache's watch said so; the next read refreshes it). staleAt: when
+	// the list was last asked for (unix ns; without the cache a read
+	// refreshes it when older than StaleEvery).
+	staleNeed atomic.Bool
+	staleAt   atomic.Int64
 }
 
 // span is one write request, from the moment it leaves the coalescing
@@ -96,6 +102,11 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	lay := AttrLayout(a)
 	if err := lay.Validate(); err != nil {
 		return nil, fmt.Errorf("inode %d: bad layout from metadata server: %v", a.Ino, err)
+	}
+	if c.cache != nil && lay.Copies() > 1 {
+		// Its watch tells open replicated files when their stale records
+		// may have changed (staleFresh).
+		c.cached()
 	}
 	c.mu.Lock()
 	st := c.open[a.Ino]
@@ -177,6 +188,7 @@ func (st *wstate) staleFromAttr(ctx context.Context, a proto.Attr) error {
 	if a.Stale > 0 {
 		return st.loadStale(ctx)
 	}
+	st.staleAt.Store(now().UnixNano())
 	st.smu.Lock()
 	st.stale = nil
 	st.smu.Unlock()

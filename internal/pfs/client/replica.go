@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,16 @@ const maxLayoutTries = 4
 func headTimeout(n int) time.Duration {
 	return proto.ReplicaTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
 }
+
+// Patience bounds how long a copy may stay silent while another copy
+// can take over: a write's head that has answered none of this client's
+// requests for Patience since it was sent this one, or a copy that has not
+// answered a Sync, Truncate, Punch or Alloc Patience after it was sent
+// while another copy of its column did, counts as failed (it is marked
+// stale). A stopped server then stalls a write or fsync for about
+// Patience, not for its bytes at 8 MiB/s. The last copy left to try is
+// waited for as long as the operation may take.
+const Patience = 4 * time.Second
 
 // copies is where each column of a replicated file lives, as last read
 // from meta. It is replaced whole (never changed) when the layout changes.
@@ -212,6 +223,57 @@ func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, 
 	return attemptCtxFor(ctx, headTimeout(int(min(queued, 1<<40))), last)
 }
 
+// hear records that the server at addr answered (a reply or an error
+// reply, not a transport failure).
+func (c *Client) hear(addr string, err error) {
+	if transport(err) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.heard == nil {
+		c.heard = map[string]time.Time{}
+	}
+	c.heard[addr] = time.Now()
+}
+
+// replicaCtx is attemptCtx for one request to addr, also cancelled when
+// addr answers none of this client's requests for Patience after it was
+// sent (the last copy to try excepted): a stopped server is given up in
+// Patience however many bytes were queued to it, while one that is busy
+// but answering keeps the longer bound.
+func (c *Client) replicaCtx(ctx context.Context, addr string, queued int64, last bool) (context.Context, context.CancelFunc) {
+	actx, cancel := attemptCtx(ctx, queued, last)
+	if last {
+		return actx, cancel
+	}
+	sent := time.Now()
+	go func() {
+		t := time.NewTimer(Patience)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done(): // answered, or the longer bound
+				return
+			case <-t.C:
+			}
+			c.mu.Lock()
+			h := c.heard[addr]
+			c.mu.Unlock()
+			if h.Before(sent) {
+				h = sent
+			}
+			if wait := time.Until(h.Add(Patience)); wait > 0 {
+				t.Reset(wait)
+				continue
+			}
+			cancel()
+			return
+		}
+	}()
+	return actx, cancel
+}
+
 // transport reports whether err is the server not answering (rather than
 // its answer): only that marks it down.
 func transport(err error) bool {
@@ -248,8 +310,52 @@ func (f *wstate) refresh(ctx context.Context) error {
 	return f.staleFromAttr(ctx, a)
 }
 
+// StaleEvery is how old a replicated file's stale records may get, without
+// the metadata cache, before a read asks meta for them again.
+const StaleEvery = time.Second
+
+// staleChanged marks the stale records of the open files of inos (all open
+// files when all) as needing a refresh: the cache's watch said meta changed
+// them.
+func (c *Client) staleChanged(inos []uint64, all bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if all {
+		for _, st := range c.open {
+			st.staleNeed.Store(true)
+		}
+		return
+	}
+	for _, ino := range inos {
+		if st := c.open[ino]; st != nil {
+			st.staleNeed.Store(true)
+		}
+	}
+}
+
+// staleFresh re-reads the stale records before a read when they may be out
+// of date: with the cache's lease running, when its watch said the inode
+// changed; otherwise when older than StaleEvery (one GetStale per
+// StaleEvery per file at most: concurrent reads use the list they have).
+// A refresh that fails leaves the old list (meta may be electing).
+func (f *wstate) staleFresh(ctx context.Context) {
+	if cc := f.c.cache; cc != nil && cc.trusted() {
+		if f.staleNeed.Swap(false) && f.loadStale(ctx) != nil {
+			f.staleNeed.Store(true)
+		}
+		return
+	}
+	t, last := now().UnixNano(), f.staleAt.Load()
+	if t-last < int64(StaleEvery) || !f.staleAt.CompareAndSwap(last, t) {
+		return
+	}
+	f.staleNeed.Store(false)
+	f.loadStale(ctx)
+}
+
 // loadStale fetches the file's stale records from meta.
 func (f *wstate) loadStale(ctx context.Context) error {
+	f.staleAt.Store(now().UnixNano())
 	r, err := f.c.call(ctx, &proto.GetStale{Ino: f.ino})
 	if err != nil {
 		return fmt.Errorf("inode %d: stale records: %w", f.ino, err)
@@ -323,6 +429,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
 	defer cancel()
 	var errs []error
+	viaFirst := false // retrying through the column's first copy (below)
 	for try := 0; try < maxLayoutTries; try++ {
 		cp := f.rep.Load()
 		col, addrs := cp.ids[k], cp.addrs[k]
@@ -340,6 +447,11 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			}
 		}
 		f.c.mu.Unlock()
+		if viaFirst && addrs[0] != "" {
+			notFirst := func(i int) bool { return i == 0 }
+			live = append([]int{0}, slices.DeleteFunc(live, notFirst)...)
+			down = slices.DeleteFunc(down, notFirst)
+		}
 		applied := map[uint32]bool{}
 		failed := map[int]bool{}
 		var headErr error
@@ -353,9 +465,10 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 				}
 			}
 			queued := f.c.busyAdd(addrs[h], len(data), 1)
-			hctx, hcancel := attemptCtx(ctx, queued, hi == len(heads)-1)
+			hctx, hcancel := f.c.replicaCtx(ctx, addrs[h], queued, hi == len(heads)-1)
 			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data})
 			hcancel()
+			f.c.hear(addrs[h], err)
 			f.c.busyAdd(addrs[h], len(data), -1)
 			if err == nil {
 				rr, ok := r.(*proto.ReplReply)
@@ -408,6 +521,16 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			if err == nil {
 				return nil
 			}
+			if isErrno(err, syscall.EIO) && !viaFirst && addrs[0] != "" {
+				// Meta refused: with these copies stale no copy of the
+				// range would be current (another writer marked stale the
+				// ones this write reached, as when two heads each refuse
+				// the other's forwards). Once more through the column's
+				// first copy, the head every writer tries first.
+				viaFirst = true
+				errs = append(errs, err)
+				continue
+			}
 			if !isErrno(err, syscall.ESTALE) {
 				return err
 			}
@@ -427,6 +550,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
 	defer cancel()
+	f.staleFresh(ctx)
 	tried := map[uint32]bool{}
 	var errs []error
 	for range 2 * layout.MaxReplicas {
@@ -439,9 +563,10 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 		tried[id] = true
 		last := f.pick(cp, k, objOff, int64(len(dst)), tried) < 0
 		queued := f.c.busyAdd(addr, len(dst), 1)
-		rctx, rcancel := attemptCtx(ctx, queued, last)
+		rctx, rcancel := f.c.replicaCtx(ctx, addr, queued, last)
 		r, err := f.c.pool.CallInto(rctx, addr, &proto.Read{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Len: uint32(len(dst))}, dst)
 		rcancel()
+		f.c.hear(addr, err)
 		f.c.busyAdd(addr, len(dst), -1)
 		if err == nil {
 			dr, ok := r.(*proto.DataReply)
@@ -522,6 +647,13 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 		var mu sync.Mutex
 		var out []res
 		var wg sync.WaitGroup
+		// answered[k] is closed once a copy of column k took it: from then
+		// on the others get Patience from their start (see Patience).
+		answered := map[int]chan struct{}{}
+		var amu sync.Mutex
+		for _, k := range cols {
+			answered[k] = make(chan struct{})
+		}
 		for _, k := range cols {
 			// Copies known down are not waited for: they missed it. When
 			// every copy is down, all are asked (they may be back).
@@ -558,8 +690,35 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 					// up fsync or close for long. The only live copy is
 					// waited for as long as the call may take.
 					cctx, cancel := attemptCtxFor(ctx, timeout, len(live) == 1)
+					var late atomic.Bool
+					go func() {
+						t := time.NewTimer(Patience)
+						defer t.Stop()
+						select {
+						case <-cctx.Done():
+							return
+						case <-t.C:
+						}
+						select {
+						case <-cctx.Done():
+						case <-answered[k]:
+							late.Store(true)
+							cancel()
+						}
+					}()
 					_, err := f.c.pool.Call(cctx, a, mk(k))
 					cancel()
+					if err == nil {
+						amu.Lock()
+						select {
+						case <-answered[k]:
+						default:
+							close(answered[k])
+						}
+						amu.Unlock()
+					} else if late.Load() {
+						err = fmt.Errorf("no answer %v after it was sent while another copy answered: %w", Patience, err)
+					}
 					if transport(err) {
 						f.c.markDown(cp.ids[k][i])
 					}

@@ -1,6 +1,9 @@
 package client
 
 import (
+	"context"
+	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -66,5 +69,93 @@ func TestAddStaleMerges(t *testing.T) {
 	recs = addStale(recs, proto.StaleRec{Index: 1, Server: 2, Off: 8192, Len: 0})
 	if recs[0] != (proto.StaleRec{Index: 1, Server: 2, Off: 0, Len: 0}) {
 		t.Fatalf("record %+v: want [0, end)", recs[0])
+	}
+}
+
+// silentServer answers nothing until its request is cancelled: a stopped
+// I/O server.
+type silentServer struct{}
+
+func (silentServer) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestReplicaCtxPatience: an attempt at a copy that has answered none of
+// this client's requests for Patience ends then, though 64 MiB queued ahead
+// of it would allow headTimeout (19 s); one at a server that keeps
+// answering other requests keeps the long bound; the last copy to try has
+// no such bound.
+func TestReplicaCtxPatience(t *testing.T) {
+	cred, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := proto.Security{Cred: cred}
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &proto.Server{Handler: silentServer{}, Security: sec, Log: slog.New(slog.DiscardHandler)}
+		go s.Serve(l)
+		t.Cleanup(s.Close)
+		addrs = append(addrs, l.Addr().String())
+	}
+	c := New("127.0.0.1:1", WithSecurity(sec))
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	call := func(addr string, last bool) <-chan time.Duration {
+		done := make(chan time.Duration, 1)
+		start := time.Now()
+		go func() {
+			actx, acancel := c.replicaCtx(ctx, addr, 64<<20, last)
+			defer acancel()
+			c.pool.Call(actx, addr, &proto.Sync{Handle: 7})
+			done <- time.Since(start)
+		}()
+		return done
+	}
+	silent, busy, last := call(addrs[0], false), call(addrs[1], false), call(addrs[0], true)
+	// addrs[1] answers something every 500 ms for 6 s (as hear records a
+	// reply to another request).
+	stopHear := time.After(6 * time.Second)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var silentTook time.Duration
+	for hearing := true; hearing; {
+		select {
+		case <-tick.C:
+			c.hear(addrs[1], nil)
+		case silentTook = <-silent:
+			if silentTook > Patience+2*time.Second {
+				t.Fatalf("the silent copy's attempt ended after %v, want about Patience = %v", silentTook, Patience)
+			}
+		case d := <-busy:
+			t.Fatalf("the attempt at a server still answering others ended after %v, within the 6 s it kept answering", d)
+		case d := <-last:
+			t.Fatalf("the last copy's attempt ended after %v, want no Patience bound", d)
+		case <-stopHear:
+			hearing = false
+		}
+	}
+	if silentTook == 0 {
+		t.Fatal("the silent copy's attempt did not end in 6 s")
+	}
+	// Silent from now on: it ends Patience after the last answer.
+	select {
+	case d := <-busy:
+		if d > 6*time.Second+Patience+2*time.Second {
+			t.Fatalf("attempt ended after %v, want about Patience after its server went silent at 6 s", d)
+		}
+	case <-time.After(Patience + 3*time.Second):
+		t.Fatal("the attempt did not end Patience after its server went silent")
+	}
+	select {
+	case d := <-last:
+		t.Fatalf("the last copy's attempt ended after %v, want no Patience bound", d)
+	default:
 	}
 }

@@ -32,6 +32,9 @@ const (
 	modeFail   // every request: EIO
 	modeHang   // every request waits until the test ends (a stopped process)
 	modeBadMsg // reads: EBADMSG (checksum mismatch)
+	// modeSlowThenHang: the next answerN requests are answered after
+	// 300 ms, then the server stops as modeHang (a busy server that stops).
+	modeSlowThenHang
 )
 
 type fakeIOD struct {
@@ -41,6 +44,7 @@ type fakeIOD struct {
 	pool    *proto.Pool
 	release chan struct{}
 	mode    atomic.Int32
+	answerN atomic.Int64 // modeSlowThenHang
 
 	mu    sync.Mutex
 	objs  map[[2]uint64][]byte
@@ -73,7 +77,15 @@ func (s *fakeIOD) write(h uint64, k uint32, off uint64, d []byte) {
 }
 
 func (s *fakeIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
-	switch s.mode.Load() {
+	mode := s.mode.Load()
+	if mode == modeSlowThenHang {
+		mode = modeHang
+		if s.answerN.Add(-1) >= 0 {
+			mode = modeOK
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	switch mode {
 	case modeFail:
 		return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("server %d: injected failure", s.id))
 	case modeHang:
@@ -160,6 +172,62 @@ type fakeMeta struct {
 	// next, if set, is the layout the file takes at the next MarkStale
 	// (as if a server were lost meanwhile): that MarkStale gets ESTALE.
 	next *proto.Attr
+	// The watch, as meta's (docs/meta.md): change index (bumped by every
+	// MarkStale), each watcher's acknowledged index; a MarkStale is
+	// answered once every watcher acknowledged it.
+	index    uint64
+	watchers map[uint64]uint64
+	getStale atomic.Int64
+	// eio, if > 0, is how many MarkStales are refused with EIO "no current
+	// copy" (another writer marked the other copies stale meanwhile).
+	eio int
+}
+
+// watch answers a Watch: the file changed (or Reset for a new watcher),
+// else a heartbeat after 100 ms.
+func (m *fakeMeta) watch(w *proto.Watch) proto.Msg {
+	for i := 0; i < 10; i++ {
+		m.mu.Lock()
+		if m.watchers == nil {
+			m.watchers = map[uint64]uint64{}
+		}
+		if w.Epoch != 1 {
+			m.watchers[w.Client] = 0
+			r := &proto.ChangesReply{Index: m.index, Epoch: 1, Reset: true}
+			m.mu.Unlock()
+			return r
+		}
+		m.watchers[w.Client] = w.Since
+		if w.Since < m.index {
+			r := &proto.ChangesReply{Index: m.index, Epoch: 1, Inos: []uint64{m.attr.Ino}}
+			m.mu.Unlock()
+			return r
+		}
+		m.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return &proto.ChangesReply{Index: m.index, Epoch: 1}
+}
+
+// awaitWatchers returns once every watcher acknowledged index (3 s at
+// most: a test's watcher that went away).
+func (m *fakeMeta) awaitWatchers(index uint64) {
+	for i := 0; i < 300; i++ {
+		m.mu.Lock()
+		slow := 0
+		for _, acked := range m.watchers {
+			if acked < index {
+				slow++
+			}
+		}
+		m.mu.Unlock()
+		if slow == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (m *fakeMeta) Marks() []proto.MarkStale {
@@ -177,6 +245,28 @@ func (m *fakeMeta) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error)
 	if id, ok := req.(*proto.Idem); ok {
 		req = id.Req
 	}
+	switch r := req.(type) {
+	case *proto.Watch:
+		return m.watch(r), nil
+	case *proto.Unwatch:
+		m.mu.Lock()
+		delete(m.watchers, r.Client)
+		m.mu.Unlock()
+		return &proto.OK{}, nil
+	case *proto.MarkStale:
+		rep, err := m.handle(req)
+		m.mu.Lock()
+		idx := m.index
+		m.mu.Unlock()
+		m.awaitWatchers(idx)
+		return rep, err
+	case *proto.GetStale:
+		m.getStale.Add(1)
+	}
+	return m.handle(req)
+}
+
+func (m *fakeMeta) handle(req proto.Msg) (proto.Msg, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch r := req.(type) {
@@ -199,10 +289,15 @@ func (m *fakeMeta) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error)
 			m.attr, m.next = *m.next, nil
 			return nil, proto.Errorf(syscall.ESTALE, "layout changed")
 		}
+		if m.eio > 0 {
+			m.eio--
+			return nil, proto.Errorf(syscall.EIO, fmt.Sprintf("mark stale: servers %v would leave no current copy", r.Servers))
+		}
 		if !slices.Equal(r.Column, m.column(int(r.Index))) {
 			return nil, proto.Errorf(syscall.ESTALE, fmt.Sprintf("column %d is %v, not %v", r.Index, m.column(int(r.Index)), r.Column))
 		}
 		m.marks = append(m.marks, *r)
+		m.index++
 		for _, id := range r.Servers {
 			m.stale = append(m.stale, proto.StaleRec{Index: r.Index, Server: id, Off: r.Off, Len: r.Len})
 		}

@@ -1,0 +1,99 @@
+package client_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/client"
+)
+
+// TestSyncStoppedCopyBounded: fsync gives a copy that does not answer
+// client.Patience once another copy of its column answered, then marks it
+// stale; it does not wait 2 s plus the dirty span at 8 MiB/s (48 MiB apart:
+// 8 s; 1 GiB: 130 s).
+func TestSyncStoppedCopyBounded(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	mustWrite(t, f, []byte("a"), 0)
+	mustWrite(t, f, []byte("b"), 48<<20)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.iod(2).mode.Store(modeHang) // stopped after the writes landed
+	start := time.Now()
+	if err := f.Sync(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("fsync took %v with one copy stopped (want about client.Patience = %v, at most 5 s)", d.Round(time.Millisecond), client.Patience)
+	}
+	t.Logf("fsync took %v", time.Since(start).Round(time.Millisecond))
+	marks := e.meta.Marks()
+	if len(marks) != 1 || len(marks[0].Servers) != 1 || marks[0].Servers[0] != 2 {
+		t.Fatalf("stale marks %+v, want one of server 2", marks)
+	}
+}
+
+// TestWriteStoppedHeadBounded: 64 MiB of writes to a stopped head go to
+// the next copy (the head marked stale) about client.Patience after they
+// were sent (TestReplicaCtxPatience checks the bound itself).
+func TestWriteStoppedHeadBounded(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	e.meta.attr.StripeSize = 4 << 20 // 4 MiB requests
+	f := e.open(t)
+	defer f.Close()
+	e.iod(1).mode.Store(modeHang)
+	data := bytes.Repeat([]byte("w"), 64<<20)
+	start := time.Now()
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Fatalf("64 MiB of writes took %v with the head stopped (want about client.Patience = %v, under 8 s)", d.Round(time.Millisecond), client.Patience)
+	}
+	if got := e.iod(2).Data(7, 0); !bytes.Equal(got, data) {
+		t.Fatalf("server 2 holds %d bytes, want the 64 MiB written", len(got))
+	}
+	marks := e.meta.Marks()
+	if len(marks) == 0 {
+		t.Fatal("no stale mark of server 1")
+	}
+	for _, m := range marks {
+		if len(m.Servers) != 1 || m.Servers[0] != 1 {
+			t.Fatalf("stale mark %+v, want server 1 only", m)
+		}
+	}
+}
+
+// TestWriteNoCurrentCopyRetriesFirstCopy: when meta refuses a write's
+// stale mark because no copy would be current (EIO), the write is sent once
+// more through the column's first copy, forwarding to the others, before
+// it fails.
+func TestWriteNoCurrentCopyRetriesFirstCopy(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	e.cl.MarkDown(1) // this client writes through server 2 and leaves 1 out
+	e.meta.mu.Lock()
+	e.meta.eio = 1
+	e.meta.mu.Unlock()
+	data := bytes.Repeat([]byte("z"), 4096)
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(); err != nil { // not Sync: it would mark down server 1 stale
+		t.Fatalf("write failed: %v", err)
+	}
+	for id := uint32(1); id <= 2; id++ {
+		if got := e.iod(id).Data(7, 0); !bytes.Equal(got, data) {
+			t.Fatalf("server %d holds %q..., want the write", id, got[:min(4, len(got))])
+		}
+	}
+	if n := e.iod(1).repl.Load(); n != 1 {
+		t.Fatalf("server 1 headed %d writes, want the retry", n)
+	}
+	if m := e.meta.Marks(); len(m) != 0 {
+		t.Fatalf("stale marks %+v after the retry reached every copy, want none", m)
+	}
+}
