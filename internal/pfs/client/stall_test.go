@@ -36,37 +36,6 @@ func TestSyncStoppedCopyBounded(t *testing.T) {
 	}
 }
 
-// TestWriteStoppedHeadBounded: 64 MiB of writes to a stopped head go to
-// the next copy (the head marked stale) about client.Patience after they
-// were sent (TestReplicaCtxPatience checks the bound itself).
-func TestWriteStoppedHeadBounded(t *testing.T) {
-	e := startRepl(t, 2, 1, 2)
-	e.meta.attr.StripeSize = 4 << 20 // 4 MiB requests
-	f := e.open(t)
-	defer f.Close()
-	e.iod(1).mode.Store(modeHang)
-	data := bytes.Repeat([]byte("w"), 64<<20)
-	start := time.Now()
-	mustWrite(t, f, data, 0)
-	if err := f.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 8*time.Second {
-		t.Fatalf("64 MiB of writes took %v with the head stopped (want about client.Patience = %v, under 8 s)", d.Round(time.Millisecond), client.Patience)
-	}
-	if got := e.iod(2).Data(7, 0); !bytes.Equal(got, data) {
-		t.Fatalf("server 2 holds %d bytes, want the 64 MiB written", len(got))
-	}
-	marks := e.meta.Marks()
-	if len(marks) == 0 {
-		t.Fatal("no stale mark of server 1")
-	}
-	for _, m := range marks {
-		if len(m.Servers) != 1 || m.Servers[0] != 1 {
-			t.Fatalf("stale mark %+v, want server 1 only", m)
-		}
-	}
-}
 
 // TestWriteNoCurrentCopyRetriesFirstCopy: when meta refuses a write's
 // stale mark because no copy would be current (EIO), the write is sent once

@@ -207,6 +207,7 @@ func TestIODAtAddressOfAnother(t *testing.T) {
 // registered), and an explicit stripe count over them is an error.
 func TestMetaRestartedWithDeadIOD(t *testing.T) {
 	c := newCluster(t, 3)
+	c.mustFS("layout", "set", "/", "--replicas", "1") // one copy: a dead server's data is unreadable
 	c.mustPut("/before", 400<<10)
 	dead := c.serverID(2)
 	c.iods[2].kill()

@@ -26,27 +26,11 @@ func (c *cluster) objectBytes(i int) int64 {
 // file and, once reclaimed, no objects); once below the reserve the server
 // gets no new files, and a stripe count over the others is an error.
 func TestFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount small tmpfs data directories")
-	}
-	c := &cluster{t: t, dir: t.TempDir(), metaAddr: freeAddr(t), metaArgs: []string{"--reserve", "30"}, files: map[string][]byte{}}
-	for i, size := range []string{"64m", "64m", "4m"} {
-		dir := c.iodDir(i)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-			t.Skipf("cannot mount tmpfs: %v", err)
-		}
-		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	}
-	c.startMeta().waitReady(t)
-	for i := range 3 {
-		c.iodAddrs = append(c.iodAddrs, freeAddr(t))
-		c.iods = append(c.iods, nil)
-		c.startIOD(i).waitReady(t)
-	}
+	c := smallDiskCluster(t)
 	small := c.serverID(2)
+	// One copy: with two, a copy that hits ENOSPC is marked stale and the
+	// write goes on (TestFullCopyDegrades).
+	c.mustFS("layout", "set", "/", "--replicas", "1")
 
 	// 5 MiB per server: more than the small server holds.
 	out, rc := c.put("/toobig", 15<<20, "--stripe-count", "3")
@@ -82,6 +66,52 @@ func TestFullDisk(t *testing.T) {
 	}
 	if failed := c.verify(); len(failed) > 0 {
 		t.Fatalf("unreadable: %v", failed)
+	}
+}
+
+// smallDiskCluster is meta (--reserve 30) and three I/O servers on tmpfs
+// data directories of 64, 64 and 4 MiB; it skips without root.
+func smallDiskCluster(t *testing.T) *cluster {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount small tmpfs data directories")
+	}
+	c := &cluster{t: t, dir: t.TempDir(), metaAddr: freeAddr(t), metaArgs: []string{"--reserve", "30"}, files: map[string][]byte{}}
+	for i, size := range []string{"64m", "64m", "4m"} {
+		dir := c.iodDir(i)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+			t.Skipf("cannot mount tmpfs: %v", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	}
+	c.startMeta().waitReady(t)
+	for i := range 3 {
+		c.iodAddrs = append(c.iodAddrs, freeAddr(t))
+		c.iods = append(c.iods, nil)
+		c.startIOD(i).waitReady(t)
+	}
+	return c
+}
+
+// With two copies, a copy whose disk fills up (ENOSPC) is marked stale and
+// the write goes on with the other: the put succeeds, reads back, and the
+// full server shows stale bytes until it has room (GlusterFS AFR does the
+// same: the brick that failed is healed later).
+func TestFullCopyDegrades(t *testing.T) {
+	c := smallDiskCluster(t)
+	c.mustPut("/big", 15<<20, "--stripe-count", "3", "--replicas", "2")
+	if failed := c.verify(); len(failed) > 0 {
+		t.Fatalf("unreadable: %v", failed)
+	}
+	small := c.serverID(2)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.figures()[small].Stale == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no stale bytes on the full server %d:\n%s", small, c.mustFS("servers"))
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
