@@ -79,6 +79,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
 	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), raidBenchCmd())
+	c.AddCommand(redundancyBenchCmd())
 	return c
 }
 
@@ -410,5 +411,61 @@ cgroup. Without root it says so and does nothing.`,
 	c.Flags().StringVar(&disks, "disks", "1,2,4", "disk counts to measure")
 	c.Flags().StringVar(&rate, "rate", "20M", "bytes/s of each disk, read and write")
 	c.Flags().StringVar(&size, "size", "128M", "bytes written then read per configuration")
+	return c
+}
+
+func redundancyBenchCmd() *cobra.Command {
+	var quick, wipe bool
+	var out, dir string
+	var dur time.Duration
+	var replicas, iods, workers int
+	c := &cobra.Command{
+		Use:   "redundancy [--quick] [--duration 10m] [--replicas 2]",
+		Short: "Kill -9 random I/O servers under a mixed load; count lost operations, stalls and heal",
+		Example: `  corral bench redundancy --quick
+  corral bench redundancy --duration 10m
+  corral bench redundancy --quick --replicas 1 --wipe   # must report lost operations`,
+		Long: `Start a metadata server and --iods I/O servers on loopback, make a directory
+with --replicas copies, and run --workers workers of mixed writes, reads
+(checked) and fsyncs over their own files while an I/O server picked at
+random is killed (SIGKILL) every 10-30 s (--quick: 10-15 s, 1 minute in all)
+and restarted 2 s later. At the end, after waiting for heal, every file is
+read whole and every acknowledged write checked. Prints lost operations (goal
+0), the longest write (goal <= 5 s), the operation count, heal time and the
+bytes stale and healed. As root with GlusterFS installed, runs the same
+schedule against a GlusterFS replica 2 volume on a test bed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.RedundancyConfig{Bin: bin, Dir: dir, Duration: dur, KillMin: 10 * time.Second, KillMax: 30 * time.Second,
+				Down: 2 * time.Second, IODs: iods, Replicas: replicas, Workers: workers, Files: 4, FileSize: 1 << 20, Block: 4096,
+				Wipe: wipe, HealWait: 2 * time.Minute, Seed: time.Now().UnixNano(), Log: os.Stdout}
+			if quick {
+				cfg.KillMax = 15 * time.Second
+				cfg.HealWait = 20 * time.Second
+				if !cmd.Flags().Changed("duration") {
+					cfg.Duration = time.Minute
+				}
+			}
+			if iods < 3 || replicas < 1 || replicas > 5 || workers < 1 {
+				return usageError{fmt.Errorf("want --iods >= 3, --replicas 1..5, --workers >= 1 (have %d, %d, %d)", iods, replicas, workers)}
+			}
+			return runScenario("redundancy", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunRedundancy(ctx, cfg)
+			})
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "1 minute, kills every 10-15 s, shorter heal wait")
+	c.Flags().DurationVar(&dur, "duration", 10*time.Minute, "length of the load with kills")
+	c.Flags().IntVar(&replicas, "replicas", 2, "copies of every file (1 shows what the harness finds without redundancy)")
+	c.Flags().IntVar(&iods, "iods", 3, "I/O servers")
+	c.Flags().IntVar(&workers, "workers", 8, "concurrent workers, 4 files of 1 MiB each")
+	c.Flags().BoolVar(&wipe, "wipe", false, "restart a killed server on an empty disk (accepted with servers replace): a lost disk")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/redundancy/TIMESTAMP)")
 	return c
 }
