@@ -70,7 +70,7 @@ type RedundancyRun struct {
 	LostBlocks  int64       `json:"lost_blocks"`
 	MaxStall    float64     `json:"max_write_stall_s"` // longest single write, retries included
 	MaxAckGap   float64     `json:"max_ack_gap_s"`     // longest time no write was acknowledged
-	HealSeconds float64     `json:"heal_s"`            // last restart to stale bytes 0 (-1: not reached)
+	HealSeconds float64     `json:"heal_s"`            // longest restart-to-nothing-stale (0: nothing was stale, -1: not reached)
 	StalePeak   uint64      `json:"stale_peak"`
 	StaleUnit   string      `json:"stale_unit"` // bytes (Corral) or heal-info entries (GlusterFS)
 	Healed      uint64      `json:"healed_bytes"`
@@ -284,6 +284,8 @@ func (w *worker) write(i int, b0, n int64, stop <-chan struct{}) bool {
 	}
 	t0 := time.Now()
 	ok := w.retry(i, stop, &w.st.writeErrs, func(f rfile) error { return f.WriteAt(buf, b0*w.block) })
+	// A write that never got through stalled too, for as long as it tried.
+	atomicMax(&w.st.maxStall, int64(time.Since(t0)))
 	for k := b0; k < b0+n; k++ {
 		if ok {
 			m.seq[k], m.maybe[k] = s, nil
@@ -292,7 +294,6 @@ func (w *worker) write(i int, b0, n int64, stop <-chan struct{}) bool {
 		}
 	}
 	if ok {
-		atomicMax(&w.st.maxStall, int64(time.Since(t0)))
 		w.st.writes.Add(1)
 		w.st.ack()
 	}
@@ -386,28 +387,38 @@ func runLoad(fs rfs, cfg RedundancyConfig, st *loadStats, started chan<- error, 
 func verify(fs rfs, files []*model, block int64, run *RedundancyRun) {
 	lost := map[uint64]bool{}
 	tmp := make([]byte, block)
+	readAt := func(name string, buf []byte, off int64) error {
+		f, err := fs(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.ReadAt(buf, off)
+	}
 	for _, m := range files {
 		buf := make([]byte, int64(len(m.seq))*block)
 		var err error
-		for try := 0; try < 20; try++ {
-			var f rfile
-			if f, err = fs(m.name); err == nil {
-				err = f.ReadAt(buf, 0)
-				f.Close()
-			}
-			if err == nil {
+		for try := 0; try < 10; try++ {
+			if err = readAt(m.name, buf, 0); err == nil {
 				break
 			}
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond)
+		}
+		if err != nil && len(run.Errors) < 12 {
+			run.Errors = append(run.Errors, fmt.Sprintf("verify %s: %v (reading it block by block)", m.name, err))
 		}
 		for k := range m.seq {
-			if err != nil || !m.matches(buf[int64(k)*block:int64(k+1)*block], tmp, int64(k)) {
+			b := buf[int64(k)*block : int64(k+1)*block]
+			if err != nil {
+				// The whole file failed: find which blocks are unreadable.
+				if readAt(m.name, b, int64(k)*block) != nil {
+					clear(b) // unreadable: lost (zeros match no write)
+				}
+			}
+			if !m.matches(b, tmp, int64(k)) {
 				run.LostBlocks++
 				lost[m.seq[k]] = true
 			}
-		}
-		if err != nil && len(run.Errors) < 12 {
-			run.Errors = append(run.Errors, fmt.Sprintf("verify %s: %v", m.name, err))
 		}
 	}
 	run.Lost = int64(len(lost))
@@ -446,16 +457,28 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 	st.writes.Store(0)
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	end := time.Now().Add(cfg.Duration)
-	var lastRestart time.Time
-	var peak uint64
-	sample := func() {
-		if k.stale == nil {
-			return
-		}
-		if s, _, err := k.stale(ctx); err == nil {
-			peak = max(peak, s)
-		}
+	// Stale bytes sampled every 250 ms, through the heal wait.
+	type sample struct {
+		t     float64
+		stale uint64
 	}
+	var samples []sample
+	sampStop, sampDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampDone)
+		for k.stale != nil {
+			if s, h, err := k.stale(ctx); err == nil {
+				samples = append(samples, sample{time.Since(st.start).Seconds(), s})
+				run.Healed = h
+			}
+			select {
+			case <-sampStop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	var lastRestart time.Time
 	for ctx.Err() == nil {
 		wait := cfg.KillMin + time.Duration(rng.Int63n(int64(cfg.KillMax-cfg.KillMin)+1))
 		if time.Now().Add(wait + cfg.Down).After(end) {
@@ -467,9 +490,7 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 		if err := k.kill(i); err != nil {
 			ev.Err = err.Error()
 		}
-		sleepCtx(ctx, cfg.Down/2)
-		sample()
-		sleepCtx(ctx, cfg.Down-cfg.Down/2)
+		sleepCtx(ctx, cfg.Down)
 		if err := k.restart(ctx, i); err != nil {
 			ev.Err = strings.TrimPrefix(ev.Err+"; restart: "+err.Error(), "; ")
 		}
@@ -477,7 +498,6 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 		ev.Restart = time.Since(st.start).Seconds()
 		logf("%s: killed %s at %.1fs, restarted at %.1fs %s\n", system, ev.Target, ev.At, ev.Restart, ev.Err)
 		run.Kills = append(run.Kills, ev)
-		sample()
 	}
 	sleepCtx(ctx, time.Until(end))
 	close(stop)
@@ -491,30 +511,57 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 	run.MaxStall = time.Duration(st.maxStall.Load()).Seconds()
 	run.MaxAckGap = time.Duration(st.maxGap.Load()).Seconds()
 	run.Errors = append(run.Errors, st.errs...)
-	// Heal: every restarted server's stale bytes back to 0.
-	if k.stale != nil && !lastRestart.IsZero() {
-		for end := time.Now().Add(cfg.HealWait); ctx.Err() == nil; {
-			s, h, err := k.stale(ctx)
-			if err == nil {
-				peak = max(peak, s)
-				run.Healed = h
-				if s == 0 {
-					run.HealSeconds = time.Since(lastRestart).Seconds()
-					break
-				}
-			}
-			if time.Now().After(end) {
-				break
-			}
-			sleepCtx(ctx, 200*time.Millisecond)
+	// Heal: wait for the stale bytes to be 0 again.
+	for end := time.Now().Add(cfg.HealWait); k.stale != nil && !lastRestart.IsZero() && ctx.Err() == nil && time.Now().Before(end); {
+		if s, _, err := k.stale(ctx); err == nil && s == 0 {
+			break
 		}
+		sleepCtx(ctx, 200*time.Millisecond)
 	}
-	run.StalePeak = peak
+	close(sampStop)
+	<-sampDone
+	run.HealSeconds = healTime(run.Kills, samples, func(x sample) (float64, uint64) { return x.t, x.stale })
+	for _, x := range samples {
+		run.StalePeak = max(run.StalePeak, x.stale)
+	}
 	verify(fs, files, cfg.Block, &run)
 	logf("%s replicas %d: %d ops (%d writes, %d reads, %d syncs) in %.0fs; lost %d (%d blocks), bad reads %d, given up %d; longest write %.2fs, longest ack gap %.2fs; heal %.1fs, stale peak %d, healed %d\n",
 		system, run.Replicas, run.Ops, run.Writes, run.Reads, run.Syncs, run.Seconds, run.Lost, run.LostBlocks, run.BadReads, run.GaveUp,
 		run.MaxStall, run.MaxAckGap, run.HealSeconds, run.StalePeak, run.Healed)
 	return run
+}
+
+// healTime is the longest time from a restart until the stale count was 0
+// again, over the kills after which something was stale; 0 if nothing ever
+// was, -1 if it was still stale at the last sample.
+func healTime[S any](kills []KillEvent, samples []S, at func(S) (float64, uint64)) float64 {
+	var worst float64
+	for i, ev := range kills {
+		next := -1.0 // the next kill, or never
+		if i+1 < len(kills) {
+			next = kills[i+1].At
+		}
+		stale, healed := false, -1.0
+		for _, x := range samples {
+			t, s := at(x)
+			if t < ev.At || (next >= 0 && t >= next) {
+				continue
+			}
+			if s > 0 {
+				stale, healed = true, -1
+			} else if t >= ev.Restart && healed < 0 {
+				healed = t
+			}
+		}
+		switch {
+		case !stale:
+		case healed < 0:
+			return -1
+		default:
+			worst = max(worst, healed-ev.Restart)
+		}
+	}
+	return worst
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -619,7 +666,7 @@ func RunRedundancy(ctx context.Context, cfg RedundancyConfig) (*RedundancyResult
 		"a write counts as acknowledged when the client library's Flush returns (data on the I/O servers); a failed attempt's data may or may not land, so the verifier accepts either",
 		"lost ops: acknowledged writes with at least one block not there at the end (every file read whole, content regenerated from the write's sequence number); unreadable blocks count as lost",
 		"longest write: one write from its first attempt to its acknowledgement; ack gap: the longest time no worker had a write acknowledged",
-		"heal: from the last restart until the servers' stale bytes (corral fs servers, ServerInfo.Stale) are 0; healed bytes: ServerInfo.Healed summed")
+		"stale bytes (ServerInfo.Stale over all servers, what corral fs servers shows; meta's corral_meta_stale_bytes) sampled every 250 ms; heal: the longest time from a restart until nothing was stale again; healed bytes: ServerInfo.Healed summed (corral_meta_healed_bytes_total), to compare with the stale peak")
 	if ctx.Err() == nil && cfg.Replicas >= 2 {
 		res.Notes = append(res.Notes, glusterRedundancy(ctx, cfg, scratch, res, logf))
 	}
@@ -697,9 +744,12 @@ func (r *RedundancyResult) Markdown() string {
 	fmt.Fprintf(&b, "# redundancy, %s\n\n%s.\n\n", r.When.Format(time.RFC3339), r.Config)
 	b.WriteString("| system | replicas | kills | ops | writes | reads | syncs | lost ops (goal 0) | lost blocks | bad reads | given up | longest write s (goal <= 5) | longest ack gap s | heal s | stale peak | healed bytes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Runs {
-		heal := "-"
-		if x.HealSeconds >= 0 {
-			heal = fmt.Sprintf("%.1f", x.HealSeconds)
+		heal := fmt.Sprintf("%.1f", x.HealSeconds)
+		switch {
+		case x.HealSeconds < 0:
+			heal = "not healed"
+		case x.StalePeak == 0:
+			heal = "nothing stale"
 		}
 		stale := fmt.Sprintf("%d %s", x.StalePeak, x.StaleUnit)
 		if x.StaleUnit == "bytes" {
