@@ -289,6 +289,7 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 
 func pfsBenchCmd() *cobra.Command {
 	var quick, others bool
+	var replicas int
 	var out, dir string
 	c := &cobra.Command{
 		Use:   "pfs [--quick]",
@@ -303,7 +304,12 @@ I/O servers on their own hosts, links at 100 Mbit and then 1 Gbit:
 Measures in the same run the link speed I (raw TCP between two hosts) and the
 disk speed R, and prints the aggregate MB/s beside the bound
 S = min(N·I, M·I, P·R) and the ratio. Writes results.json, results.md and
-SVG plots under --out.`,
+SVG plots under --out.
+
+--replicas R (2..5) runs test 4 instead, at 100 Mbit: N = 1 .. 4 clients over
+4 I/O servers writing and reading files with R copies, on Corral and (with
+--others) GlusterFS replica 2 and MooseFS goal 2 on the same bed, with the
+ratios to S and to S/R (the bound if the client sent every copy itself).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -318,6 +324,15 @@ SVG plots under --out.`,
 				cfg.Test2File, cfg.Procs, cfg.Test3File, cfg.MaxN, cfg.MaxM = 2<<20, []int{1, 2}, 2<<20, 2, 2
 				cfg.Others = others && cmd.Flags().Changed("others")
 			}
+			if replicas != 1 {
+				if replicas < 2 || replicas > 5 {
+					return usageError{fmt.Errorf("--replicas %d: want 2..5 (1: tests 1-3)", replicas)}
+				}
+				cfg.Replicas = replicas
+				if !quick {
+					cfg.Rates = []string{"100mbit"}
+				}
+			}
 			return runScenario("pfs", out, func(ctx context.Context, out string) (markdowner, error) {
 				cfg.Out = out
 				return bench.RunPFS(ctx, cfg)
@@ -325,7 +340,8 @@ SVG plots under --out.`,
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
-	c.Flags().BoolVar(&others, "others", true, "also run test 3 on GlusterFS when installed (scripts/deps bench installs it)")
+	c.Flags().BoolVar(&others, "others", true, "also run test 3 (or 4) on GlusterFS and MooseFS when installed (scripts/deps bench installs them)")
+	c.Flags().IntVar(&replicas, "replicas", 1, "2..5: run test 4 (replicated files) instead of tests 1-3")
 	c.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/pfs/TIMESTAMP)")
 	return c
