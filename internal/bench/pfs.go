@@ -424,7 +424,11 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 // Markdown renders the tests as tables.
 func (r *PFSResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# pfs (paper 002, tests 1-3), %s\n\nDisk R = %.0f MB/s (P = 1).", r.When.Format(time.RFC3339), r.DiskMB)
+	title := "tests 1-3"
+	if r.hasTest(4) {
+		title = "test 4, replicas"
+	}
+	fmt.Fprintf(&b, "# pfs (paper 002, %s), %s\n\nDisk R = %.0f MB/s (P = 1).", title, r.When.Format(time.RFC3339), r.DiskMB)
 	for rate, i := range r.LinkMB {
 		fmt.Fprintf(&b, " Link I at %s = %.1f MB/s.", rate, i)
 	}

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -122,19 +121,22 @@ func runPFSReplicas(ctx context.Context, cfg PFSConfig, rate string, I, R float6
 			}
 			mnts = append(mnts, mnt)
 		}
-		// Goal 2 on the mount's root, recursively: files made after it
-		// keep two copies on distinct chunkservers.
-		if out, err := exec.CommandContext(ctx, "mfssetgoal", "-r", "2", mnts[0]).CombinedOutput(); err != nil {
-			return fmt.Errorf("mfssetgoal 2 %s: %v: %s", mnts[0], err, out)
-		}
 		if err := moosefsWarm(mnts[0]); err != nil {
 			return err
+		}
+		// Goal 2 on the mount's root, recursively: files made after it
+		// keep two copies on distinct chunkservers. The tool talks to the
+		// master, so it runs on the client host.
+		cmd, _ := bed.Command(ctx, "client1", "mfssetgoal", "-r", "2", mnts[0])
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("mfssetgoal 2 %s: %v: %s", mnts[0], err, out)
 		}
 		if err := run("moosefs goal 2", mountJob(mnts)); err != nil {
 			return err
 		}
 		// Goal 2 means two copies: say so if MooseFS kept fewer.
-		if out, err := exec.CommandContext(ctx, "mfsgetgoal", filepath.Join(mnts[0], "t4-1-0")).CombinedOutput(); err != nil || !strings.Contains(string(out), ": 2") {
+		cmd, _ = bed.Command(ctx, "client1", "mfsgetgoal", filepath.Join(mnts[0], "t4-1-0"))
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), ": 2") {
 			res.Notes = append(res.Notes, fmt.Sprintf("MooseFS at %s: mfsgetgoal says %q (%v)", rate, strings.TrimSpace(string(out)), err))
 		}
 	} else {
