@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/xml"
 	"fmt"
 	"os"
 	"os/exec"
@@ -120,29 +121,34 @@ func (g *gluster) volume(ctx context.Context, name, kind string) error {
 // killBricks kills -9 the brick processes (glusterfsd) of volume on host,
 // as a crash of that server would; "volume start force" restarts them.
 func (g *gluster) killBricks(ctx context.Context, volume, host string) error {
-	out, err := g.cli(ctx, "volume", "status", volume)
+	out, err := g.cli(ctx, "volume", "status", volume, "--xml")
 	if err != nil {
 		return fmt.Errorf("gluster volume status: %v: %s", err, out)
 	}
+	var st struct {
+		Nodes []struct {
+			Hostname string `xml:"hostname"`
+			Path     string `xml:"path"`
+			Status   int    `xml:"status"`
+			Pid      int    `xml:"pid"`
+		} `xml:"volStatus>volumes>volume>node"`
+	}
+	if err := xml.Unmarshal([]byte(out), &st); err != nil {
+		return fmt.Errorf("gluster volume status --xml: %v: %s", err, out)
+	}
 	x, _ := g.bed.Host(host)
 	killed := 0
-	// Lines: "Brick ADDR:PATH  TCP-PORT  RDMA-PORT  ONLINE  PID" (a long
-	// path wraps the rest onto the next line).
-	fields := strings.Fields(out)
-	for i, f := range fields {
-		if f != "Brick" || i+5 >= len(fields) || !strings.HasPrefix(fields[i+1], x.Addr.String()+":") {
+	for _, n := range st.Nodes {
+		// Bricks only (the self-heal daemons have no brick path).
+		if n.Hostname != x.Addr.String() || !strings.HasPrefix(n.Path, "/") || n.Status != 1 || n.Pid <= 0 {
 			continue
 		}
-		pid, err := strconv.Atoi(fields[i+5])
-		if err != nil || pid <= 0 {
-			continue
-		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+		if syscall.Kill(n.Pid, syscall.SIGKILL) == nil {
 			killed++
 		}
 	}
 	if killed == 0 {
-		return fmt.Errorf("no running brick of %s on %s in: %s", volume, host, out)
+		return fmt.Errorf("no running brick of %s on %s (%s)", volume, host, x.Addr)
 	}
 	return nil
 }

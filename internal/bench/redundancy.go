@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,7 +41,10 @@ type RedundancyConfig struct {
 	Wipe bool
 	// HealWait bounds the wait, after the last restart, for stale bytes 0.
 	HealWait time.Duration
-	Seed     int64
+	// Systems to run: "corral", "glusterfs" (replica 2, root, on a test
+	// bed, when installed).
+	Systems []string
+	Seed    int64
 	Log      io.Writer
 }
 
@@ -649,23 +653,25 @@ func RunRedundancy(ctx context.Context, cfg RedundancyConfig) (*RedundancyResult
 		return nil, fmt.Errorf("redundancy config: want >= 2 iods, >= 1 worker and file, block a multiple of 8 no larger than the file, kill-max >= kill-min (have %+v)", cfg)
 	}
 	res := &RedundancyResult{Scenario: "redundancy", When: time.Now().UTC(),
-		Config: fmt.Sprintf("%s with kills every %v-%v (down %v), %d iods, %d workers x %d files of %s, %s blocks, wipe %v",
-			cfg.Duration, cfg.KillMin, cfg.KillMax, cfg.Down, cfg.IODs, cfg.Workers, cfg.Files, humanBytes(cfg.FileSize), humanBytes(cfg.Block), cfg.Wipe)}
+		Config: fmt.Sprintf("%s: %s with kills every %v-%v (down %v), %d iods, %d workers x %d files of %s, %s blocks, wipe %v",
+			strings.Join(cfg.Systems, ", "), cfg.Duration, cfg.KillMin, cfg.KillMax, cfg.Down, cfg.IODs, cfg.Workers, cfg.Files, humanBytes(cfg.FileSize), humanBytes(cfg.Block), cfg.Wipe)}
 	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "redundancy")
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	run, err := corralRedundancy(ctx, cfg, scratch, logf)
-	switch {
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case err != nil:
-		// Replicas not (yet) in meta: the other system still runs.
-		logf("corral: %v\n", err)
-		res.Notes = append(res.Notes, "Corral not run: "+err.Error())
-	default:
-		res.Runs = append(res.Runs, run)
+	if slices.Contains(cfg.Systems, "corral") {
+		run, err := corralRedundancy(ctx, cfg, scratch, logf)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			// Replicas not (yet) in meta: the other system still runs.
+			logf("corral: %v\n", err)
+			res.Notes = append(res.Notes, "Corral not run: "+err.Error())
+		default:
+			res.Runs = append(res.Runs, run)
+		}
 	}
 	res.Notes = append(res.Notes,
 		"load: each worker owns its files; 50% writes of 1-16 blocks at random block offsets, 35% reads (checked against what was acknowledged), 15% fsyncs; a failed operation is retried (a fresh open) for up to 60 s",
@@ -673,7 +679,7 @@ func RunRedundancy(ctx context.Context, cfg RedundancyConfig) (*RedundancyResult
 		"lost ops: acknowledged writes with at least one block not there at the end (every file read whole, content regenerated from the write's sequence number); unreadable blocks count as lost",
 		"longest write: one write from its first attempt to its acknowledgement; ack gap: the longest time no worker had a write acknowledged",
 		"stale bytes (ServerInfo.Stale over all servers, what corral fs servers shows; meta's corral_meta_stale_bytes) sampled every 250 ms; heal: the longest time from a restart until nothing was stale again; healed bytes: ServerInfo.Healed summed (corral_meta_healed_bytes_total), to compare with the stale peak")
-	if ctx.Err() == nil && cfg.Replicas >= 2 {
+	if ctx.Err() == nil && slices.Contains(cfg.Systems, "glusterfs") {
 		res.Notes = append(res.Notes, glusterRedundancy(ctx, cfg, scratch, res, logf))
 	}
 	return res, writeJSONMD(cfg.Out, res, res.Markdown())

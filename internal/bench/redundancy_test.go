@@ -69,7 +69,7 @@ func TestRedundancyFindsLostWrites(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "out")
 		res, err := RunRedundancy(ctx, RedundancyConfig{Bin: bin, Dir: t.TempDir(), Out: out, Duration: 8 * time.Second,
 			KillMin: 3 * time.Second, KillMax: 3 * time.Second, Down: time.Second, IODs: 3, Replicas: 1, Workers: 2, Files: 2,
-			FileSize: 256 << 10, Block: 4096, Wipe: wipe, HealWait: time.Second, Seed: 1, Log: io.Discard})
+			FileSize: 256 << 10, Block: 4096, Wipe: wipe, HealWait: time.Second, Systems: []string{"corral"}, Seed: 1, Log: io.Discard})
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -432,7 +432,7 @@ cgroup. Without root it says so and does nothing.`,
 
 func redundancyBenchCmd() *cobra.Command {
 	var quick, wipe bool
-	var out, dir string
+	var out, dir, systems string
 	var dur time.Duration
 	var replicas, iods, workers int
 	c := &cobra.Command{
@@ -449,7 +449,8 @@ and restarted 2 s later. At the end, after waiting for heal, every file is
 read whole and every acknowledged write checked. Prints lost operations (goal
 0), the longest write (goal <= 5 s), the operation count, heal time and the
 bytes stale and healed. As root with GlusterFS installed, runs the same
-schedule against a GlusterFS replica 2 volume on a test bed.`,
+schedule against a GlusterFS replica 2 volume on a test bed (--systems).
+Each system's run takes --duration plus its heal wait (--quick: about 80 s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -458,12 +459,20 @@ schedule against a GlusterFS replica 2 volume on a test bed.`,
 			}
 			cfg := bench.RedundancyConfig{Bin: bin, Dir: dir, Duration: dur, KillMin: 10 * time.Second, KillMax: 30 * time.Second,
 				Down: 2 * time.Second, IODs: iods, Replicas: replicas, Workers: workers, Files: 4, FileSize: 1 << 20, Block: 4096,
-				Wipe: wipe, HealWait: 2 * time.Minute, Seed: time.Now().UnixNano(), Log: os.Stdout}
+				Wipe: wipe, HealWait: 2 * time.Minute, Systems: strings.Split(systems, ","), Seed: time.Now().UnixNano(), Log: os.Stdout}
 			if quick {
 				cfg.KillMax = 15 * time.Second
-				cfg.HealWait = 20 * time.Second
+				cfg.HealWait = 15 * time.Second
+				if !cmd.Flags().Changed("systems") {
+					cfg.Systems = []string{"corral"}
+				}
 				if !cmd.Flags().Changed("duration") {
 					cfg.Duration = time.Minute
+				}
+			}
+			for _, s := range cfg.Systems {
+				if s != "corral" && s != "glusterfs" {
+					return usageError{fmt.Errorf("--systems: unknown system %q (corral, glusterfs)", s)}
 				}
 			}
 			if iods < 3 || replicas < 1 || replicas > 5 || workers < 1 {
@@ -480,6 +489,7 @@ schedule against a GlusterFS replica 2 volume on a test bed.`,
 	c.Flags().IntVar(&replicas, "replicas", 2, "copies of every file (1 shows what the harness finds without redundancy)")
 	c.Flags().IntVar(&iods, "iods", 3, "I/O servers")
 	c.Flags().IntVar(&workers, "workers", 8, "concurrent workers, 4 files of 1 MiB each")
+	c.Flags().StringVar(&systems, "systems", "corral,glusterfs", "systems to run, comma-separated (--quick: corral unless given); glusterfs needs root and runs replica 2")
 	c.Flags().BoolVar(&wipe, "wipe", false, "restart a killed server on an empty disk (accepted with servers replace): a lost disk")
 	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/redundancy/TIMESTAMP)")
