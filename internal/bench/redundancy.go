@@ -45,7 +45,7 @@ type RedundancyConfig struct {
 	// bed, when installed).
 	Systems []string
 	Seed    int64
-	Log      io.Writer
+	Log     io.Writer
 }
 
 // KillEvent is one kill -9 and its restart, in seconds from the start.
