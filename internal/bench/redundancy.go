@@ -76,6 +76,7 @@ type RedundancyRun struct {
 	MaxAckGap   float64     `json:"max_ack_gap_s"`     // longest time no write was acknowledged
 	HealSeconds float64     `json:"heal_s"`            // longest restart-to-nothing-stale (0: nothing was stale, -1: not reached)
 	StalePeak   uint64      `json:"stale_peak"`
+	StaleEnd    uint64      `json:"stale_end"` // at the last sample, after the heal wait
 	StaleUnit   string      `json:"stale_unit"` // bytes (Corral) or heal-info entries (GlusterFS)
 	Healed      uint64      `json:"healed_bytes"`
 	Kills       []KillEvent `json:"kills"`
@@ -527,6 +528,7 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 	run.HealSeconds = healTime(run.Kills, samples, func(x sample) (float64, uint64) { return x.t, x.stale })
 	for _, x := range samples {
 		run.StalePeak = max(run.StalePeak, x.stale)
+		run.StaleEnd = x.stale
 	}
 	verify(fs, files, cfg.Block, &run)
 	logf("%s replicas %d: %d ops (%d writes, %d reads, %d syncs) in %.0fs; lost %d (%d blocks), bad reads %d, given up %d; longest write %.2fs, longest ack gap %.2fs; heal %.1fs, stale peak %d, healed %d\n",
@@ -637,7 +639,7 @@ func replaceServer(ctx context.Context, cl *client.Client, addr string) error {
 // SetReplicas sets directory ino's replica count (proto.SetLayout with
 // Replicas; stripe fields 0 keep the directory's).
 func SetReplicas(ctx context.Context, cl *client.Client, ino uint64, replicas int) error {
-	_, err := cl.AttrCall(ctx, &proto.SetLayout{Ino: ino, Replicas: uint32(replicas)})
+	_, err := cl.SetLayoutPolicy(ctx, &proto.SetLayout{Ino: ino, Replicas: uint32(replicas)})
 	if err != nil {
 		return fmt.Errorf("setting %d replicas on inode %d: %w", replicas, ino, err)
 	}
@@ -707,13 +709,12 @@ func corralRedundancy(ctx context.Context, cfg RedundancyConfig, scratch string,
 	if err != nil {
 		return RedundancyRun{}, err
 	}
-	if cfg.Replicas > 1 {
-		if err := SetReplicas(ctx, cl, dir.Ino, cfg.Replicas); err != nil {
-			return RedundancyRun{}, err
-		}
-		if a, err := cl.Stat(ctx, "/red"); err == nil && a.Replicas != uint32(cfg.Replicas) {
-			return RedundancyRun{}, fmt.Errorf("/red: asked for %d replicas, the directory says %d (replicas not built into meta yet?)", cfg.Replicas, a.Replicas)
-		}
+	// Set even for 1: the file system's default may be more.
+	if err := SetReplicas(ctx, cl, dir.Ino, cfg.Replicas); err != nil {
+		return RedundancyRun{}, err
+	}
+	if a, err := cl.Stat(ctx, "/red"); err == nil && a.Replicas != uint32(cfg.Replicas) {
+		return RedundancyRun{}, fmt.Errorf("/red: asked for %d replicas, the directory says %d (replicas not built into meta?)", cfg.Replicas, a.Replicas)
 	}
 	// Files striped over every iod with a small stripe, so that each write
 	// meets the killed server often.
@@ -721,7 +722,7 @@ func corralRedundancy(ctx context.Context, cfg RedundancyConfig, scratch string,
 	fs := func(name string) (rfile, error) {
 		f, err := cl.Open(ctx, "/red/"+name)
 		if errors.Is(err, os.ErrNotExist) {
-			f, err = cl.CreatePath(ctx, "/red/"+name, 0o644, client.CreateOpts{Excl: true, StripeSize: 64 << 10, StripeCount: uint32(cfg.IODs)})
+			f, err = cl.CreatePath(ctx, "/red/"+name, 0o644, client.CreateOpts{Excl: true, StripeSize: 64 << 10, StripeCount: uint32(cfg.IODs), Replicas: uint32(cfg.Replicas)})
 		}
 		if err != nil {
 			return nil, err
@@ -759,7 +760,7 @@ func (r *RedundancyResult) Markdown() string {
 		heal := fmt.Sprintf("%.1f", x.HealSeconds)
 		switch {
 		case x.HealSeconds < 0:
-			heal = "not healed"
+			heal = fmt.Sprintf("not healed (%d %s stale at the end)", x.StaleEnd, x.StaleUnit)
 		case x.StalePeak == 0:
 			heal = "nothing stale"
 		}
