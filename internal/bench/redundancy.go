@@ -76,7 +76,7 @@ type RedundancyRun struct {
 	MaxAckGap   float64     `json:"max_ack_gap_s"`     // longest time no write was acknowledged
 	HealSeconds float64     `json:"heal_s"`            // longest restart-to-nothing-stale (0: nothing was stale, -1: not reached)
 	StalePeak   uint64      `json:"stale_peak"`
-	StaleEnd    uint64      `json:"stale_end"` // at the last sample, after the heal wait
+	StaleEnd    uint64      `json:"stale_end"`  // at the last sample, after the heal wait
 	StaleUnit   string      `json:"stale_unit"` // bytes (Corral) or heal-info entries (GlusterFS)
 	Healed      uint64      `json:"healed_bytes"`
 	Kills       []KillEvent `json:"kills"`
