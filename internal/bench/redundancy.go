@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -815,7 +816,8 @@ func glusterRun(ctx context.Context, cfg RedundancyConfig, scratch string, logf 
 	for i := 1; i <= cfg.IODs; i++ {
 		servers = append(servers, fmt.Sprintf("iod%d", i))
 	}
-	spec := testbed.NewSpec("red", append([]string{"client1"}, servers...), "")
+	// Its own subnet: bench pfs's bed (10.77.0.0/24) may be up meanwhile.
+	spec := testbed.NewSpecOn("red", netip.MustParsePrefix("10.79.0.0/24"), append([]string{"client1"}, servers...), "")
 	testbed.Down(spec.Name)
 	bed, err := testbed.Up(spec)
 	if err != nil {
