@@ -211,9 +211,13 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			dropCaches()
 		}
 		cmd, _ := bed.Command(ctx, host, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return IOResult{}, fmt.Errorf("pfs-io on %s: %v", host, err)
+			// The progress bar shares stderr: keep its last line, the error.
+			lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), "\r", "\n")), "\n")
+			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, lines[len(lines)-1])
 		}
 		var r IOResult
 		return r, json.Unmarshal(out, &r)
