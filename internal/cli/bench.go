@@ -433,7 +433,7 @@ cgroup. Without root it says so and does nothing.`,
 func redundancyBenchCmd() *cobra.Command {
 	var quick, wipe bool
 	var out, dir, systems string
-	var dur time.Duration
+	var dur, healWait time.Duration
 	var replicas, iods, workers int
 	c := &cobra.Command{
 		Use:   "redundancy [--quick] [--duration 10m] [--replicas 2]",
@@ -459,10 +459,12 @@ Each system's run takes --duration plus its heal wait (--quick: about 80 s).`,
 			}
 			cfg := bench.RedundancyConfig{Bin: bin, Dir: dir, Duration: dur, KillMin: 10 * time.Second, KillMax: 30 * time.Second,
 				Down: 2 * time.Second, IODs: iods, Replicas: replicas, Workers: workers, Files: 4, FileSize: 1 << 20, Block: 4096,
-				Wipe: wipe, HealWait: 2 * time.Minute, Systems: strings.Split(systems, ","), Seed: time.Now().UnixNano(), Log: os.Stdout}
+				Wipe: wipe, HealWait: healWait, Systems: strings.Split(systems, ","), Seed: time.Now().UnixNano(), Log: os.Stdout}
 			if quick {
 				cfg.KillMax = 15 * time.Second
-				cfg.HealWait = 15 * time.Second
+				if !cmd.Flags().Changed("heal-wait") {
+					cfg.HealWait = 15 * time.Second
+				}
 				if !cmd.Flags().Changed("systems") {
 					cfg.Systems = []string{"corral"}
 				}
@@ -486,6 +488,7 @@ Each system's run takes --duration plus its heal wait (--quick: about 80 s).`,
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "1 minute, kills every 10-15 s, shorter heal wait")
 	c.Flags().DurationVar(&dur, "duration", 10*time.Minute, "length of the load with kills")
+	c.Flags().DurationVar(&healWait, "heal-wait", 2*time.Minute, "after the load, how long to wait for nothing stale (--quick: 15s)")
 	c.Flags().IntVar(&replicas, "replicas", 2, "copies of every file (1 shows what the harness finds without redundancy)")
 	c.Flags().IntVar(&iods, "iods", 3, "I/O servers")
 	c.Flags().IntVar(&workers, "workers", 8, "concurrent workers, 4 files of 1 MiB each")
