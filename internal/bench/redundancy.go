@@ -538,26 +538,24 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 	return run
 }
 
-// healTime is the longest time from a restart until the stale count was 0
-// again, over the kills after which something was stale; 0 if nothing ever
-// was, -1 if it was still stale at the last sample.
+// healTime is the longest time from a restart until the first sample
+// after it with nothing stale, over the kills after which something was
+// stale (a heal may outlast the next kill: both then end together); 0 if
+// nothing ever was, -1 if something stayed stale to the last sample.
 func healTime[S any](kills []KillEvent, samples []S, at func(S) (float64, uint64)) float64 {
 	var worst float64
-	for i, ev := range kills {
-		next := -1.0 // the next kill, or never
-		if i+1 < len(kills) {
-			next = kills[i+1].At
-		}
+	for _, ev := range kills {
 		stale, healed := false, -1.0
 		for _, x := range samples {
 			t, s := at(x)
-			if t < ev.At || (next >= 0 && t >= next) {
+			if t < ev.At {
 				continue
 			}
 			if s > 0 {
-				stale, healed = true, -1
-			} else if t >= ev.Restart && healed < 0 {
+				stale = true
+			} else if t >= ev.Restart {
 				healed = t
+				break
 			}
 		}
 		switch {

@@ -48,10 +48,11 @@ func TestHealTime(t *testing.T) {
 		samples []s
 		want    float64
 	}{
-		{[]s{{11, 0}, {13, 0}, {31, 0}, {33, 0}}, 0},                  // nothing stale
-		{[]s{{11, 5}, {14, 0}, {31, 7}, {35, 7}, {36.5, 0}}, 4.5},     // worst of 2 and 4.5
-		{[]s{{11, 5}, {14, 0}, {31, 7}, {35, 7}}, -1},                 // never healed after the second
-		{[]s{{11, 5}, {13, 0}, {13.5, 3}, {20, 0}, {31, 0}}, 20 - 12}, // stale again before healed
+		{[]s{{11, 0}, {13, 0}, {31, 0}, {33, 0}}, 0},              // nothing stale
+		{[]s{{11, 5}, {14, 0}, {31, 7}, {35, 7}, {36.5, 0}}, 4.5}, // worst of 2 and 4.5
+		{[]s{{11, 5}, {14, 0}, {31, 7}, {35, 7}}, -1},             // never healed after the second
+		{[]s{{11, 5}, {20, 3}, {31, 6}, {40, 0}}, 40 - 12},        // a heal outlasting the next kill
+		{[]s{{11, 5}, {13, 0}, {13.5, 3}, {20, 0}, {31, 0}}, 1},   // the first time nothing is stale
 	} {
 		if got := healTime(kills, c.samples, at); got != c.want {
 			t.Errorf("healTime(%v) = %v, want %v", c.samples, got, c.want)
