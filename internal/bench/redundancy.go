@@ -81,7 +81,9 @@ type RedundancyRun struct {
 	StaleUnit   string      `json:"stale_unit"` // bytes (Corral) or heal-info entries (GlusterFS)
 	Healed      uint64      `json:"healed_bytes"`
 	Kills       []KillEvent `json:"kills"`
-	Errors      []string    `json:"first_errors,omitempty"`
+	// Stale: [seconds, stale] every 250 ms, for plotting heal.
+	Stale  [][2]float64 `json:"stale_samples,omitempty"`
+	Errors []string     `json:"first_errors,omitempty"`
 }
 
 // RedundancyResult is the scenario's output.
@@ -530,6 +532,7 @@ func runRedundancy(ctx context.Context, cfg RedundancyConfig, system string, fs 
 	for _, x := range samples {
 		run.StalePeak = max(run.StalePeak, x.stale)
 		run.StaleEnd = x.stale
+		run.Stale = append(run.Stale, [2]float64{x.t, float64(x.stale)})
 	}
 	verify(fs, files, cfg.Block, &run)
 	logf("%s replicas %d: %d ops (%d writes, %d reads, %d syncs) in %.0fs; lost %d (%d blocks), bad reads %d, given up %d; longest write %.2fs, longest ack gap %.2fs; heal %.1fs, stale peak %d, healed %d\n",
