@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/xml"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/launch"
@@ -81,17 +84,28 @@ func (g *gluster) cli(ctx context.Context, args ...string) (string, error) {
 }
 
 // volume creates and starts a volume over the servers: "distributed" (each
-// file whole on one brick) or "dispersed" (erasure-coded stripes, one
-// brick's worth of redundancy).
+// file whole on one brick), "dispersed" (erasure-coded stripes, one brick's
+// worth of redundancy) or "replica" (replica 2: with an odd number of
+// servers each has two bricks, ordered so that no pair shares a host).
 func (g *gluster) volume(ctx context.Context, name, kind string) error {
 	args := []string{"volume", "create", name}
-	if kind == "dispersed" {
+	hosts := g.servers
+	switch kind {
+	case "dispersed":
 		args = append(args, "disperse", strconv.Itoa(len(g.servers)), "redundancy", "1")
+	case "replica":
+		args = append(args, "replica", "2")
+		if len(hosts)%2 == 1 {
+			hosts = append(append([]string{}, hosts...), hosts...)
+		}
 	}
 	args = append(args, "transport", "tcp")
-	for _, h := range g.servers {
+	for i, h := range hosts {
 		x, _ := g.bed.Host(h)
 		brick := filepath.Join(g.dir, h, "brick", name)
+		if i >= len(g.servers) {
+			brick += "-2"
+		}
 		args = append(args, x.Addr.String()+":"+brick)
 	}
 	args = append(args, "force")
@@ -102,6 +116,69 @@ func (g *gluster) volume(ctx context.Context, name, kind string) error {
 		return fmt.Errorf("gluster volume start: %v: %s", err, out)
 	}
 	return nil
+}
+
+// killBricks kills -9 the brick processes (glusterfsd) of volume on host,
+// as a crash of that server would; "volume start force" restarts them.
+func (g *gluster) killBricks(ctx context.Context, volume, host string) error {
+	out, err := g.cli(ctx, "volume", "status", volume, "--xml")
+	if err != nil {
+		return fmt.Errorf("gluster volume status: %v: %s", err, out)
+	}
+	var st struct {
+		Nodes []struct {
+			Hostname string `xml:"hostname"`
+			Path     string `xml:"path"`
+			Status   int    `xml:"status"`
+			Pid      int    `xml:"pid"`
+		} `xml:"volStatus>volumes>volume>node"`
+	}
+	if err := xml.Unmarshal([]byte(out), &st); err != nil {
+		return fmt.Errorf("gluster volume status --xml: %v: %s", err, out)
+	}
+	x, _ := g.bed.Host(host)
+	killed := 0
+	for _, n := range st.Nodes {
+		// Bricks only (the self-heal daemons have no brick path).
+		if n.Hostname != x.Addr.String() || !strings.HasPrefix(n.Path, "/") || n.Status != 1 || n.Pid <= 0 {
+			continue
+		}
+		if syscall.Kill(n.Pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		return fmt.Errorf("no running brick of %s on %s (%s)", volume, host, x.Addr)
+	}
+	return nil
+}
+
+// restartBricks starts the volume's dead brick processes again.
+func (g *gluster) restartBricks(ctx context.Context, volume string) error {
+	if out, err := g.cli(ctx, "volume", "start", volume, "force"); err != nil {
+		return fmt.Errorf("gluster volume start force: %v: %s", err, out)
+	}
+	return nil
+}
+
+// pendingHeal counts the entries the volume's self-heal has still to do
+// (gluster volume heal info: "Number of entries: N" per brick).
+func (g *gluster) pendingHeal(ctx context.Context, volume string) (uint64, error) {
+	out, err := g.cli(ctx, "volume", "heal", volume, "info")
+	if err != nil {
+		return 0, fmt.Errorf("gluster volume heal info: %v: %s", err, out)
+	}
+	var n uint64
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "Number of entries:"); ok {
+			k, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("gluster heal info: %q", l)
+			}
+			n += k
+		}
+	}
+	return n, nil
 }
 
 // mount mounts a volume on a client host; the mount point is under the

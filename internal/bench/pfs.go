@@ -80,7 +80,11 @@ type PFSConfig struct {
 	// Others measures GlusterFS beside Corral in test 3 when it is
 	// installed.
 	Others bool
-	Log    io.Writer
+	// Replicas >= 2 runs test 4 instead of tests 1-3: N clients over all
+	// MaxM I/O servers writing and reading files with that many copies, on
+	// Corral, GlusterFS replica 2 and MooseFS goal 2.
+	Replicas int
+	Log      io.Writer
 }
 
 // PFSPoint is one measurement.
@@ -95,6 +99,8 @@ type PFSPoint struct {
 	WriteMB float64 `json:"write_mb_s"`
 	ReadMB  float64 `json:"read_mb_s"`
 	Bound   float64 `json:"bound_mb_s"`
+	// Replicas: copies of every file (test 4).
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // PFSResult is the scenario's output.
@@ -139,6 +145,9 @@ func RunPFS(ctx context.Context, cfg PFSConfig) (*PFSResult, error) {
 		"files striped 1 MiB over the M I/O servers; writes end with a sync on every server; reads follow with the page cache dropped",
 		"paper 002 used a 512 MiB file (test 1), 100 MiB files (test 2) and 200 MiB files (test 3); sizes here are scaled to run in minutes",
 		glusterNote(), moosefsNote())
+	if cfg.Replicas >= 2 {
+		res.Notes = append(res.Notes, replicaNotes(cfg.Replicas)...)
+	}
 	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
 		return nil, err
 	}
@@ -202,9 +211,13 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			dropCaches()
 		}
 		cmd, _ := bed.Command(ctx, host, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return IOResult{}, fmt.Errorf("pfs-io on %s: %v", host, err)
+			// The progress bar shares stderr: keep its last line, the error.
+			lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), "\r", "\n")), "\n")
+			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, lines[len(lines)-1])
 		}
 		var r IOResult
 		return r, json.Unmarshal(out, &r)
@@ -230,6 +243,10 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			total += rs[i].Bytes
 		}
 		return float64(total) / 1e6 / el, nil
+	}
+
+	if cfg.Replicas >= 2 {
+		return runPFSReplicas(ctx, cfg, rate, I, R, bed, scratch, startFS, io1, parallelIO, res, logf)
 	}
 
 	// Test 1: one client, one I/O server, record sizes.
@@ -411,7 +428,11 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 // Markdown renders the tests as tables.
 func (r *PFSResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# pfs (paper 002, tests 1-3), %s\n\nDisk R = %.0f MB/s (P = 1).", r.When.Format(time.RFC3339), r.DiskMB)
+	title := "tests 1-3"
+	if r.hasTest(4) {
+		title = "test 4, replicas"
+	}
+	fmt.Fprintf(&b, "# pfs (paper 002, %s), %s\n\nDisk R = %.0f MB/s (P = 1).", title, r.When.Format(time.RFC3339), r.DiskMB)
 	for rate, i := range r.LinkMB {
 		fmt.Fprintf(&b, " Link I at %s = %.1f MB/s.", rate, i)
 	}
@@ -425,7 +446,11 @@ func (r *PFSResult) Markdown() string {
 		{2, "Test 2: processes on one client, all I/O servers, 512 KiB records", func(p PFSPoint) string { return strconv.Itoa(p.Procs) }},
 		{3, "Test 3: N clients x M I/O servers, 2 MiB records", func(p PFSPoint) string { return fmt.Sprintf("%d x %d", p.N, p.M) }},
 	}
+	r.replicaMarkdown(&b)
 	for _, s := range sections {
+		if !r.hasTest(s.test) {
+			continue
+		}
 		fmt.Fprintf(&b, "\n%s\n\n| system | rate | %s | write MB/s | read MB/s | bound S | write/S | read/S |\n|---|---|---|---|---|---|---|---|\n", s.head, strings.SplitN(s.head, ", ", 2)[0])
 		for _, p := range r.Points {
 			if p.Test == s.test {
@@ -433,7 +458,10 @@ func (r *PFSResult) Markdown() string {
 			}
 		}
 	}
-	b.WriteString("\nPlots: test1.svg, test2.svg, test3.svg.\n\nNotes:\n")
+	if r.hasTest(1) {
+		b.WriteString("\nPlots: test1.svg, test2.svg, test3.svg.\n")
+	}
+	b.WriteString("\nNotes:\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}

@@ -79,6 +79,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
 	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), raidBenchCmd())
+	c.AddCommand(redundancyBenchCmd())
 	return c
 }
 
@@ -288,6 +289,7 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 
 func pfsBenchCmd() *cobra.Command {
 	var quick, others bool
+	var replicas int
 	var out, dir string
 	c := &cobra.Command{
 		Use:   "pfs [--quick]",
@@ -302,7 +304,12 @@ I/O servers on their own hosts, links at 100 Mbit and then 1 Gbit:
 Measures in the same run the link speed I (raw TCP between two hosts) and the
 disk speed R, and prints the aggregate MB/s beside the bound
 S = min(N·I, M·I, P·R) and the ratio. Writes results.json, results.md and
-SVG plots under --out.`,
+SVG plots under --out.
+
+--replicas R (2..5) runs test 4 instead, at 100 Mbit: N = 1 .. 4 clients over
+4 I/O servers writing and reading files with R copies, on Corral and (with
+--others) GlusterFS replica 2 and MooseFS goal 2 on the same bed, with the
+ratios to S and to S/R (the bound if the client sent every copy itself).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -317,6 +324,15 @@ SVG plots under --out.`,
 				cfg.Test2File, cfg.Procs, cfg.Test3File, cfg.MaxN, cfg.MaxM = 2<<20, []int{1, 2}, 2<<20, 2, 2
 				cfg.Others = others && cmd.Flags().Changed("others")
 			}
+			if replicas != 1 {
+				if replicas < 2 || replicas > 5 {
+					return usageError{fmt.Errorf("--replicas %d: want 2..5 (1: tests 1-3)", replicas)}
+				}
+				cfg.Replicas = replicas
+				if !quick {
+					cfg.Rates = []string{"100mbit"}
+				}
+			}
 			return runScenario("pfs", out, func(ctx context.Context, out string) (markdowner, error) {
 				cfg.Out = out
 				return bench.RunPFS(ctx, cfg)
@@ -324,7 +340,8 @@ SVG plots under --out.`,
 		},
 	}
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
-	c.Flags().BoolVar(&others, "others", true, "also run test 3 on GlusterFS when installed (scripts/deps bench installs it)")
+	c.Flags().BoolVar(&others, "others", true, "also run test 3 (or 4) on GlusterFS and MooseFS when installed (scripts/deps bench installs them)")
+	c.Flags().IntVar(&replicas, "replicas", 1, "2..5: run test 4 (replicated files) instead of tests 1-3")
 	c.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/pfs/TIMESTAMP)")
 	return c
@@ -412,5 +429,74 @@ cgroup. Without root it says so and does nothing.`,
 	c.Flags().StringVar(&disks, "disks", "1,2,4", "disk counts to measure")
 	c.Flags().StringVar(&rate, "rate", "20M", "bytes/s of each disk, read and write")
 	c.Flags().StringVar(&size, "size", "128M", "bytes written then read per configuration")
+	return c
+}
+
+func redundancyBenchCmd() *cobra.Command {
+	var quick, wipe bool
+	var out, dir, systems string
+	var dur, healWait time.Duration
+	var replicas, iods, workers int
+	c := &cobra.Command{
+		Use:   "redundancy [--quick] [--duration 10m] [--replicas 2]",
+		Short: "Kill -9 random I/O servers under a mixed load; count lost operations, stalls and heal",
+		Example: `  corral bench redundancy --quick
+  corral bench redundancy --duration 10m
+  corral bench redundancy --quick --replicas 1 --wipe   # must report lost operations`,
+		Long: `Start a metadata server and --iods I/O servers on loopback, make a directory
+with --replicas copies, and run --workers workers of mixed writes, reads
+(checked) and fsyncs over their own files while an I/O server picked at
+random is killed (SIGKILL) every 10-30 s (--quick: 10-15 s, 1 minute in all)
+and restarted 2 s later. At the end, after waiting for heal, every file is
+read whole and every acknowledged write checked. Prints lost operations (goal
+0), the longest write (goal <= 5 s), the operation count, heal time and the
+bytes stale and healed. As root with GlusterFS installed, runs the same
+schedule against a GlusterFS replica 2 volume on a test bed (--systems).
+Each system's run takes --duration plus its heal wait (--quick: about 80 s).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			cfg := bench.RedundancyConfig{Bin: bin, Dir: dir, Duration: dur, KillMin: 10 * time.Second, KillMax: 30 * time.Second,
+				Down: 2 * time.Second, IODs: iods, Replicas: replicas, Workers: workers, Files: 4, FileSize: 1 << 20, Block: 4096,
+				Wipe: wipe, HealWait: healWait, Systems: strings.Split(systems, ","), Seed: time.Now().UnixNano(), Log: os.Stdout}
+			if quick {
+				cfg.KillMax = 15 * time.Second
+				if !cmd.Flags().Changed("heal-wait") {
+					cfg.HealWait = 15 * time.Second
+				}
+				if !cmd.Flags().Changed("systems") {
+					cfg.Systems = []string{"corral"}
+				}
+				if !cmd.Flags().Changed("duration") {
+					cfg.Duration = time.Minute
+				}
+			}
+			for _, s := range cfg.Systems {
+				if s != "corral" && s != "glusterfs" {
+					return usageError{fmt.Errorf("--systems: unknown system %q (corral, glusterfs)", s)}
+				}
+			}
+			if iods < 3 || replicas < 1 || replicas > 5 || workers < 1 {
+				return usageError{fmt.Errorf("want --iods >= 3, --replicas 1..5, --workers >= 1 (have %d, %d, %d)", iods, replicas, workers)}
+			}
+			return runScenario("redundancy", out, func(ctx context.Context, out string) (markdowner, error) {
+				cfg.Out = out
+				return bench.RunRedundancy(ctx, cfg)
+			})
+		},
+	}
+	c.Flags().BoolVar(&quick, "quick", false, "1 minute, kills every 10-15 s, shorter heal wait")
+	c.Flags().DurationVar(&dur, "duration", 10*time.Minute, "length of the load with kills")
+	c.Flags().DurationVar(&healWait, "heal-wait", 2*time.Minute, "after the load, how long to wait for nothing stale (--quick: 15s)")
+	c.Flags().IntVar(&replicas, "replicas", 2, "copies of every file (1 shows what the harness finds without redundancy)")
+	c.Flags().IntVar(&iods, "iods", 3, "I/O servers")
+	c.Flags().IntVar(&workers, "workers", 8, "concurrent workers, 4 files of 1 MiB each")
+	c.Flags().StringVar(&systems, "systems", "corral,glusterfs", "systems to run, comma-separated (--quick: corral unless given); glusterfs needs root and runs replica 2")
+	c.Flags().BoolVar(&wipe, "wipe", false, "restart a killed server on an empty disk (accepted with servers replace): a lost disk")
+	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory")
+	c.Flags().StringVar(&out, "out", "", "results directory (default results/redundancy/TIMESTAMP)")
 	return c
 }
