@@ -217,10 +217,16 @@ func attemptCtxFor(ctx context.Context, d time.Duration, last bool) (context.Con
 }
 
 // attemptCtx bounds one attempt at a replica: its bytes plus the queue
-// ahead of it at the head's pace (headTimeout), or, for the last copy there
-// is to try, the whole operation's ctx (no other copy could do better).
+// ahead of it at the head's pace (headTimeout), but never less than
+// proto.DefaultTimeout; for the last copy there is to try, the whole
+// operation's ctx (no other copy could do better). The pace of a busy
+// server is no sign of failure: with several clients and the forwards of
+// other heads sharing its link, a head moves far less than 8 MiB/s per
+// client, and a deadline from bytes failed healthy heads (bench pfs
+// --replicas 2, 4 clients at 100 Mbit). Silence is the sign: replicaCtx
+// gives up a server that answers nothing for Patience.
 func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, context.CancelFunc) {
-	return attemptCtxFor(ctx, headTimeout(int(min(queued, 1<<40))), last)
+	return attemptCtxFor(ctx, max(proto.DefaultTimeout, headTimeout(int(min(queued, 1<<40)))), last)
 }
 
 // hear records that the server at addr answered (a reply or an error

@@ -24,7 +24,7 @@ const (
 	healChunk     = 4 << 20 // bytes per Heal request: the rate limit's grain
 	healBatch     = 256     // stale records read per transaction
 	healReqTimout = time.Minute
-	healRetry     = 10 * time.Second
+	healRetry     = 2 * time.Second // after a failed heal; a killed server restarts in about that
 )
 
 // maxHealJobs: stale records held in memory per heal pass (a variable for
@@ -286,7 +286,7 @@ func (s *Service) healPass() {
 					return
 				}
 				if err := s.healOne(states, j); err != nil {
-					s.log.Warn("heal failed; this server's heal is retried in 10 s", "server", id, "ino", j.ino, "index", j.index, "err", err)
+					s.log.Warn("heal failed; this server's heal is retried in 2 s", "server", id, "ino", j.ino, "index", j.index, "err", err)
 					s.hl.mu.Lock()
 					s.hl.retry[id] = time.Now().Add(healRetry)
 					s.hl.mu.Unlock()
