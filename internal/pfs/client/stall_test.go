@@ -36,7 +36,6 @@ func TestSyncStoppedCopyBounded(t *testing.T) {
 	}
 }
 
-
 // TestWriteNoCurrentCopyRetriesFirstCopy: when meta refuses a write's
 // stale mark because no copy would be current (EIO), the write is sent once
 // more through the column's first copy, forwarding to the others, before
