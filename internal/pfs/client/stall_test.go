@@ -30,9 +30,16 @@ func TestSyncStoppedCopyBounded(t *testing.T) {
 		t.Fatalf("fsync took %v with one copy stopped (want about client.Patience = %v, at most 5 s)", d.Round(time.Millisecond), client.Patience)
 	}
 	t.Logf("fsync took %v", time.Since(start).Round(time.Millisecond))
+	// Server 2 is marked stale (under load its forwards may already have
+	// timed out before it stopped: more marks, all of server 2).
 	marks := e.meta.Marks()
-	if len(marks) != 1 || len(marks[0].Servers) != 1 || marks[0].Servers[0] != 2 {
-		t.Fatalf("stale marks %+v, want one of server 2", marks)
+	if len(marks) == 0 {
+		t.Fatal("no stale mark of the stopped copy")
+	}
+	for _, m := range marks {
+		if len(m.Servers) != 1 || m.Servers[0] != 2 {
+			t.Fatalf("stale marks %+v, want only server 2", marks)
+		}
 	}
 }
 
