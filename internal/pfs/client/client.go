@@ -30,15 +30,18 @@ type Client struct {
 	// Uid and Gid own what this client creates.
 	Uid, Gid uint32
 
-	mu      sync.Mutex
-	servers map[uint32]string
-	open    map[uint64]*wstate   // inodes with open Files: their shared write state
-	credErr error                // why $CORRAL_SECRET_FILE could not be used
-	lost    map[uint32]bool      // servers meta last called lost or replacing
-	cache   *mcache              // metadata cache (WithCache), nil without
-	down    map[uint32]downRec   // servers that failed lately: skipped until then (replica.go)
-	busy    map[string]inflight  // this client's requests in flight per server (replicated files)
-	heard   map[string]time.Time // when each server last answered a replica request (replica.go)
+	mu        sync.Mutex
+	servers   map[uint32]string
+	open      map[uint64]*wstate   // inodes with open Files: their shared write state
+	credErr   error                // why $CORRAL_SECRET_FILE could not be used
+	lost      map[uint32]bool      // servers meta last called lost or replacing
+	cache     *mcache              // metadata cache (WithCache), nil without
+	down      map[uint32]downRec   // servers that failed lately: skipped until then (replica.go)
+	busy      map[string]inflight  // this client's requests in flight per server (replicated files)
+	heard     map[string]time.Time // when each server last answered a replica request (replica.go)
+	probing   map[uint32]bool      // servers a goroutine probes while they are down (replica.go)
+	closed    chan struct{}        // closed by Close: probes end
+	closeOnce sync.Once
 }
 
 // New returns a client of the metadata service whose members' addresses
@@ -47,7 +50,7 @@ type Client struct {
 // when it changes. No connection is made until the first call. Without
 // WithSecurity the client proves the credential in $CORRAL_SECRET_FILE.
 func New(meta string, opts ...Option) *Client {
-	c := &Client{meta: strings.Join(SplitMembers(meta), ","), pool: &proto.Pool{PerServer: 2}, ids: newReqIDs(),
+	c := &Client{meta: strings.Join(SplitMembers(meta), ","), pool: &proto.Pool{PerServer: 2}, ids: newReqIDs(), closed: make(chan struct{}),
 		servers: map[uint32]string{}, open: map[uint64]*wstate{}, lost: map[uint32]bool{}}
 	set := false
 	for _, o := range opts {
@@ -97,6 +100,7 @@ func (c *Client) Leader() *Leader { return c.lead }
 
 // Close stops the cache's watch and drops every connection.
 func (c *Client) Close() {
+	c.closeOnce.Do(func() { close(c.closed) })
 	if c.cache != nil {
 		c.stopWatch()
 	}

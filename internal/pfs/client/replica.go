@@ -62,7 +62,7 @@ func headTimeout(n int) time.Duration {
 // stale). A stopped server then stalls a write or fsync for about
 // Patience, not for its bytes at 8 MiB/s. The last copy left to try is
 // waited for as long as the operation may take.
-const Patience = 4 * time.Second
+const Patience = 3 * time.Second
 
 // copies is where each column of a replicated file lives, as last read
 // from meta. It is replaced whole (never changed) when the layout changes.
@@ -160,6 +160,65 @@ func (c *Client) markDown(id uint32) {
 	}
 	r.until = t.Add(r.period)
 	c.down[id] = r
+	if c.probing == nil {
+		c.probing = map[uint32]bool{}
+	}
+	if !c.probing[id] && c.closed != nil {
+		c.probing[id] = true
+		go c.probe(id)
+	}
+}
+
+// probe asks server id every second whether it answers (Identify, 1 s)
+// while it is down, so that writes and reads neither go back to a stopped
+// server when its skip period ends (each such try would cost Patience)
+// nor skip one that is back: silent, its skip is extended; answering, it
+// is no longer down. At most 10 minutes; then the skip periods alone rule.
+func (c *Client) probe(id uint32) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.probing, id)
+		c.mu.Unlock()
+	}()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for range 600 {
+		select {
+		case <-c.closed:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		addr := c.servers[id]
+		_, down := c.down[id]
+		c.mu.Unlock()
+		if !down || addr == "" {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.pool.Call(ctx, addr, &proto.Identify{})
+		cancel()
+		c.mu.Lock()
+		if r, ok := c.down[id]; ok {
+			if transport(err) {
+				r.until = maxTime(r.until, now().Add(2*time.Second))
+				c.down[id] = r
+			} else {
+				delete(c.down, id) // it answers: back
+			}
+		}
+		c.mu.Unlock()
+		if !transport(err) {
+			return
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // isDown reports whether server id failed within DownFor. Called with c.mu

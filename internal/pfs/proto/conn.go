@@ -73,6 +73,11 @@ func dial(ctx context.Context, addr, who string, sec Security) (*Conn, error) {
 		dl = d
 	}
 	raw.SetDeadline(dl)
+	// A caller that gives up (a cancelled ctx, not only its deadline) ends
+	// the handshake too: a stopped server accepts connections in the
+	// kernel and then says nothing.
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
+	defer stop()
 	nc := raw
 	if sec.TLSClient != nil {
 		cfg := sec.TLSClient
@@ -92,6 +97,10 @@ func dial(ctx context.Context, addr, who string, sec Security) (*Conn, error) {
 	if err := clientHandshake(br, bw, sec.Cred, who); err != nil {
 		raw.Close()
 		return nil, err
+	}
+	if !stop() {
+		raw.Close() // ctx ended just as the handshake did
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, ctx.Err())
 	}
 	raw.SetDeadline(time.Time{})
 	c := &Conn{addr: addr, nc: nc, bw: bw, pending: map[uint32]*call{}}
