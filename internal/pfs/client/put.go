@@ -36,6 +36,13 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint
 	o.Excl = true
 	f, err := c.CreatePath(ctx, tmp, mode, o)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cancelled while the create was in flight: meta may have
+			// made it all the same.
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			c.Remove(cctx, tmp)
+			cancel()
+		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			pe.Path = p // the temporary name means nothing to the caller
