@@ -4,6 +4,7 @@
 package extent
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -69,15 +70,7 @@ func Union(a, b []Range) []Range {
 			all = append(all, x)
 		}
 	}
-	slices.SortFunc(all, func(x, y Range) int {
-		switch {
-		case x.Lo < y.Lo:
-			return -1
-		case x.Lo > y.Lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, func(x, y Range) int { return cmp.Compare(x.Lo, y.Lo) })
 	var out []Range
 	for _, x := range all {
 		if n := len(out); n > 0 && x.Lo <= out[n-1].Hi {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -93,15 +94,7 @@ func decodeExts(b []byte) ([]staleExt, error) {
 // and past maxStaleExtents the two closest are merged until it fits.
 func mergeExts(xs []staleExt, add ...staleExt) []staleExt {
 	all := append(slices.Clone(xs), add...)
-	slices.SortFunc(all, func(a, b staleExt) int {
-		switch {
-		case a.Off < b.Off:
-			return -1
-		case a.Off > b.Off:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, func(a, b staleExt) int { return cmp.Compare(a.Off, b.Off) })
 	var out []staleExt
 	for _, x := range all {
 		if n := len(out); n > 0 && x.Off <= out[n-1].end() {

@@ -123,6 +123,22 @@ type Extent struct {
 	Off, Len uint64
 }
 
+func encExtents(e *Enc, xs []Extent) {
+	e.U32(uint32(len(xs)))
+	for _, x := range xs {
+		e.U64(x.Off)
+		e.U64(x.Len)
+	}
+}
+
+func decExtents(d *Dec) []Extent {
+	xs := make([]Extent, d.Count(16))
+	for i := range xs {
+		xs[i].Off, xs[i].Len = d.U64(), d.U64()
+	}
+	return xs
+}
+
 // ScrubReply: the object's size, whether it exists, and the ranges whose
 // checksum does not match (whole blocks).
 type ScrubReply struct {
@@ -135,18 +151,11 @@ func (*ScrubReply) Op() Op { return OpScrubReply }
 func (m *ScrubReply) Encode(e *Enc) {
 	e.U64(m.Size)
 	e.Bool(m.Exists)
-	e.U32(uint32(len(m.Bad)))
-	for _, x := range m.Bad {
-		e.U64(x.Off)
-		e.U64(x.Len)
-	}
+	encExtents(e, m.Bad)
 }
 func (m *ScrubReply) Decode(d *Dec) {
 	m.Size, m.Exists = d.U64(), d.Bool()
-	m.Bad = make([]Extent, d.Count(16))
-	for i := range m.Bad {
-		m.Bad[i].Off, m.Bad[i].Len = d.U64(), d.U64()
-	}
+	m.Bad = decExtents(d)
 }
 
 // Heal makes the receiving server's copy of object (Handle, Index) equal
@@ -170,19 +179,12 @@ func (m *Heal) Encode(e *Enc) {
 	e.U64(m.Handle)
 	e.U32(m.Index)
 	e.Bool(m.Whole)
-	e.U32(uint32(len(m.Ranges)))
-	for _, x := range m.Ranges {
-		e.U64(x.Off)
-		e.U64(x.Len)
-	}
+	encExtents(e, m.Ranges)
 	encPeers(e, m.From)
 }
 func (m *Heal) Decode(d *Dec) {
 	m.Handle, m.Index, m.Whole = d.U64(), d.U32(), d.Bool()
-	m.Ranges = make([]Extent, d.Count(16))
-	for i := range m.Ranges {
-		m.Ranges[i].Off, m.Ranges[i].Len = d.U64(), d.U64()
-	}
+	m.Ranges = decExtents(d)
 	m.From = decPeers(d)
 }
 
