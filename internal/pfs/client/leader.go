@@ -158,10 +158,11 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, errors.New("metadata: no member addresses given (--meta or CORRAL_META)")
 		}
 		actx, acancel := ctx, context.CancelFunc(func() {})
+		bound := attemptTimeout // what a silent answer is reported against
 		if l.count() > 1 {
 			ad := time.Now().Add(attemptTimeout)
 			if deadline.Before(ad) {
-				ad = deadline
+				ad, bound = deadline, time.Until(deadline).Round(time.Millisecond)
 			}
 			actx, acancel = context.WithDeadline(ctx, ad)
 		}
@@ -197,7 +198,7 @@ func (l *Leader) Call(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, l.giveUp(last, ctx.Err())
 		case errors.Is(err, proto.ErrUnavailable) || silent:
 			if silent {
-				err = fmt.Errorf("%w: %s did not answer within %v", proto.ErrUnavailable, addr, attemptTimeout)
+				err = fmt.Errorf("%w: %s did not answer within %v", proto.ErrUnavailable, addr, bound)
 			}
 			last[addr] = err
 			// A request that never left (the member is down) may go to
