@@ -1,0 +1,85 @@
+package clustercfg
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/corral-cluster/corral/internal/config"
+)
+
+// Error is one configuration error at a place: the YAML path
+// (services[1].vip) and its line.
+type Error struct {
+	File string
+	Path string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Path, e.Msg)
+}
+
+// Errors is every error of one document, in line order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := ""
+	for i, e := range es {
+		if i > 0 {
+			s += "\n"
+		}
+		s += e.Error()
+	}
+	return s
+}
+
+var errTODO = errors.New("clustercfg: not built yet")
+
+// Parse reads and validates a YAML document; file names it in errors.
+// A document with errors returns Errors (every one found) and no Config.
+func Parse(file string, data []byte) (*Config, error) { return nil, errTODO }
+
+// Marshal is the canonical YAML of c (stable field order; what versions
+// store and Diff compares).
+func (c *Config) Marshal() ([]byte, error) { return nil, errTODO }
+
+// Diff is a unified diff from a to b (canonical YAML), "" when equal.
+func Diff(a, b []byte) string { return "" }
+
+// ApplyOp applies one transaction change to c (api.TxOp: op put|delete,
+// kind cluster|node|director|service|domain|qos|layout|account, name for
+// delete, value the item's JSON for put). The result is validated by the
+// caller (Parse of its Marshal).
+func (c *Config) ApplyOp(op, kind, name string, value []byte) error { return errTODO }
+
+// Import turns the director's configuration file into a cluster
+// configuration (`corral cfg import FILE`).
+func Import(d *config.Director) (*Config, error) { return nil, errTODO }
+
+// DirectorView is the director's configuration cut from c for the
+// director named name (its Admin, Interface, XDP settings; every service
+// with its pool), drained nodes at weight 0.
+func DirectorView(c *Config, name string, drained []string) (*config.Director, error) {
+	return nil, errTODO
+}
+
+// NodeConfig is what a web node applies.
+type NodeConfig struct {
+	// Docroot is the directory of the virtual domains.
+	Docroot string
+	// DefaultDomain serves requests whose Host has no directory.
+	DefaultDomain string
+	// Domains maps a host name to its directory in the file system
+	// (domains whose docroot is not Docroot/NAME, and every configured one).
+	Domains map[string]string
+	// Meta are the metadata members.
+	Meta []string
+}
+
+// NodeView is the part of c the node named name applies.
+func NodeView(c *Config, name string) (*NodeConfig, error) { return nil, errTODO }
+
+// Schema is the JSON Schema of the configuration, generated from these
+// types and their doc comments (docs/config.schema.json is its copy).
+func Schema() []byte { return nil }

@@ -1,0 +1,231 @@
+// Package clustercfg is the cluster's one declarative configuration: the
+// YAML document the management station keeps in etcd, versions and hands
+// out (docs/config.md lists every field; docs/config.schema.json is its
+// JSON Schema, generated from these types and their comments).
+//
+// It parses with line numbers (every error names its YAML path and line),
+// validates fields against each other, diffs two versions, imports the
+// director's old configuration file, and cuts the part each role applies
+// (DirectorView, NodeView, MetaView). Where the config comes from (a file,
+// the station) is not its business.
+package clustercfg
+
+// Config is a whole cluster configuration: one version at the station.
+type Config struct {
+	// Clusters are the logical clusters: named partitions of the node pool
+	// (paper 001). A node belongs to at most one; a service is served by
+	// the nodes of its cluster.
+	Clusters []Cluster `yaml:"clusters,omitempty" json:"clusters,omitempty"`
+	// Nodes are the web nodes (real servers) the station knows.
+	Nodes []Node `yaml:"nodes,omitempty" json:"nodes,omitempty"`
+	// Directors are the load balancers; each applies every service.
+	Directors []Director `yaml:"directors,omitempty" json:"directors,omitempty"`
+	// Services are the virtual services: a VIP (any port, TCP or UDP) and
+	// the pool behind it.
+	Services []Service `yaml:"services,omitempty" json:"services,omitempty"`
+	// Domains are the name-based virtual domains; several may share a VIP.
+	Domains []Domain `yaml:"domains,omitempty" json:"domains,omitempty"`
+	// QoS are the request classes of the feedback/QoS scheduler (paper 003).
+	QoS []QoSClass `yaml:"qos,omitempty" json:"qos,omitempty"`
+	// FileSystem is where the content lives and how it is laid out.
+	FileSystem FileSystem `yaml:"filesystem,omitempty" json:"filesystem,omitempty"`
+	// Accounts are the people who may use the station's API; passwords
+	// and tokens are kept apart from the configuration.
+	Accounts []Account `yaml:"accounts,omitempty" json:"accounts,omitempty"`
+}
+
+// Cluster is one logical cluster.
+type Cluster struct {
+	// Name identifies the cluster (letters, digits, '-', '_', '.').
+	Name string `yaml:"name" json:"name"`
+	// Description is free text shown on the dashboard.
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+}
+
+// Node is one web node.
+type Node struct {
+	// Name identifies the node; it is also the name it joins with.
+	Name string `yaml:"name" json:"name"`
+	// Address is where the node serves requests (host:port).
+	Address string `yaml:"address" json:"address"`
+	// Admin is the node's admin listener (/healthz, /load, /metrics);
+	// default: the address's host, port 9080.
+	Admin string `yaml:"admin,omitempty" json:"admin,omitempty"`
+	// Cluster is the logical cluster the node serves in.
+	Cluster string `yaml:"cluster,omitempty" json:"cluster,omitempty"`
+	// Weight is the node's scheduler weight in every service of its
+	// cluster (0..65535; 0 drains it). Default 1.
+	Weight *int `yaml:"weight,omitempty" json:"weight,omitempty"`
+	// DefaultDomain serves requests whose Host has no directory.
+	DefaultDomain string `yaml:"default-domain,omitempty" json:"default-domain,omitempty"`
+}
+
+// Director is one director (load balancer).
+type Director struct {
+	// Name identifies the director; it is also the name it joins with.
+	Name string `yaml:"name" json:"name"`
+	// Admin is the director's admin API address (loopback by default).
+	Admin string `yaml:"admin,omitempty" json:"admin,omitempty"`
+	// Interface is the link the XDP dataplane attaches to.
+	Interface string `yaml:"interface,omitempty" json:"interface,omitempty"`
+	// XDPMode is auto, native or generic.
+	XDPMode string `yaml:"xdp-mode,omitempty" json:"xdp-mode,omitempty"`
+	// XDPConns is the XDP connection table's size.
+	XDPConns int `yaml:"xdp-conns,omitempty" json:"xdp-conns,omitempty"`
+}
+
+// Service is one virtual service.
+type Service struct {
+	// Name identifies the service.
+	Name string `yaml:"name" json:"name"`
+	// Cluster is the logical cluster whose nodes serve it; with no
+	// Servers listed, every node of the cluster at Port is the pool.
+	Cluster string `yaml:"cluster,omitempty" json:"cluster,omitempty"`
+	// VIP is the virtual address clients connect to (ip:port).
+	VIP string `yaml:"vip" json:"vip"`
+	// Protocol is tcp or udp. Default tcp.
+	Protocol string `yaml:"protocol,omitempty" json:"protocol,omitempty"`
+	// Dataplane is l4, l7 or xdp. Default l4.
+	Dataplane string `yaml:"dataplane,omitempty" json:"dataplane,omitempty"`
+	// Scheduler is rr, wrr, lc, wlc, sed, nq, sh, mh, or mwlc (l7). Default wlc.
+	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
+	// Port is the nodes' port for a pool made from the cluster's nodes;
+	// default: the port of each node's Address.
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
+	// Persistence keeps a client on its server this long (Go duration).
+	Persistence string `yaml:"persistence,omitempty" json:"persistence,omitempty"`
+	// UDPTimeout ends an idle UDP flow.
+	UDPTimeout string `yaml:"udp-timeout,omitempty" json:"udp-timeout,omitempty"`
+	// TCPTimeout ends an idle established TCP flow (xdp).
+	TCPTimeout string `yaml:"tcp-timeout,omitempty" json:"tcp-timeout,omitempty"`
+	// TCPFinTimeout ends a TCP flow after the client's FIN or RST (xdp).
+	TCPFinTimeout string `yaml:"tcp-fin-timeout,omitempty" json:"tcp-fin-timeout,omitempty"`
+	// InactiveTimeout is how long a closed connection counts as inactive.
+	InactiveTimeout string `yaml:"inactive-timeout,omitempty" json:"inactive-timeout,omitempty"`
+	// PassInternal lets the l7 dataplane pass /load, /healthz, /metrics.
+	PassInternal bool `yaml:"pass-internal,omitempty" json:"pass-internal,omitempty"`
+	// Check is the health check of the pool's servers.
+	Check *Check `yaml:"check,omitempty" json:"check,omitempty"`
+	// Servers, when given, is the pool instead of the cluster's nodes.
+	Servers []RealServer `yaml:"servers,omitempty" json:"servers,omitempty"`
+	// QoS names the classes that apply to this service, highest first.
+	QoS []string `yaml:"qos,omitempty" json:"qos,omitempty"`
+}
+
+// Check is a health check.
+type Check struct {
+	// Type is tcp, http, exec or none. Default tcp.
+	Type string `yaml:"type,omitempty" json:"type,omitempty"`
+	// Port, if set, is checked instead of the server's port.
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
+	// Path is the http check's request path. Default /healthz.
+	Path string `yaml:"path,omitempty" json:"path,omitempty"`
+	// Status is the http check's expected status. Default 200.
+	Status int `yaml:"status,omitempty" json:"status,omitempty"`
+	// Body is a substring the http response must contain.
+	Body string `yaml:"body,omitempty" json:"body,omitempty"`
+	// Command is the exec check's program and arguments.
+	Command []string `yaml:"command,omitempty" json:"command,omitempty"`
+	// Interval between checks. Default 2s.
+	Interval string `yaml:"interval,omitempty" json:"interval,omitempty"`
+	// Timeout of one check. Default 1s.
+	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Rise is the successes in a row that bring a server back. Default 2.
+	Rise int `yaml:"rise,omitempty" json:"rise,omitempty"`
+	// Fall is the failures in a row that take a server out. Default 3.
+	Fall int `yaml:"fall,omitempty" json:"fall,omitempty"`
+}
+
+// RealServer is one member of an explicit pool.
+type RealServer struct {
+	// Address is the server's ip:port.
+	Address string `yaml:"address" json:"address"`
+	// Weight is 0..65535 (0 drains). Default 1.
+	Weight *int `yaml:"weight,omitempty" json:"weight,omitempty"`
+}
+
+// Domain is one name-based virtual domain.
+type Domain struct {
+	// Name is the host name clients ask for (www.example.test).
+	Name string `yaml:"name" json:"name"`
+	// Service is the service (by name) whose VIP serves the domain.
+	Service string `yaml:"service" json:"service"`
+	// Docroot is the domain's directory in the file system; default
+	// filesystem.docroot/NAME.
+	Docroot string `yaml:"docroot,omitempty" json:"docroot,omitempty"`
+	// Webmaster is the account that may upload to Docroot.
+	Webmaster string `yaml:"webmaster,omitempty" json:"webmaster,omitempty"`
+}
+
+// QoSClass is one request class (paper 003's differentiated service).
+type QoSClass struct {
+	// Name identifies the class.
+	Name string `yaml:"name" json:"name"`
+	// Priority orders classes: higher is served first.
+	Priority int `yaml:"priority" json:"priority"`
+	// Match selects the requests of this class; a request takes the
+	// first class, in priority order, that matches.
+	Match QoSMatch `yaml:"match,omitempty" json:"match,omitempty"`
+	// Rate limits the class's requests per second (0: no limit).
+	Rate float64 `yaml:"rate,omitempty" json:"rate,omitempty"`
+	// Concurrency limits its requests in flight (0: no limit).
+	Concurrency int `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// Overload is what happens to a request over the limits: queue
+	// (wait up to Deadline, then 503) or reject (503 at once).
+	Overload string `yaml:"overload,omitempty" json:"overload,omitempty"`
+	// Deadline is how long a queued request may wait. Default 1s.
+	Deadline string `yaml:"deadline,omitempty" json:"deadline,omitempty"`
+	// RetryAfter is the Retry-After of a 503, in seconds. Default 1.
+	RetryAfter int `yaml:"retry-after,omitempty" json:"retry-after,omitempty"`
+}
+
+// QoSMatch are a class's conditions; all given ones must hold.
+type QoSMatch struct {
+	// Networks are client networks (CIDR).
+	Networks []string `yaml:"networks,omitempty" json:"networks,omitempty"`
+	// Prefixes are URL path prefixes.
+	Prefixes []string `yaml:"prefixes,omitempty" json:"prefixes,omitempty"`
+	// Regex is a regular expression on the URL path (RE2).
+	Regex string `yaml:"regex,omitempty" json:"regex,omitempty"`
+	// Domains are virtual domains (Host).
+	Domains []string `yaml:"domains,omitempty" json:"domains,omitempty"`
+	// Users are authenticated users.
+	Users []string `yaml:"users,omitempty" json:"users,omitempty"`
+	// Header is "Name: value" that must be present.
+	Header string `yaml:"header,omitempty" json:"header,omitempty"`
+}
+
+// FileSystem is the parallel file system's part of the configuration.
+type FileSystem struct {
+	// Meta are the metadata members (host:port), in order.
+	Meta []string `yaml:"meta,omitempty" json:"meta,omitempty"`
+	// Docroot is the directory of the virtual domains. Default /www.
+	Docroot string `yaml:"docroot,omitempty" json:"docroot,omitempty"`
+	// Layouts are per-directory layout, placement and replica policies,
+	// applied by meta's leader (like `corral fs layout set`).
+	Layouts []Layout `yaml:"layouts,omitempty" json:"layouts,omitempty"`
+}
+
+// Layout is one directory's policy for the files created in it.
+type Layout struct {
+	// Path is the directory (absolute, in the file system).
+	Path string `yaml:"path" json:"path"`
+	// StripeSize is the stripe unit (64K, 1M; 0 inherits).
+	StripeSize string `yaml:"stripe-size,omitempty" json:"stripe-size,omitempty"`
+	// StripeCount is the number of I/O servers (0 inherits, -1 all).
+	StripeCount int `yaml:"stripe-count,omitempty" json:"stripe-count,omitempty"`
+	// Replicas is the copies of each stripe unit (1..5; 0 inherits).
+	Replicas int `yaml:"replicas,omitempty" json:"replicas,omitempty"`
+	// Placement is striped or whole ("" inherits).
+	Placement string `yaml:"placement,omitempty" json:"placement,omitempty"`
+}
+
+// Account is one user of the station's API.
+type Account struct {
+	// Name is the user name.
+	Name string `yaml:"name" json:"name"`
+	// Role is admin, webmaster or read-only.
+	Role string `yaml:"role" json:"role"`
+	// Domains are the domains a webmaster may upload to.
+	Domains []string `yaml:"domains,omitempty" json:"domains,omitempty"`
+}

