@@ -37,6 +37,7 @@ const (
 	RouteEvents  = "/v1/events"  // GET: Server-Sent Events: "overview" (Overview JSON) every second, "event" (Event)
 	RouteSD      = "/v1/sd"      // GET: Prometheus HTTP service discovery ([]SDTarget)
 	RouteAudit   = "/v1/audit"   // GET ?limit=N: []AuditEntry newest first
+	RouteBackup  = "/v1/backup"  // GET (admin): the backup file (etcd snapshot + configuration history), streamed
 
 	// Accounts and tokens.
 	RouteLogin  = "/v1/login"   // POST LoginRequest (no bearer) -> LoginReply
