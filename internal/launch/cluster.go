@@ -52,6 +52,10 @@ type ClusterConfig struct {
 	// writes it on the first start only, after that it is the user's (up
 	// --reset writes it anew).
 	KeepConfig bool
+	// Station, if set, runs a management station that every role joins
+	// and takes its configuration from (no director.conf); each role runs
+	// its own copy of Bin (RoleBin). Node addresses must name their ports.
+	Station *StationConfig
 }
 
 // Cluster is a running cluster.
@@ -64,6 +68,9 @@ type Cluster struct {
 	// ConfKept says the director runs an existing director.conf (KeepConfig).
 	ConfKept bool
 
+	// Station is the management station's process (managed clusters).
+	Station *Proc
+
 	// mu guards the Proc fields while Supervise replaces them.
 	mu sync.Mutex
 }
@@ -71,6 +78,9 @@ type Cluster struct {
 // StartCluster starts the file system, uploads the sample site (first run
 // only), then the nodes and the director.
 func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Station != nil {
+		return startManaged(ctx, cfg)
+	}
 	fsys, err := startFS(ctx, &FS{Bin: cfg.Bin, Data: cfg.Data, Wrap: cfg.Wrap, Args: cfg.Args}, cfg.MetaListen, cfg.IODListens)
 	if err != nil {
 		return nil, err
@@ -106,14 +116,104 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	return c, nil
 }
 
-// startDirector (re)starts the director on DATA/director.conf.
+// startManaged starts a managed cluster: the station (the cluster secret
+// made first, as the station hands it out), Prepare, then the file system,
+// the sample site, the nodes and the director, every role joining the
+// station from its own binary.
+func startManaged(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
+	f := &FS{Bin: cfg.Bin, Data: cfg.Data, Wrap: cfg.Wrap, Args: cfg.Args}
+	c := &Cluster{FS: f, Cfg: cfg}
+	f.roleBin, f.join = c.RoleBin, c.joinArgs
+	var err error
+	if f.metaAddrs, err = metaListAddrs(cfg.MetaListen); err != nil {
+		return nil, err
+	}
+	for _, l := range cfg.NodeListen {
+		if strings.HasSuffix(l, ":0") {
+			return nil, fmt.Errorf("node address %s: a managed cluster needs fixed node addresses (its configuration names them)", l)
+		}
+	}
+	if err := f.prepareSecret(); err != nil {
+		return nil, err
+	}
+	roles := []string{"mgmt", "director"}
+	if n := len(f.metaAddrs); n == 1 {
+		roles = append(roles, "meta")
+	} else {
+		for i := range n {
+			roles = append(roles, fmt.Sprintf("meta%d", i+1))
+		}
+	}
+	for i := range cfg.IODListens {
+		roles = append(roles, fmt.Sprintf("iod%d", i+1))
+	}
+	for i := range cfg.NodeListen {
+		roles = append(roles, fmt.Sprintf("node%d", i+1))
+	}
+	for _, r := range roles {
+		if err := c.installRoleBin(r); err != nil {
+			return nil, err
+		}
+	}
+	if c.Station, err = c.startStation(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.Station.Prepare != nil {
+		if err := cfg.Station.Prepare(ctx, c); err != nil {
+			c.Station.Stop()
+			return nil, err
+		}
+	}
+	if _, err := startFS(ctx, f, cfg.MetaListen, cfg.IODListens); err != nil {
+		c.Station.Stop()
+		return nil, err
+	}
+	if err := f.UploadSample(ctx); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("upload sample site: %w", err)
+	}
+	for i, l := range cfg.NodeListen {
+		p, err := c.StartNode(ctx, i, l)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, p)
+	}
+	if c.Director, err = c.startDirector(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startDirector (re)starts the director on DATA/director.conf, or joined
+// to the station (its admin token stays DATA/admin.token, where corral ctl
+// looks).
 func (c *Cluster) startDirector(ctx context.Context) (*Proc, error) {
+	if c.Cfg.Station != nil {
+		return c.start(ctx, "director", "director", "--token-file", filepath.Join(c.Data, "admin.token"))
+	}
 	return c.start(ctx, "director", "director", "--config", c.ConfPath, "--secret-file", c.ReadOnlyFile)
 }
 
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
+	if c.Cfg.Station != nil {
+		// The station's configuration names its docroot, domains and
+		// checks (on the admin port, 9080); the join brings the
+		// read-only credential.
+		args := []string{"node", "--listen", listen, "--meta", c.MetaAddr()}
+		if c.Cfg.Dataplane == "xdp" {
+			vip, err := netip.ParseAddrPort(c.Cfg.VIP)
+			if err != nil {
+				return nil, fmt.Errorf("VIP %q: %w", c.Cfg.VIP, err)
+			}
+			args = append(args, "--dr", vip.Addr().String())
+		}
+		return c.start(ctx, name, args...)
+	}
 	args := []string{"--listen", listen, "--meta", c.MetaAddr(), "--default-domain", SampleDomain, "--secret-file", c.ReadOnlyFile}
 	freePort := strings.HasSuffix(listen, ":0") || i < len(c.Cfg.NodeListen) && strings.HasSuffix(c.Cfg.NodeListen[i], ":0")
 	if freePort || c.checksServicePort() {
@@ -233,6 +333,9 @@ func (c *Cluster) Stop() {
 	}
 	wg.Wait()
 	c.FS.Stop()
+	if c.Station != nil {
+		c.Station.Stop()
+	}
 }
 
 // UploadSample puts the embedded sample site under /www/SampleDomain unless

@@ -22,8 +22,24 @@ import (
 )
 
 // readyMarker is what a daemon prints on stdout once it accepts connections:
-// "corral ROLE: listening on ADDR".
-const readyMarker = ": listening on "
+// "corral ROLE: listening on ADDR" (the station: "station listening on
+// https://ADDR (...)").
+const readyMarker = " listening on "
+
+// readyAddr is the address a readiness line announces, or "" if line is not
+// one: the first word after the marker, its URL scheme dropped.
+func readyAddr(line string) string {
+	i := strings.Index(line, readyMarker)
+	if i < 0 || !strings.HasPrefix(line, "corral ") && !strings.HasPrefix(line, "station ") {
+		return ""
+	}
+	f := strings.Fields(line[i+len(readyMarker):])
+	if len(f) == 0 {
+		return ""
+	}
+	a := strings.TrimPrefix(strings.TrimPrefix(f[0], "https://"), "http://")
+	return strings.TrimRight(a, "/,")
+}
 
 // Proc is a running role.
 type Proc struct {
@@ -68,8 +84,8 @@ func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Pro
 		for {
 			line, err := br.ReadString('\n')
 			if !announced {
-				if i := strings.Index(line, readyMarker); i >= 0 {
-					addrc <- strings.TrimSpace(line[i+len(readyMarker):])
+				if a := readyAddr(line); a != "" {
+					addrc <- a
 					announced = true
 				}
 			}
@@ -163,6 +179,12 @@ type FS struct {
 	// builds; restarts get them too. Every metadata member gets meta's.
 	Args func(role string) []string
 
+	// roleBin, if set, is the binary a role runs (managed clusters: each
+	// its own copy, DATA/bin/ROLE/corral, for rolling upgrades); join, if
+	// set, adds the arguments that make a role join the station.
+	roleBin func(role string) string
+	join    func(role string) []string
+
 	// metaPeers is the --peers list of replicated members ("1=ADDR", ...).
 	metaPeers []string
 	// metaAddrs are the members' addresses as they first announced them:
@@ -183,16 +205,22 @@ func (f *FS) MetaAddr() string {
 // start runs role with the corral binary, wrapped onto its host if need be.
 func (f *FS) start(ctx context.Context, role string, args ...string) (*Proc, error) {
 	bin, log := f.Bin, filepath.Join(f.Data, "logs", role+".log")
+	if f.roleBin != nil {
+		bin = f.roleBin(role)
+	}
 	host := role
 	if strings.HasPrefix(role, "meta") {
 		host = "meta" // members meta1.. share meta's host and extra arguments
+	}
+	if f.join != nil {
+		args = append(append([]string{}, args...), f.join(role)...)
 	}
 	if f.Args != nil {
 		args = append(append([]string{}, args...), f.Args(host)...)
 	}
 	if f.Wrap != nil {
 		if w := f.Wrap(host); len(w) > 0 {
-			args = append(append(append([]string{}, w[1:]...), f.Bin), args...)
+			args = append(append(append([]string{}, w[1:]...), bin), args...)
 			bin = w[0]
 		}
 	}
@@ -235,8 +263,10 @@ func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string)
 			return nil, err
 		}
 	}
-	for _, p := range f.Metas {
-		f.metaAddrs = append(f.metaAddrs, p.Addr)
+	if len(f.metaAddrs) == 0 { // a managed cluster named them before they started
+		for _, p := range f.Metas {
+			f.metaAddrs = append(f.metaAddrs, p.Addr)
+		}
 	}
 	for i, l := range iodListens {
 		p, err := f.StartIOD(ctx, i, l)

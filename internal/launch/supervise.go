@@ -106,6 +106,10 @@ func (c *Cluster) Supervise(ctx context.Context, backoff Backoff, report func(Ev
 		return func() *Proc { c.mu.Lock(); defer c.mu.Unlock(); return *p },
 			func(np *Proc) { c.mu.Lock(); defer c.mu.Unlock(); *p = np }
 	}
+	if c.Station != nil {
+		get, set := field(&c.Station)
+		slots = append(slots, slot{get, set, func(ctx context.Context, _ string) (*Proc, error) { return c.startStation(ctx) }})
+	}
 	if len(c.Metas) <= 1 {
 		get, set := field(&c.Meta)
 		slots = append(slots, slot{get, set, func(ctx context.Context, addr string) (*Proc, error) { return c.StartMeta(ctx, addr) }})
@@ -192,8 +196,8 @@ func supervise(ctx context.Context, s slot, b Backoff, report func(Event)) {
 	}
 }
 
-// Procs is every role's current process: the metadata members, the iods,
-// the nodes, the director.
+// Procs is every role's current process: the station (managed clusters),
+// the metadata members, the iods, the nodes, the director.
 func (c *Cluster) Procs() []*Proc {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -201,7 +205,11 @@ func (c *Cluster) Procs() []*Proc {
 	if len(c.Metas) > 1 {
 		metas = c.Metas
 	}
-	all := append(append(append([]*Proc{}, metas...), c.IODs...), c.Nodes...)
+	var all []*Proc
+	if c.Station != nil {
+		all = append(all, c.Station)
+	}
+	all = append(append(append(all, metas...), c.IODs...), c.Nodes...)
 	if c.Director != nil {
 		all = append(all, c.Director)
 	}

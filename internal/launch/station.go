@@ -1,0 +1,144 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// StationConfig makes a cluster managed: a management station (`corral
+// mgmt`) starts first, and every role joins it and takes its configuration
+// from it instead of flags and DATA/director.conf. This package only runs
+// the processes; talking to the station (waiting for it, the first
+// configuration, join tokens) is Prepare's job, done by a caller that may
+// import the station's API (internal/launch/managed).
+type StationConfig struct {
+	// Listen is the station's API address (HTTPS), e.g. 127.0.0.1:7600.
+	Listen string
+	// EtcdClient and EtcdPeer are the embedded etcd member's addresses.
+	EtcdClient, EtcdPeer string
+	// Prepare runs once the station serves and before any other role
+	// starts: it must leave a join token for each role kind in
+	// TokenFile(kind). It is not called on restarts.
+	Prepare func(ctx context.Context, c *Cluster) error
+}
+
+// StationDir is the station's data directory: DATA/mgmt.
+func (c *Cluster) StationDir() string { return filepath.Join(c.Data, "mgmt") }
+
+// StationURL is the station's API URL.
+func (c *Cluster) StationURL() string { return "https://" + c.Cfg.Station.Listen }
+
+// StationCA is the CA the station made on its first start.
+func (c *Cluster) StationCA() string { return filepath.Join(c.StationDir(), "tls", "ca.pem") }
+
+// AdminTokenFile is the station's bootstrap admin token.
+func (c *Cluster) AdminTokenFile() string { return filepath.Join(c.StationDir(), "admin.token") }
+
+// TokenFile is where the join token for a role kind (director, node, meta,
+// iod) is kept for the roles' --token-file: DATA/state/tokens/KIND.token.
+func (c *Cluster) TokenFile(kind string) string {
+	return filepath.Join(c.Data, "state", "tokens", kind+".token")
+}
+
+// WriteToken saves a join token for a role kind (0600).
+func (c *Cluster) WriteToken(kind, token string) error {
+	if err := os.MkdirAll(filepath.Dir(c.TokenFile(kind)), 0o700); err != nil {
+		return err
+	}
+	return writeFile(c.TokenFile(kind), []byte(token+"\n"))
+}
+
+// RoleKind is a role's kind: node1 -> node, meta2 -> meta, director.
+func RoleKind(role string) string { return strings.TrimRight(role, "0123456789") }
+
+// RoleBin is the binary a role of a managed cluster runs: its own copy,
+// DATA/bin/ROLE/corral, so that a rolling upgrade that swaps one member's
+// binary (renaming a new file over this path) touches only that member.
+func (c *Cluster) RoleBin(role string) string {
+	return filepath.Join(c.Data, "bin", role, "corral")
+}
+
+// installRoleBin (re)places role's binary by this cluster's Bin: a hard
+// link when possible, a copy otherwise (another file system); made under a
+// temporary name and renamed, so a running copy is never written to. A
+// binary a rollout left there is replaced too: up runs what it was started
+// with.
+func (c *Cluster) installRoleBin(role string) error {
+	dst := c.RoleBin(role)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	os.Remove(tmp)
+	if err := os.Link(c.Bin, tmp); err != nil {
+		if err := copyFile(c.Bin, tmp, 0o755); err != nil {
+			return fmt.Errorf("binary for %s: %w", role, err)
+		}
+	}
+	return os.Rename(tmp, dst)
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+	}
+	return err
+}
+
+// joinArgs are the member flags that make role join the station, keep its
+// credential in DATA/state/ROLE (so restarts reuse it, with no token
+// needed) and trust the station's CA.
+func (c *Cluster) joinArgs(role string) []string {
+	if role == "mgmt" {
+		return nil
+	}
+	return []string{"--join", c.StationURL(), "--token-file", c.TokenFile(RoleKind(role)), "--name", role,
+		"--state", filepath.Join(c.Data, "state", role), "--station-ca", c.StationCA()}
+}
+
+// startStation (re)starts the station: `corral mgmt` on Station.Listen,
+// with the cluster secret (for joins of meta and iods, the nodes' read-only
+// credential and uploads) and the metadata members.
+func (c *Cluster) startStation(ctx context.Context) (*Proc, error) {
+	s := c.Cfg.Station
+	args := []string{"mgmt", "--data", c.StationDir(), "--listen", s.Listen,
+		"--secret-file", c.SecretFile, "--meta", c.MetaAddr()}
+	if s.EtcdClient != "" {
+		args = append(args, "--etcd-client", s.EtcdClient)
+	}
+	if s.EtcdPeer != "" {
+		args = append(args, "--etcd-peer", s.EtcdPeer)
+	}
+	return c.start(ctx, "mgmt", args...)
+}
+
+// metaListAddrs is the metadata members' addresses before they start (a
+// managed cluster's station needs them first): the configured list, which
+// must name its ports.
+func metaListAddrs(list string) ([]string, error) {
+	addrs := splitList(list)
+	for _, a := range addrs {
+		if strings.HasSuffix(a, ":0") {
+			return nil, errors.New("a managed cluster needs fixed metadata addresses (no port 0): the station hands them out")
+		}
+	}
+	return addrs, nil
+}
