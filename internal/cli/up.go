@@ -10,6 +10,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/launch/managed"
 	"github.com/corral-cluster/corral/internal/sched"
 	"github.com/corral-cluster/corral/internal/testbed"
 	"github.com/spf13/cobra"
@@ -18,7 +19,7 @@ import (
 func upCmd() *cobra.Command {
 	var data, vip, dataplane, scheduler, rate, netFlag string
 	var iods, nodes, metaMembers int
-	var onTestbed, reset bool
+	var onTestbed, reset, noStation bool
 	c := &cobra.Command{
 		Use:   "up [--data DIR] [--meta-members 1|3|5] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--reset] [--testbed [--rate 100mbit]]",
 		Short: "Run a whole Corral cluster on this machine",
@@ -33,11 +34,26 @@ and two services over the nodes: "www" on the VIP (default
 with the other dataplane (l7 or l4), to compare them. A sample site for the
 virtual domain www.example.test is uploaded on the first run.
 
-Data and logs go under --data; a second run reuses them. The director's
-configuration, DATA/director.conf, is written on the first run only: after
-that it is yours to edit (the director applies changes live) and up never
-overwrites it; --reset writes it anew from the flags (the file system's data,
-the secrets and the logs are kept).
+A management station (corral mgmt) starts first, on NET.1:7600 (HTTPS; its
+embedded etcd on 7601 and 7602; data in DATA/mgmt): it keeps the cluster's
+one versioned configuration and serves the dashboard. On the first run up
+gives it a configuration made from the flags (version 1: the logical cluster
+"web" of every node, the director, the services, the sample domain, the
+file system), or imports DATA/director.conf if an older up left one (renamed
+director.conf.imported). After that the configuration is the station's:
+change it with corral cfg get / corral cfg apply, and every member applies
+each new version live; --reset applies the flags' configuration again as a
+new version. Every role joins the station (join tokens made at each start,
+valid 1h; credentials kept in DATA/state/ROLE so restarts need none) and
+runs its own copy of the binary, DATA/bin/ROLE/corral, which a rolling
+upgrade (corral mgmt rollout) swaps one member at a time.
+
+With --no-station (and with --testbed) up runs as before the station:
+DATA/director.conf, written on the first run only and yours to edit after
+that (--reset writes it anew).
+
+Data and logs go under --data; a second run reuses them (the file system's
+data, the secrets, the station's versions and the logs are kept).
 
 up supervises: a role that dies is logged and restarted at the same address
 with the same data, after a delay that starts at 100ms and doubles up to 10s
@@ -52,7 +68,8 @@ iod1..), links shaped to --rate; Ctrl-C also removes the test bed. With
 straight back.`,
 		Example: `  corral up
   corral up --nodes 5 --dataplane l7 --scheduler mwlc
-  corral up --reset      # rewrite corral-data/director.conf from the flags
+  corral up --reset      # apply the flags' configuration as a new version
+  corral up --no-station # no station: the director reads corral-data/director.conf
   sudo corral up --testbed --rate 100mbit --dataplane xdp`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -115,7 +132,15 @@ straight back.`,
 					cfg.L4VIP = other
 				}
 			}
-			cl, err := launch.StartCluster(ctx, cfg)
+			managedUp := !noStation && bed == nil
+			var cl *launch.Cluster
+			var started *managed.Started
+			if managedUp {
+				cl, started, err = managed.Start(ctx, cfg, managed.Options{Station: net + ".1:7600", Reset: reset,
+					Log: func(format string, a ...any) { fmt.Printf("corral up: "+format+"\n", a...) }})
+			} else {
+				cl, err = launch.StartCluster(ctx, cfg)
+			}
 			if err != nil {
 				return err
 			}
@@ -123,7 +148,30 @@ straight back.`,
 			for _, p := range cl.Procs() {
 				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
 			}
-			if cl.ConfKept {
+			if managedUp {
+				var stFlags string
+				if cl.StationURL() != "https://127.0.0.1:7600" {
+					stFlags = " --station " + cl.StationURL()
+				}
+				rel := func(p string) string {
+					if r, err := filepath.Rel(mustAbs("."), p); err == nil && !strings.HasPrefix(r, "..") {
+						return r
+					}
+					return p
+				}
+				fmt.Printf(`
+  station   %[1]s/   (dashboard; configuration version %[2]d)
+            admin token %[3]s, CA %[4]s
+  roles run DATA/bin/ROLE/corral (rolling upgrades swap one at a time)
+
+  %[5]s cfg get%[6]s > cluster.yaml      # the configuration, "# version N" first
+  %[5]s cfg apply%[6]s cluster.yaml      # edit, apply: every member applies it live
+  %[5]s cfg status%[6]s                  # each member's applied version
+`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), bin, stFlags)
+				if abs != mustAbs("corral-data") {
+					fmt.Printf("  (run them with --token-file %s --ca %s, or from the directory above %s)\n", cl.AdminTokenFile(), cl.StationCA(), abs)
+				}
+			} else if cl.ConfKept {
 				fmt.Printf("\n  director.conf: %s as you left it (corral up --reset writes it anew from the flags)\n", cl.ConfPath)
 				if m := confMeta(cl.ConfPath); m != "" && m != cl.MetaAddr() {
 					fmt.Printf("  warning: it names meta %s, but meta runs on %s: edit its meta line, or corral up --reset\n", m, cl.MetaAddr())
@@ -201,7 +249,8 @@ A role that dies is restarted. Ctrl-C stops everything.
 	c.Flags().StringVar(&vip, "vip", "127.0.0.100:8080", "the virtual service's address (with --testbed: the director host's port 80); the other dataplane's service takes the next port")
 	c.Flags().StringVar(&dataplane, "dataplane", "l4", "director dataplane: l4 (TCP proxy), l7 (HTTP proxy) or xdp (direct routing in the kernel; with --testbed)")
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler: "+strings.Join(sched.For("l7"), " ")+" (mwlc: l7 only)")
-	c.Flags().BoolVar(&reset, "reset", false, "write DATA/director.conf anew from the flags (keeps the file system's data, secrets and logs)")
+	c.Flags().BoolVar(&reset, "reset", false, "apply the flags' configuration to the station as a new version (--no-station: write DATA/director.conf anew); keeps the file system's data, secrets and logs")
+	c.Flags().BoolVar(&noStation, "no-station", false, "run no management station: the director reads DATA/director.conf, the nodes take flags (as --testbed does)")
 	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
 	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")
 	c.Flags().StringVar(&netFlag, "net", "127.0.0.0/24", "loopback /24 the roles take addresses in (meta .1:7400, iods .11.., nodes .21.., VIP .100:8080); another one runs a second cluster beside the first")
