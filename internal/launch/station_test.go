@@ -632,3 +632,79 @@ func TestRolloutBrokenBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestUpImportAndReset: an older up's director.conf (an up --no-station)
+// becomes version 1 once, renamed aside; a restart keeps the station's
+// versions (a change made with the API survives it); --reset applies the
+// flags' configuration as a new version.
+func TestUpImportAndReset(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster four times")
+	}
+	bin := pfstest.Binary(t)
+	dir := t.TempDir()
+	args := []string{"--meta-members", "1", "--iods", "1", "--nodes", "2"}
+	u := startUp(t, bin, dir, stationNet, append(args, "--no-station")...)
+	u.stop(t)
+	conf := filepath.Join(dir, "corral-data", "director.conf")
+	if _, err := os.Stat(conf); err != nil {
+		t.Fatal(err)
+	}
+	restart := func(extra ...string) *managedUp {
+		u := startUp(t, bin, dir, stationNet, append(args, extra...)...)
+		m := &managedUp{upRun: u, bin: bin, dir: dir, data: filepath.Join(dir, "corral-data"), nodes: 2}
+		tok, err := os.ReadFile(filepath.Join(m.data, "mgmt", "admin.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.cl, err = api.NewClientCAFile([]string{m.stationURL()}, strings.TrimSpace(string(tok)), filepath.Join(m.data, "mgmt", "tls", "ca.pem")); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := restart()
+	if !strings.Contains(m.out.String(), "imported "+conf) {
+		t.Errorf("up does not say it imported %s", conf)
+	}
+	if _, err := os.Stat(conf + ".imported"); err != nil {
+		t.Errorf("director.conf not renamed aside: %v", err)
+	}
+	c, v := m.current(t)
+	if v.Version != 1 {
+		t.Fatalf("after the import: version %d, want 1", v.Version)
+	}
+	m.waitApplied(t, 1, m.members(), 20*time.Second)
+	if err := get(m.vip()); err != nil {
+		t.Fatal(err)
+	}
+	nodeWeight(t, c, "node2", 5)
+	mine, err := m.apply(c, v.Version, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.waitApplied(t, mine, m.members(), 10*time.Second)
+	m.stop(t)
+
+	m = restart()
+	if _, v := m.current(t); v.Version != mine {
+		t.Fatalf("after a restart: version %d, want %d (mine, kept)", v.Version, mine)
+	}
+	m.waitApplied(t, mine, m.members(), 20*time.Second)
+	m.stop(t)
+
+	m = restart("--reset")
+	c, v = m.current(t)
+	if v.Version != mine+1 {
+		t.Fatalf("after --reset: version %d, want %d", v.Version, mine+1)
+	}
+	for _, n := range c.Nodes {
+		if n.Weight != nil && *n.Weight != 1 {
+			t.Errorf("after --reset: %s weight %d, want the flags' 1", n.Name, *n.Weight)
+		}
+	}
+	m.waitApplied(t, v.Version, m.members(), 20*time.Second)
+	if err := get(m.vip()); err != nil {
+		t.Fatal(err)
+	}
+	m.stop(t)
+}

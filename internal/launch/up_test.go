@@ -309,7 +309,10 @@ func TestUpSurvivesKills(t *testing.T) {
 	if metaReplicates(t, bin) {
 		members = 3
 	}
-	upArgs := []string{"--meta-members", strconv.Itoa(members)}
+	// The station's part is TestUpStation's and the others' of
+	// station_test.go; this one is the processes' supervision and
+	// director.conf's life without a station.
+	upArgs := []string{"--meta-members", strconv.Itoa(members), "--no-station"}
 	u := startUp(t, bin, dir, net, upArgs...)
 	metaList := net + ".1:7400"
 	for i := 1; i < members; i++ {
