@@ -132,7 +132,11 @@ func WaitStation(ctx context.Context, c *launch.Cluster, limit time.Duration) (*
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("station %s not ready within %v: %v (log %s)", c.StationURL(), limit, last, launch.Tail(c.Station.Log, 3))
+	log := "(no log)"
+	if c.Station != nil {
+		log = launch.Tail(c.Station.Log, 3)
+	}
+	return nil, fmt.Errorf("station %s not ready within %v: %v (log %s)", c.StationURL(), limit, last, log)
 }
 
 // prepare runs once the station serves: the first configuration (or
