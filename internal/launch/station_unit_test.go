@@ -72,11 +72,18 @@ func TestRoleBins(t *testing.T) {
 }
 
 func TestJoinArgs(t *testing.T) {
-	c := &Cluster{FS: &FS{Data: "/d"}, Cfg: ClusterConfig{Station: &StationConfig{Listen: "127.0.0.1:7600"}}}
+	c := &Cluster{FS: &FS{Data: "/d"}, Cfg: ClusterConfig{Station: &StationConfig{Listen: "127.0.0.1:7600"}},
+		canJoin: map[string]bool{"node": true, "director": true, "meta": false}}
 	got := strings.Join(c.joinArgs("node2"), " ")
-	want := "--join https://127.0.0.1:7600 --token-file /d/state/tokens/node.token --name node2 --state /d/state/node2 --station-ca /d/mgmt/tls/ca.pem"
+	want := "--join=https://127.0.0.1:7600 --token-file /d/state/tokens/node.token --name node2 --state /d/state/node2 --station-ca /d/mgmt/tls/ca.pem"
 	if got != want {
 		t.Errorf("join args:\n%s\nwant\n%s", got, want)
+	}
+	if got := c.joinArgs("director"); len(got) < 3 || got[1] != "--join-token-file" {
+		t.Errorf("the director's join token goes in --join-token-file: %v", got)
+	}
+	if a := c.joinArgs("meta"); a != nil {
+		t.Errorf("a meta that cannot join gets no join flags: %v", a)
 	}
 	if a := c.joinArgs("mgmt"); a != nil {
 		t.Errorf("the station joins nothing: %v", a)
