@@ -104,7 +104,10 @@ func (m *managedUp) apply(c *clustercfg.Config, base int64, comment string) (int
 // members are the members the cluster has: the director, the nodes, meta
 // and the iod.
 func (m *managedUp) members() []string {
-	out := []string{"director", "meta", "iod1"}
+	out := []string{"director", "iod1"}
+	if roleJoins(m.bin, "meta") {
+		out = append(out, "meta")
+	}
 	for i := range m.nodes {
 		out = append(out, managed.NodeName(i))
 	}
@@ -707,4 +710,11 @@ func TestUpImportAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.stop(t)
+}
+
+// roleJoins says whether the binary's role can join a station (as
+// launch decides).
+func roleJoins(bin, role string) bool {
+	out, _ := exec.Command(bin, role, "--help").CombinedOutput()
+	return strings.Contains(string(out), "--station-ca")
 }
