@@ -99,7 +99,67 @@ func Start(ctx context.Context, cfg launch.ClusterConfig, opt Options) (*launch.
 	if err != nil {
 		return nil, nil, err
 	}
+	// Up only once the director and the nodes run the current version:
+	// they serve nothing before their first one.
+	names := []string{DirectorName}
+	for i := range cfg.NodeListen {
+		names = append(names, NodeName(i))
+	}
+	cl, err := Client(c)
+	if err == nil {
+		err = WaitApplied(ctx, cl, names, st.Version, 30*time.Second)
+	}
+	if err != nil {
+		opt.Log("warning: %v", err)
+	}
 	return c, st, nil
+}
+
+// WaitApplied waits (at most limit) until every member of names reports
+// version v (or a later one) applied; a member that reports an error for
+// it, or is missing, is named in the error.
+func WaitApplied(ctx context.Context, cl *api.Client, names []string, v int64, limit time.Duration) error {
+	end := time.Now().Add(limit)
+	var last error
+	for {
+		var ms []api.MemberStatus
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cl.Do(cctx, http.MethodGet, api.RouteMembers, nil, &ms)
+		cancel()
+		if err == nil {
+			by := map[string]api.MemberStatus{}
+			for _, m := range ms {
+				by[m.Name] = m
+			}
+			last = nil
+			for _, n := range names {
+				m, ok := by[n]
+				switch {
+				case !ok:
+					last = fmt.Errorf("%s has not joined the station", n)
+				case m.Version < v && m.Error != "":
+					last = fmt.Errorf("%s runs version %d: it could not apply %d: %s", n, m.Version, v, m.Error)
+				case m.Version < v:
+					last = fmt.Errorf("%s runs version %d, not %d yet", n, m.Version, v)
+				}
+				if last != nil {
+					break
+				}
+			}
+			if last == nil {
+				return nil
+			}
+		} else {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("not every member applied version %d within %v: %v", v, limit, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Client is an admin client of c's station (its bootstrap admin token, its CA).
