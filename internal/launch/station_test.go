@@ -455,10 +455,11 @@ func TestJoinRefused(t *testing.T) {
 	if err := m.call(http.MethodDelete, api.RouteToken+revokedTok.ID, nil, nil); err != nil {
 		t.Fatal(err)
 	}
+	caFile := filepath.Join(m.data, "mgmt", "tls", "ca.pem")
 	join := func(name, token string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, m.bin, "node", "--join", m.stationURL(), "--token", token, "--name", name,
+		cmd := exec.CommandContext(ctx, m.bin, "node", "--join", m.stationURL(), "--token", token, "--name", name, "--station-ca", caFile,
 			"--listen", stationNet+".31:8080", "--admin", stationNet+".31:0", "--state", filepath.Join(t.TempDir(), name))
 		out, err := cmd.CombinedOutput()
 		if ctx.Err() != nil {
@@ -467,7 +468,7 @@ func TestJoinRefused(t *testing.T) {
 		return string(out), err
 	}
 	// The single-use token is used once, by a join of its own.
-	if out, err := joinAndStop(t, m, "usedonce", used); err != nil {
+	if out, err := joinAndStop(t, m, "usedonce", used, caFile); err != nil {
 		t.Fatalf("first use of a single-use token: %v: %s", err, out)
 	}
 	time.Sleep(1500 * time.Millisecond) // the 1 s token is past its time
@@ -483,17 +484,24 @@ func TestJoinRefused(t *testing.T) {
 			t.Errorf("join with a %s token: %v, output %q; want a refusal saying %q", c.what, err, out, c.want)
 		}
 	}
-	if out, err := joinAndStop(t, m, "goodjoin", good); err != nil {
-		t.Fatalf("join with a good token: %v: %s", err, out)
+	// No CA file: the node trusts the station whose CA the token's hash
+	// names.
+	if out, err := joinAndStop(t, m, "goodjoin", good, ""); err != nil {
+		t.Fatalf("join with a good token, the CA pinned by its hash: %v: %s", err, out)
 	}
 }
 
-// joinAndStop runs a node that joins with token until it is a member (in
-// the station's list), then stops it.
-func joinAndStop(t *testing.T, m *managedUp, name, token string) (string, error) {
+// joinAndStop runs a node that joins with token (trusting caFile, or
+// with "" the CA the token pins) until it is a member (in the station's
+// list), then stops it.
+func joinAndStop(t *testing.T, m *managedUp, name, token, caFile string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(m.bin, "node", "--join", m.stationURL(), "--token", token, "--name", name,
-		"--listen", stationNet+".31:8080", "--admin", stationNet+".31:0", "--state", filepath.Join(t.TempDir(), name))
+	args := []string{"node", "--join", m.stationURL(), "--token", token, "--name", name,
+		"--listen", stationNet + ".31:8080", "--admin", stationNet + ".31:0", "--state", filepath.Join(t.TempDir(), name)}
+	if caFile != "" {
+		args = append(args, "--station-ca", caFile)
+	}
+	cmd := exec.Command(m.bin, args...)
 	var out lockedBuf
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
