@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,7 @@ func startManaged(t *testing.T, nodes int, args ...string) *managedUp {
 	bin := pfstest.Binary(t)
 	dir := t.TempDir()
 	args = append([]string{"--meta-members", "1", "--iods", "1", "--nodes", fmt.Sprint(nodes)}, args...)
+	t.Cleanup(func() { reapUnder(t, dir) }) // runs after up's own cleanup
 	u := startUp(t, bin, dir, stationNet, args...)
 	m := &managedUp{upRun: u, bin: bin, dir: dir, data: filepath.Join(dir, "corral-data"), nodes: nodes}
 	tok, err := os.ReadFile(filepath.Join(m.data, "mgmt", "admin.token"))
@@ -654,6 +656,7 @@ func TestUpImportAndReset(t *testing.T) {
 	}
 	bin := pfstest.Binary(t)
 	dir := t.TempDir()
+	t.Cleanup(func() { reapUnder(t, dir) })
 	args := []string{"--meta-members", "1", "--iods", "1", "--nodes", "2"}
 	u := startUp(t, bin, dir, stationNet, append(args, "--no-station")...)
 	u.stop(t)
@@ -725,4 +728,22 @@ func TestUpImportAndReset(t *testing.T) {
 func roleJoins(bin, role string) bool {
 	out, _ := exec.Command(bin, role, "--help").CombinedOutput()
 	return strings.Contains(string(out), "--station-ca")
+}
+
+// reapUnder kills what a test's cluster left running: processes whose
+// command line names dir (a role that outlived up's SIGKILL, such as one
+// a rollout re-executed), reporting each as an error.
+func reapUnder(t *testing.T, dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), dir) && alive(pid) {
+			t.Errorf("pid %d outlived corral up: %s", pid, strings.ReplaceAll(string(b), "\x00", " "))
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
