@@ -309,7 +309,6 @@ func Weight(w int) *int { return &w }
 // the file system's metadata members.
 func FromFlags(cfg launch.ClusterConfig) *clustercfg.Config {
 	c := &clustercfg.Config{}
-	Complete(c, cfg)
 	check := func() *clustercfg.Check {
 		return &clustercfg.Check{Type: "http", Port: NodeAdminPort, Path: "/healthz", Status: 200,
 			Interval: "1s", Timeout: "500ms", Rise: 1, Fall: 2}
@@ -328,16 +327,20 @@ func FromFlags(cfg launch.ClusterConfig) *clustercfg.Config {
 		}
 		c.Services = append(c.Services, svc("www-l4", cfg.L4VIP, "l4", l4))
 	}
-	c.Domains = []clustercfg.Domain{{Name: launch.SampleDomain, Service: "www", Docroot: "/www/" + launch.SampleDomain}}
+	Complete(c, cfg)
 	return c
 }
 
 // Complete adds what up's flags say and c lacks: the logical cluster, the
-// nodes, the director, the file system (an imported director.conf has
-// services and a director only).
+// sample domain, the nodes, the director, the file system (an imported
+// director.conf has services and a director only).
 func Complete(c *clustercfg.Config, cfg launch.ClusterConfig) {
 	if len(c.Clusters) == 0 {
 		c.Clusters = []clustercfg.Cluster{{Name: LogicalCluster, Description: "corral up's nodes"}}
+	}
+	if len(c.Domains) == 0 && len(c.Services) > 0 {
+		// The sample site, the nodes' default domain, on the first service.
+		c.Domains = []clustercfg.Domain{{Name: launch.SampleDomain, Service: c.Services[0].Name, Docroot: "/www/" + launch.SampleDomain}}
 	}
 	if len(c.Nodes) == 0 {
 		for i, l := range cfg.NodeListen {
