@@ -274,12 +274,17 @@ func mgmtBig(ctx context.Context, cfg MgmtConfig, c *launch.Cluster, cl *api.Cli
 		<-during
 		return fmt.Errorf("big configuration: %w", err)
 	}
-	d, err := mgmtWait(ctx, cl, members, v, 120*time.Second)
+	d, err := mgmtWait(ctx, cl, members, v, 60*time.Second)
 	time.Sleep(200 * time.Millisecond) // the swap's tail
 	close(stop)
 	res.During = <-during
 	if err != nil {
-		return fmt.Errorf("big configuration: %w", err)
+		// Still a result: the load figures say whether the dataplane
+		// stalled; the note says what did not get there.
+		res.BigApplyMs = -1
+		res.Notes = append(res.Notes, fmt.Sprintf("The big configuration was not reported applied everywhere: %v", err))
+		logf("big configuration: %v\n", err)
+		return nil
 	}
 	res.BigApplyMs = ms(d)
 	logf("big configuration applied everywhere in %.0f ms; during: %d requests, p50 %.2f ms, p99 %.2f ms, %d errors\n",
@@ -363,7 +368,11 @@ func (r *MgmtResult) Markdown() string {
 	fmt.Fprintf(&b, "| nodes | applies | p50 ms | p99 ms | max ms | goal p99 |\n|---|---|---|---|---|---|\n| %d | %d | %.1f | %.1f | %.1f | <= 1000 ms: %s |\n",
 		r.Nodes, len(r.ApplyMs), r.P50ms, r.P99ms, r.MaxMs, map[bool]string{true: "met", false: "missed"}[r.P99ms <= 1000])
 	if r.BigServices > 0 {
-		fmt.Fprintf(&b, "\n## %d services, %d real servers (%.0f KiB of YAML)\n\nApplied everywhere in %.0f ms.\n\n", r.BigServices, r.BigServers, r.BigYAMLKiB, r.BigApplyMs)
+		applied := fmt.Sprintf("Applied everywhere in %.0f ms.", r.BigApplyMs)
+		if r.BigApplyMs < 0 {
+			applied = "Not reported applied everywhere (see the notes)."
+		}
+		fmt.Fprintf(&b, "\n## %d services, %d real servers (%.0f KiB of YAML)\n\n%s\n\n", r.BigServices, r.BigServers, r.BigYAMLKiB, applied)
 		b.WriteString("| request loop | requests | errors | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|---|\n")
 		for _, x := range []struct {
 			name string
