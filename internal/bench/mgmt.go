@@ -282,7 +282,11 @@ func mgmtBig(ctx context.Context, cfg MgmtConfig, c *launch.Cluster, cl *api.Cli
 		// Still a result: the load figures say whether the dataplane
 		// stalled; the note says what did not get there.
 		res.BigApplyMs = -1
-		res.Notes = append(res.Notes, fmt.Sprintf("The big configuration was not reported applied everywhere: %v", err))
+		why := ""
+		if p := c.Proc("director"); p != nil {
+			why = "; the director's log ends: " + launch.Tail(p.Log, 3)
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("The big configuration was not reported applied everywhere: %v%s", err, why))
 		logf("big configuration: %v\n", err)
 		return nil
 	}
