@@ -644,6 +644,10 @@ func TestRolloutBrokenBinary(t *testing.T) {
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)
 	}
+	// Ctrl-C stops the upgraded member too (same PID as up started).
+	// (A SIGKILL of up does not yet: the re-executed process lost its
+	// parent-death signal, see reapUnder.)
+	m.stop(t)
 }
 
 // TestUpImportAndReset: an older up's director.conf (an up --no-station)
