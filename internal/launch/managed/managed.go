@@ -221,11 +221,11 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 			// An older up's file, perhaps edited: it becomes version 1,
 			// once (renamed aside).
 			d, err := config.Load(conf)
-			if err != nil {
-				return fmt.Errorf("import %s: %w", conf, err)
+			if err == nil {
+				cc, err = clustercfg.Import(d)
 			}
-			if cc, err = clustercfg.Import(d); err != nil {
-				return fmt.Errorf("import %s: %w", conf, err)
+			if err != nil {
+				return fmt.Errorf("import %s: %w (fix it, or corral up --reset: the flags' configuration instead)", conf, err)
 			}
 			Complete(cc, c.Cfg)
 			st.Imported = conf
