@@ -30,7 +30,7 @@ const readyMarker = " listening on "
 // one: the first word after the marker, its URL scheme dropped.
 func readyAddr(line string) string {
 	i := strings.Index(line, readyMarker)
-	if i < 0 || !strings.HasPrefix(line, "corral ") && !strings.HasPrefix(line, "station ") {
+	if i < 1 || line[i-1] != ':' && !strings.HasPrefix(line, "station ") {
 		return ""
 	}
 	f := strings.Fields(line[i+len(readyMarker):])
