@@ -15,6 +15,7 @@ func TestReadyAddr(t *testing.T) {
 		"station listening on https://127.0.0.1:7600 (CA d/tls/ca.pem, admin token d/admin.token)\n": "127.0.0.1:7600",
 		"corral mgmt: listening on https://127.0.58.1:7600/\n":                                       "127.0.58.1:7600",
 		"GET / 200 listening on nothing\n":                                                           "",
+		"glusterd: listening on 10.77.0.5\n":                                                         "10.77.0.5",
 		"corral node: listening on \n":                                                               "",
 	} {
 		if got := readyAddr(line); got != want {
