@@ -27,18 +27,21 @@ import (
 const readyMarker = " listening on "
 
 // readyAddr is the address a readiness line announces, or "" if line is not
-// one: the first word after the marker, its URL scheme dropped.
+// one: what follows the marker (of a URL, its host and port).
 func readyAddr(line string) string {
 	i := strings.Index(line, readyMarker)
 	if i < 1 || line[i-1] != ':' && !strings.HasPrefix(line, "station ") {
 		return ""
 	}
-	f := strings.Fields(line[i+len(readyMarker):])
-	if len(f) == 0 {
-		return ""
+	rest := strings.TrimSpace(line[i+len(readyMarker):])
+	for _, scheme := range []string{"https://", "http://"} {
+		if strings.HasPrefix(rest, scheme) {
+			// A URL, perhaps followed by words: its host:port.
+			a, _, _ := strings.Cut(strings.TrimPrefix(rest, scheme), " ")
+			return strings.TrimRight(a, "/,")
+		}
 	}
-	a := strings.TrimPrefix(strings.TrimPrefix(f[0], "https://"), "http://")
-	return strings.TrimRight(a, "/,")
+	return rest // an address, or a mount's directory (spaces and all)
 }
 
 // Proc is a running role.
