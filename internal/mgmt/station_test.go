@@ -312,3 +312,5 @@ func TestTransaction(t *testing.T) {
 		t.Fatalf("failed tx stored something: version %d", v.Version)
 	}
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
