@@ -108,6 +108,7 @@ type Station struct {
 	url   string // this station's API URL once Run listens
 
 	closeOnce sync.Once
+	etcdOnce  sync.Once
 }
 
 // New opens (or creates) the station's data and connects to etcd
@@ -355,9 +356,7 @@ func (s *Station) Close() error {
 		if s.cli != nil {
 			s.cli.Close()
 		}
-		if s.etcd != nil {
-			s.etcd.Close()
-		}
+		s.closeEtcd()
 		s.evMu.Lock()
 		for c := range s.subs {
 			close(c)
@@ -366,6 +365,15 @@ func (s *Station) Close() error {
 		s.evMu.Unlock()
 	})
 	return nil
+}
+
+// closeEtcd stops the embedded member (once).
+func (s *Station) closeEtcd() {
+	s.etcdOnce.Do(func() {
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
+	})
 }
 
 // stations is every station's API URL (registered by Run).
