@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
@@ -343,6 +344,11 @@ func (s *Station) bootstrapAdmin(ctx context.Context) error {
 
 const loginTTL = 12 * time.Hour
 
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
+	return h
+})
+
 // login trades a password for an API token; failures are delayed a
 // little more each time (per user), so guessing is slow.
 func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginReply, error) {
@@ -377,7 +383,7 @@ func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginRep
 		return api.LoginReply{}, err
 	}
 	var u userRecord
-	hash := []byte("$2a$10$invalidinvalidinvalidinvalidinvalidinvalidinvalidinva") // keeps timing alike
+	hash := dummyHash() // an unknown user costs a bcrypt compare too
 	if len(resp.Kvs) > 0 && json.Unmarshal(resp.Kvs[0].Value, &u) == nil {
 		hash = []byte(u.Hash)
 	}

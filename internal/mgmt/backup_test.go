@@ -257,3 +257,28 @@ func FuzzParseBackup(f *testing.F) {
 		}
 	})
 }
+
+func TestExternalEtcdInsecure(t *testing.T) {
+	a := startStation(t, stationOpts("127.0.52.31", t.TempDir()))
+	opt := stationOpts("127.0.52.32", t.TempDir())
+	opt.Etcd = []string{"http://127.0.52.31:7601"}
+	opt.Insecure = true
+	b := startStation(t, opt)
+	if b.s.etcd != nil || b.s.CA() != nil || !strings.HasPrefix(b.url, "http://") {
+		t.Fatalf("external/insecure station: etcd %v, CA %d bytes, url %s", b.s.etcd, len(b.s.CA()), b.url)
+	}
+	mustApply(t, b.client(t, b.admin), 0, "v: 1")
+	var v api.Version
+	if err := a.client(t, a.admin).Do(ctxT(t), "GET", api.RouteConfig, nil, &v); err != nil || v.Version != 1 || v.YAML != "v: 1\n" {
+		t.Fatalf("read through the other station: %+v %v", v, err)
+	}
+	// An external etcd that is not there: a clear error, in bounded time.
+	old := etcdStartTimeout
+	etcdStartTimeout = 2 * time.Second
+	defer func() { etcdStartTimeout = old }()
+	opt2 := stationOpts("127.0.52.33", t.TempDir())
+	opt2.Etcd = []string{"http://127.0.52.33:7601"}
+	if _, err := New(opt2); err == nil || !strings.Contains(err.Error(), "did not answer within") {
+		t.Fatalf("no etcd: %v", err)
+	}
+}
