@@ -75,6 +75,11 @@ type Options struct {
 // stations: for the others to come up too) and for an external cluster.
 var etcdStartTimeout = 60 * time.Second
 
+// maxEtcdRequest is the largest etcd request: a 16 MiB configuration
+// and its diff's bookkeeping (an external etcd needs
+// --max-request-bytes this large too).
+const maxEtcdRequest = 40 << 20
+
 // Station is a running management station.
 type Station struct {
 	opt  Options
@@ -168,7 +173,8 @@ func (s *Station) connect() error {
 		s.name = s.opt.Listen
 	}
 	s.endpoint = eps[0]
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		MaxCallSendMsgSize: maxEtcdRequest + 1<<20})
 	if err != nil {
 		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
 	}
@@ -213,6 +219,11 @@ func startEtcd(opt Options) (*embed.Etcd, error) {
 		cfg.InitialCluster = opt.EtcdInitialCluster
 	}
 	cfg.InitialClusterToken = "corral-mgmt"
+	// A configuration may be 16 MiB; members' reports rewrite keys every
+	// second, so old revisions are compacted away.
+	cfg.MaxRequestBytes = maxEtcdRequest
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "10m"
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mgmt: embedded etcd (%s, peer %s, client %s): %w", cfg.Dir, opt.EtcdPeer, opt.EtcdClient, err)

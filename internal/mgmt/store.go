@@ -21,6 +21,7 @@ const (
 	prefix      = "/corral/"
 	keyCurrent  = prefix + "cfg/current" // {"version":N}
 	keyVersions = prefix + "cfg/v/"      // + %016d: api.Version with YAML
+	keyHistory  = prefix + "cfg/h/"      // + %016d: api.Version without YAML (history reads these)
 	keyAudit    = prefix + "audit/"      // + %016d: api.AuditEntry
 	keyAuditSeq = prefix + "seq/audit"   // last audit sequence number
 	keyUsers    = prefix + "users/"      // + NAME: userRecord (password hash)
@@ -80,7 +81,8 @@ type notFoundError struct{ msg string }
 
 func (e *notFoundError) Error() string { return e.msg }
 
-func verKey(v int64) string { return fmt.Sprintf("%s%016d", keyVersions, v) }
+func verKey(v int64) string  { return fmt.Sprintf("%s%016d", keyVersions, v) }
+func histKey(v int64) string { return fmt.Sprintf("%s%016d", keyHistory, v) }
 
 type currentRec struct {
 	Version int64 `json:"version"`
@@ -138,7 +140,7 @@ func (s *Station) history(ctx context.Context, limit int) ([]api.Version, error)
 	if limit > 0 {
 		opts = append(opts, clientv3.WithLimit(int64(limit)))
 	}
-	resp, err := s.cli.Get(ctx, keyVersions, opts...)
+	resp, err := s.cli.Get(ctx, keyHistory, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -247,11 +249,14 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 		}
 		nv := api.Version{Version: cur + 1, Parent: cur, Author: who, Comment: comment, Time: time.Now().UTC(), YAML: string(canon)}
 		vb, _ := json.Marshal(nv)
+		nv.YAML = ""
+		hb, _ := json.Marshal(nv)
 		cb, _ := json.Marshal(currentRec{Version: nv.Version})
 		reply.Version = nv.Version
 		entry.Version = nv.Version
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyCurrent), "=", rev)},
-			[]clientv3.Op{clientv3.OpPut(verKey(nv.Version), string(vb)), clientv3.OpPut(keyCurrent, string(cb))}, nil
+			[]clientv3.Op{clientv3.OpPut(verKey(nv.Version), string(vb)), clientv3.OpPut(histKey(nv.Version), string(hb)),
+				clientv3.OpPut(keyCurrent, string(cb))}, nil
 	})
 	var ce *conflictError
 	switch {
