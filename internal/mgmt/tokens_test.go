@@ -279,3 +279,37 @@ func TestEventsSubscribe(t *testing.T) {
 	cancel()
 	_ = context.Background()
 }
+
+func TestMemberUpDown(t *testing.T) {
+	opt := stationOpts("127.0.52.13", t.TempDir())
+	opt.MemberTimeout = 1500 * time.Millisecond
+	ts := startStation(t, opt)
+	ctx := ctxT(t)
+	mc := ts.client(t, join(t, ts, api.RoleNode, "n1").Credential)
+	if err := mc.Do(ctx, "POST", api.RouteReport, api.MemberStatus{Name: "n1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	evs, cancel := ts.s.subscribe()
+	defer cancel()
+	var ms []api.MemberStatus
+	ts.client(t, ts.admin).Do(ctx, "GET", api.RouteMembers, nil, &ms)
+	if len(ms) != 1 || !ms[0].Up || ms[0].Role != "node" {
+		t.Fatalf("members: %+v", ms)
+	}
+	// Silent past the timeout: down, with an event.
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case e := <-evs:
+			if e.Kind == "member-down" && e.Member == "n1" {
+				ts.client(t, ts.admin).Do(ctx, "GET", api.RouteMembers, nil, &ms)
+				if ms[0].Up {
+					t.Fatal("member-down event but members says up")
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatal("no member-down event")
+		}
+	}
+}
