@@ -324,7 +324,8 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 		ln.Close()
 		return fmt.Errorf("mgmt: register station: %w", err)
 	}
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+	// No WriteTimeout: long polls and backups take their time.
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go s.monitorMembers(mctx)

@@ -209,9 +209,11 @@ func TestDesiredLongPollWakes(t *testing.T) {
 		t.Fatalf("a report woke the poll: %+v", nd)
 	case <-time.After(300 * time.Millisecond):
 	}
+	applied := time.Now()
 	mustApply(t, admin, 1, "v: 2")
 	select {
 	case nd := <-ch:
+		t.Logf("poll answered %v after the apply was sent", time.Since(applied))
 		if nd.Version != 2 || nd.YAML != "v: 2\n" || nd.Rev <= d.Rev {
 			t.Fatalf("woken poll: %+v", nd)
 		}
