@@ -240,12 +240,20 @@ func (s *Station) finishRestore(ctx context.Context) error {
 	if err := json.Unmarshal(b, &kvs); err != nil {
 		return fmt.Errorf("mgmt: restore: %s: %w", path, err)
 	}
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	// etcd must hold nothing but (after a crash half-way through an
+	// earlier attempt) keys of this very backup.
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("mgmt: restore: %w", err)
 	}
-	if resp.Count > 0 {
-		return fmt.Errorf("mgmt: restore pending (%s) but etcd already holds %d keys under %s: restore needs a fresh etcd", path, resp.Count, prefix)
+	want := make(map[string][]byte, len(kvs))
+	for _, kv := range kvs {
+		want[kv.K] = kv.V
+	}
+	for _, kv := range resp.Kvs {
+		if v, ok := want[string(kv.Key)]; !ok || !bytes.Equal(v, kv.Value) {
+			return fmt.Errorf("mgmt: restore pending (%s) but etcd already holds other keys under %s (%s): restore needs a fresh etcd", path, prefix, kv.Key)
+		}
 	}
 	var ops []clientv3.Op
 	flush := func() error {

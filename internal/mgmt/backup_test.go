@@ -282,3 +282,30 @@ func TestExternalEtcdInsecure(t *testing.T) {
 		t.Fatalf("no etcd: %v", err)
 	}
 }
+
+func TestRestoreRefusesUsedEtcd(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.52.14", t.TempDir()))
+	var buf bytes.Buffer
+	if err := ts.s.Backup(ctxT(t), &buf); err != nil {
+		t.Fatal(err)
+	}
+	ts.stop()
+	work := t.TempDir()
+	file := filepath.Join(work, "b")
+	os.WriteFile(file, buf.Bytes(), 0o600)
+	dir := filepath.Join(work, "d")
+	if err := Restore(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	// Another station's etcd, holding its own keys: refused, pending kept.
+	other := startStation(t, stationOpts("127.0.52.15", t.TempDir()))
+	opt := stationOpts("127.0.52.16", dir)
+	opt.Etcd = []string{"http://127.0.52.15:7601"}
+	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "fresh etcd") {
+		t.Fatalf("restore over a used etcd: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, restorePend)); err != nil {
+		t.Fatal("pending restore lost after a refusal")
+	}
+	_ = other
+}
