@@ -233,6 +233,19 @@ func TestThreeStations(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("apply on station 0 did not wake a poll on station 2")
 	}
+	// Station 2's events show the version made on station 0, once.
+	n := 0
+	for i := 0; i < 50 && n == 0; i++ {
+		time.Sleep(50 * time.Millisecond)
+		for _, e := range ts[2].s.recentEvents(0) {
+			if e.Version == 1 {
+				n++
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("station 2 announced version 1 %d times: %+v", n, ts[2].s.recentEvents(0))
+	}
 	var jr api.JoinReply
 	tok := mkToken(t, ts[0], api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
 	if err := ts[2].client(t, tok.Secret).Do(ctx, "POST", api.RouteJoin, api.JoinRequest{Role: "node", Name: "n2"}, &jr); err != nil || len(jr.Stations) != 3 {

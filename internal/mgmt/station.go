@@ -103,6 +103,8 @@ type Station struct {
 	events []api.Event // ring, last maxEvents
 	subs   map[chan api.Event]struct{}
 
+	lastVerEvent int64 // highest version announced as an event (evMu)
+
 	cfgMu    sync.Mutex
 	cfgCache cfgInfo // accounts and meta of one version
 

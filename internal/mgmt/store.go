@@ -269,6 +269,7 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 		return reply, err
 	}
 	s.met.applies.Inc()
+	s.noteVersionEvent(reply.Version)
 	s.event(api.Event{Kind: action, Version: reply.Version, Msg: fmt.Sprintf("%s made version %d", who, reply.Version)})
 	return reply, nil
 }
@@ -433,14 +434,22 @@ func (s *Station) watch(ctx context.Context) {
 		wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix())
 		for wr := range wc {
 			hit := false
+			var newVer int64
 			for _, ev := range wr.Events {
 				k := string(ev.Kv.Key)
 				if k == keyCurrent || strings.HasPrefix(k, keyDrain) || strings.HasPrefix(k, keyBinary) {
 					hit = true
 				}
+				var c currentRec
+				if k == keyCurrent && json.Unmarshal(ev.Kv.Value, &c) == nil {
+					newVer = c.Version
+				}
 			}
 			if hit || wr.Canceled {
 				s.wakeAll()
+			}
+			if newVer > 0 {
+				go s.remoteVersionEvent(ctx, newVer) // never delays the next wake
 			}
 		}
 		// The watch ended (etcd restarted, leader lost): wake everyone so
@@ -619,3 +628,33 @@ func (s *Station) subscribe() (<-chan api.Event, func()) {
 }
 
 func withPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
+
+// noteVersionEvent records that this station announced version v.
+func (s *Station) noteVersionEvent(v int64) {
+	s.evMu.Lock()
+	s.lastVerEvent = max(s.lastVerEvent, v)
+	s.evMu.Unlock()
+}
+
+// remoteVersionEvent announces a version another station made (one this
+// station has not announced), so every station's dashboard sees it.
+func (s *Station) remoteVersionEvent(ctx context.Context, v int64) {
+	// The local apply announces its version right after its commit; give
+	// it a moment so it is not announced twice.
+	time.Sleep(50 * time.Millisecond)
+	s.evMu.Lock()
+	seen := v <= s.lastVerEvent
+	s.evMu.Unlock()
+	if seen {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ver, err := s.version(rctx, v)
+	if err != nil {
+		return
+	}
+	s.noteVersionEvent(v)
+	s.event(api.Event{Kind: "apply", Version: v, Time: ver.Time,
+		Msg: fmt.Sprintf("%s made version %d on another station (%s)", ver.Author, v, ver.Comment)})
+}
