@@ -230,7 +230,7 @@ func (s *Station) hDiffPost(w http.ResponseWriter, r *http.Request, p *Principal
 	}
 	canon, err := validate("config.yaml", []byte(req.YAML))
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, asInput(err))
 		return
 	}
 	reply, err := s.diffWith(r.Context(), req.Base, canon)

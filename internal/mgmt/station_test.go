@@ -304,6 +304,9 @@ func TestTransaction(t *testing.T) {
 	if err := c.Do(ctx, "POST", api.RouteTx, bad, nil); status(err) != 400 {
 		t.Fatalf("tx making an invalid config: %v", err)
 	}
+	if err := c.Do(ctx, "POST", api.RouteTx, api.TxRequest{Base: 2, Ops: []api.TxOp{{Op: "put", Kind: "nope"}}}, nil); status(err) != 400 || !strings.Contains(err.Error(), "unknown kind") {
+		t.Fatalf("tx with an op that does not apply: %v", err)
+	}
 	if err := c.Do(ctx, "POST", api.RouteTx, api.TxRequest{Base: 2, Ops: []api.TxOp{{Op: "frob", Kind: "node"}}}, nil); status(err) != 400 {
 		t.Fatalf("tx with a bad op: %v", err)
 	}

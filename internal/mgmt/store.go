@@ -81,6 +81,17 @@ type notFoundError struct{ msg string }
 
 func (e *notFoundError) Error() string { return e.msg }
 
+// asInput makes a validation error a 400 (clustercfg's errors already
+// are one, with their paths and lines).
+func asInput(err error) error {
+	var es clustercfg.Errors
+	var e *clustercfg.Error
+	if err == nil || errors.As(err, &es) || errors.As(err, &e) {
+		return err
+	}
+	return &inputError{err.Error()}
+}
+
 func verKey(v int64) string  { return fmt.Sprintf("%s%016d", keyVersions, v) }
 func histKey(v int64) string { return fmt.Sprintf("%s%016d", keyHistory, v) }
 
@@ -278,7 +289,7 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 func (s *Station) apply(ctx context.Context, req api.ApplyRequest, who string) (api.ApplyReply, error) {
 	canon, err := validate("config.yaml", []byte(req.YAML))
 	if err != nil {
-		return api.ApplyReply{}, err
+		return api.ApplyReply{}, asInput(err)
 	}
 	if req.DryRun {
 		return s.diffWith(ctx, req.Base, canon)
@@ -311,7 +322,7 @@ func (s *Station) rollback(ctx context.Context, req api.RollbackRequest, who str
 	}
 	canon, err := validate(fmt.Sprintf("version %d", req.To), []byte(old.YAML))
 	if err != nil {
-		return api.ApplyReply{}, err
+		return api.ApplyReply{}, asInput(err)
 	}
 	comment := req.Comment
 	if comment == "" {
@@ -344,11 +355,11 @@ func (s *Station) tx(ctx context.Context, req api.TxRequest, who string) (api.Ap
 	}
 	out, err := applyOps([]byte(cur.YAML), req.Ops)
 	if err != nil {
-		return api.ApplyReply{}, err
+		return api.ApplyReply{}, asInput(err)
 	}
 	canon, err := validate("tx", out)
 	if err != nil {
-		return api.ApplyReply{}, err
+		return api.ApplyReply{}, asInput(err)
 	}
 	comment := req.Comment
 	if comment == "" {
