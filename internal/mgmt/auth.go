@@ -354,9 +354,13 @@ var dummyHash = sync.OnceValue(func() []byte {
 func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginReply, error) {
 	fail := func() (api.LoginReply, error) {
 		s.met.authFailures.Inc()
+		key := req.User
+		if len(key) > 128 {
+			key = key[:128] // the map stays small whatever is sent
+		}
 		s.loginMu.Lock()
-		s.loginFail[req.User]++
-		n := s.loginFail[req.User]
+		s.loginFail[key]++
+		n := s.loginFail[key]
 		if len(s.loginFail) > 10000 { // bounded: forget everyone
 			clear(s.loginFail)
 		}
