@@ -68,9 +68,13 @@ type dash struct {
 	stations func() []string
 	log      *slog.Logger
 
-	tick      time.Duration // overview interval on the stream (1 s)
-	heartbeat time.Duration
-	streams   atomic.Int32 // event streams open now
+	// Knobs tests turn; zero: the constants above, time.Now.
+	tick         time.Duration // overview interval on the stream (1 s)
+	heartbeat    time.Duration
+	writeTimeout time.Duration
+	cacheFor     time.Duration
+	clock        func() time.Time
+	streams      atomic.Int32 // event streams open now
 
 	mu     sync.Mutex // held while computing, so concurrent callers share one computation
 	cached *dashStatus
@@ -94,6 +98,15 @@ func (d *dash) routes(mux *http.ServeMux) {
 	}
 	if d.heartbeat == 0 {
 		d.heartbeat = dashHeartbeat
+	}
+	if d.writeTimeout == 0 {
+		d.writeTimeout = dashWriteTimeout
+	}
+	if d.cacheFor == 0 {
+		d.cacheFor = dashCacheFor
+	}
+	if d.clock == nil {
+		d.clock = time.Now
 	}
 	if d.log == nil {
 		d.log = slog.Default()
@@ -135,12 +148,13 @@ func dashError(w http.ResponseWriter, code int, msg string) {
 func (d *dash) status(ctx context.Context) *dashStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cached != nil && time.Since(d.at) < dashCacheFor {
+	if d.cached != nil && time.Since(d.at) < d.cacheFor {
 		return d.cached
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	st := buildStatus(ctx, d.src, d.fs, d.meta, d.stations)
+	st.Time = d.clock().UTC()
 	d.cached, d.at = st, time.Now()
 	return st
 }
@@ -180,7 +194,7 @@ func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal
 	evs, cancel := d.src.subscribe()
 	defer cancel()
 	send := func(frame []byte) bool {
-		rc.SetWriteDeadline(time.Now().Add(dashWriteTimeout))
+		rc.SetWriteDeadline(time.Now().Add(d.writeTimeout))
 		if _, err := w.Write(frame); err != nil {
 			return false
 		}
