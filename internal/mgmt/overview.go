@@ -309,8 +309,15 @@ func dashPools(cfg *clustercfg.Config, members []api.MemberStatus, drained []str
 
 func fillReport(sv *dashService, r director.ServiceStatus, from string) {
 	sv.Name, sv.Director, sv.NewConns, sv.Drops, sv.Rate = r.Name, from, r.NewConns, r.Drops, r.Rate
-	if sv.VIP == "" {
-		sv.VIP, sv.Protocol, sv.Dataplane, sv.Scheduler = r.VIP, r.Protocol, r.Dataplane, r.Scheduler
+	// What the director runs wins over the configuration's (possibly
+	// defaulted, possibly newer than it applied) values.
+	for _, f := range []struct {
+		dst *string
+		src string
+	}{{&sv.VIP, r.VIP}, {&sv.Protocol, r.Protocol}, {&sv.Dataplane, r.Dataplane}, {&sv.Scheduler, r.Scheduler}} {
+		if f.src != "" {
+			*f.dst = f.src
+		}
 	}
 	for _, x := range r.Servers {
 		sv.Servers = append(sv.Servers, dashServer{Addr: x.Addr, Healthy: x.Healthy, LastError: x.LastError, Weight: x.Weight,
