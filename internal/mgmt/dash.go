@@ -77,6 +77,7 @@ type dash struct {
 	streams      atomic.Int32 // event streams open now
 
 	mu     sync.Mutex // held while computing, so concurrent callers share one computation
+	live   dashLive
 	cached *dashStatus
 	at     time.Time
 }
@@ -155,6 +156,7 @@ func (d *dash) status(ctx context.Context) *dashStatus {
 	defer cancel()
 	st := buildStatus(ctx, d.src, d.fs, d.meta, d.stations)
 	st.Time = d.clock().UTC()
+	d.live.apply(ctx, st, st.Time)
 	d.cached, d.at = st, time.Now()
 	return st
 }

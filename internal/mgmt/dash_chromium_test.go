@@ -120,6 +120,7 @@ const dashPageJS = `(() => {
   for (const s of document.querySelectorAll('[data-service]')) {
     const svc = {cluster: s.closest('[data-cluster]').dataset.cluster, rate: +q(s, '.stats [data-field=rate]').dataset.value,
       throughput: +q(s, '.stats [data-field=throughput]').dataset.value, p99: q(s, '[data-field=p99]').textContent,
+      p99_value: +(q(s, '[data-field=p99]').dataset.value ?? -1), requests: +(q(s, '.stats [data-field=requests]').dataset.value ?? -1),
       director: q(s, '[data-field=director]').textContent, servers: {}};
     for (const r of s.querySelectorAll('tr[data-server]')) {
       svc.servers[r.dataset.server] = {node: r.dataset.node || '', weight: +q(r, '[data-field=weight]').textContent,
@@ -151,6 +152,8 @@ type dashPage struct {
 	Services map[string]struct {
 		Cluster, P99, Director string
 		Rate, Throughput       float64
+		P99Value               float64 `json:"p99_value"`
+		Requests               float64
 		Servers                map[string]struct {
 			Node, Health, Drain    string
 			Weight                 float64
@@ -198,7 +201,14 @@ func comparePage(t testing.TB, p dashPage, st dashStatus) {
 				t.Errorf("service %s: not on the page", s.Name)
 				continue
 			}
-			if ps.Cluster != c.Name || ps.Rate != s.Rate.CPS || ps.Throughput != s.Rate.InBPS+s.Rate.OutBPS || ps.P99 != "not reported" || !strings.Contains(ps.Director, s.Director) {
+			orNone := func(v *float64) float64 {
+				if v == nil {
+					return -1
+				}
+				return *v
+			}
+			if ps.Cluster != c.Name || ps.Rate != s.Rate.CPS || ps.Throughput != s.Rate.InBPS+s.Rate.OutBPS || ps.P99Value != orNone(s.P99) ||
+				ps.Requests != orNone(s.ReqPS) || !strings.Contains(ps.Director, s.Director) {
 				t.Errorf("service %s: page %+v, API %+v", s.Name, ps, s)
 			}
 			if len(ps.Servers) != len(s.Servers) {
@@ -251,6 +261,7 @@ func TestDashChromium(t *testing.T) {
 		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
 	}
 	f := newFakeSource()
+	f.metrics = fakeMetrics(t)
 	shot := os.Getenv("CORRAL_SCREENSHOT") == "1"
 	_, base := startDash(t, f, func(d *dash) {
 		d.tick, d.cacheFor = 100*time.Millisecond, time.Nanosecond
@@ -258,14 +269,15 @@ func TestDashChromium(t *testing.T) {
 			if f.vary.Load() { // screenshots: 3 s of simulated time per overview
 				return time.Unix(0, f.clock.Add(int64(3*time.Second)))
 			}
-			return time.Unix(0, f.clock.Load())
+			return time.Now()
 		}
 	})
 	ctx := openDashboard(t, base, dashLogin{User: "alice", Password: "wonderland"})
+	waitPage(t, ctx, "a third overview (rates need two samples)", `window.corralDash.updates >= 3`)
 
 	comparePage(t, readPage(t, ctx), getStatus(t, base))
 	p := readPage(t, ctx)
-	if www := p.Services["www"]; www.Servers["127.0.55.11:8080"].Drain != "drain" || !p.Members["n2"].Mismatch || p.Members["n1"].Mismatch || p.Events < 2 {
+	if www := p.Services["www"]; www.Servers["127.0.55.11:8080"].Drain != "drain" || www.P99Value != 0.05 || www.P99 != "50.0 ms" || !p.Members["n2"].Mismatch || p.Members["n1"].Mismatch || p.Events < 2 {
 		t.Fatalf("before the drain: %+v", p)
 	}
 
@@ -289,6 +301,7 @@ func TestDashChromium(t *testing.T) {
 	if !shot {
 		return
 	}
+	f.clock.Store(time.Now().UnixNano()) // the simulated clock goes on from now: the page keeps only newer samples
 	f.vary.Store(true)
 	waitPage(t, ctx, "five minutes of simulated history", `+document.querySelector('[data-service="www"] svg[data-field=chart]').dataset.samples >= 95`)
 	png := runBounded(t, ctx, "screenshot", chromedp.FullScreenshot(100))

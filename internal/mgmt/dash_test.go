@@ -47,7 +47,6 @@ filesystem:
 type fakeSource struct {
 	mu       sync.Mutex
 	version  api.Version
-	members_ []api.MemberStatus
 	drained_ []string
 	events   []api.Event
 	subs     map[int]chan api.Event
@@ -59,6 +58,7 @@ type fakeSource struct {
 	clock    atomic.Int64 // unix ns of the simulated clock
 	extra    int          // members padded with this many (big overviews)
 	weights  map[string]int
+	metrics  string // d1's /metrics URL
 }
 
 func newFakeSource() *fakeSource {
@@ -82,6 +82,12 @@ func (f *fakeSource) report() json.RawMessage {
 		}
 		return math.Round((base+amp*math.Sin(t/40+phase)+amp/3*math.Sin(t/9))*10) / 10
 	}
+	reqs := func(perSec float64) int64 { // l7 requests counted since the start of the simulated clock
+		if !f.vary.Load() {
+			return 0
+		}
+		return int64((t - 1.7956296e9) * perSec * 1.3)
+	}
 	srv := func(addr string, active, inactive int64, cps, bps float64) director.ServerStatus {
 		w := f.weights[addr]
 		for _, n := range f.drained_ {
@@ -90,7 +96,7 @@ func (f *fakeSource) report() json.RawMessage {
 			}
 		}
 		return director.ServerStatus{Addr: addr, Weight: w, ConfigWeight: f.weights[addr], Override: -1, Healthy: true,
-			Active: active, Inactive: inactive, Connections: active * 40, Requests: active * 300,
+			Active: active, Inactive: inactive, Connections: active * 40, Requests: active*300 + reqs(cps),
 			Rate: director.Rate{CPS: wave(cps, cps/2, 0), InBPS: wave(bps/8, bps/16, 1), OutBPS: wave(bps, bps/2, 1)}}
 	}
 	ss := []director.ServiceStatus{
@@ -120,7 +126,7 @@ func (f *fakeSource) members(ctx context.Context) ([]api.MemberStatus, error) {
 	}
 	seen := time.Unix(0, f.clock.Load()).UTC()
 	ms := []api.MemberStatus{
-		{Name: "d1", Role: api.RoleDirector, Addr: "127.0.55.1:9443", Version: 3, Healthy: true, Up: true, Seen: seen, Report: f.report()},
+		{Name: "d1", Role: api.RoleDirector, Addr: "127.0.55.1:9443", Version: 3, Healthy: true, Up: true, Seen: seen, Report: f.report(), Metrics: f.metrics},
 		{Name: "n1", Role: api.RoleNode, Addr: "127.0.55.11:8080", Version: 3, Healthy: true, Up: true, Seen: seen},
 		{Name: "n2", Role: api.RoleNode, Addr: "127.0.55.12:8080", Version: 2, Healthy: true, Up: true, Seen: seen,
 			Error: "version 3: listen 127.0.55.12:8080: address in use"},
@@ -203,6 +209,36 @@ func fakeFS(ctx context.Context, meta []string) ([]api.IOServer, []api.MetaMembe
 		mm = append(mm, api.MetaMember{Addr: a, Leader: i == 0, Up: true})
 	}
 	return srv, mm, nil
+}
+
+// fakeMetrics serves a director's /metrics whose request-duration
+// histogram of www gains 100 requests per scrape: 50 under 5 ms, 45 more
+// under 10 ms, 4 more under 50 ms, 1 under 100 ms; the p99 of each
+// interval is 50 ms.
+func fakeMetrics(t testing.TB) string {
+	var n atomic.Int64
+	ln, err := net.Listen("tcp", "127.0.55.2:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.55.2: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := uint64(n.Add(1))
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		fmt.Fprintf(w, "# HELP corral_director_request_duration_seconds time\n# TYPE corral_director_request_duration_seconds histogram\n")
+		for _, b := range []struct {
+			le string
+			c  uint64
+		}{{"0.005", 50}, {"0.01", 95}, {"0.05", 99}, {"0.1", 100}, {"+Inf", 100}} {
+			fmt.Fprintf(w, "corral_director_request_duration_seconds_bucket{service=\"www\",le=%q} %d\n", b.le, k*b.c)
+		}
+		fmt.Fprintf(w, "corral_director_request_duration_seconds_sum{service=\"www\"} %g\ncorral_director_request_duration_seconds_count{service=\"www\"} %d\n", float64(k)*0.9, k*100)
+		fmt.Fprintf(w, "# TYPE corral_director_drops_total counter\ncorral_director_drops_total{service=\"www\"} 2\n")
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
 }
 
 // Test tokens: alice is an admin, bob reads only.
@@ -657,5 +693,83 @@ func FuzzDashReport(f *testing.F) {
 	f.Fuzz(func(t *testing.T, report []byte) {
 		ms := []api.MemberStatus{{Name: "d1", Role: api.RoleDirector, Up: true, Report: report}}
 		dashPools(cfg, ms, []string{"n1"}, func(string, error) {})
+	})
+}
+
+// Requests per second and p99 come from two samples: the director's
+// request counters and its /metrics histogram.
+func TestDashLive(t *testing.T) {
+	f := newFakeSource()
+	f.metrics = fakeMetrics(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 25, 18, 0, 0, 0, time.UTC).UnixNano())
+	_, base := startDash(t, f, func(d *dash) {
+		d.cacheFor = time.Nanosecond
+		d.clock = func() time.Time { return time.Unix(0, clock.Add(int64(2*time.Second))) }
+	})
+	st := getStatus(t, base)
+	if www := st.Clusters[0].Services[0]; www.P99 != nil || www.ReqPS != nil || len(st.Errors) != 0 {
+		t.Fatalf("first overview: p99 %v req/s %v errors %q: want neither yet", www.P99, www.ReqPS, st.Errors)
+	}
+	f.vary.Store(true) // requests start counting
+	getStatus(t, base)
+	f.clock.Add(int64(10 * time.Second)) // 10 s later the servers answered 1.3*(92.6+30.8)*10 requests more
+	st = getStatus(t, base)
+	www, assets := st.Clusters[0].Services[0], st.Clusters[1].Services[0]
+	if www.P99 == nil || math.Abs(*www.P99-0.05) > 1e-9 {
+		t.Fatalf("www p99: %v, want 0.05 s", www.P99)
+	}
+	if www.ReqPS == nil || math.Abs(*www.ReqPS-1.3*(92.6+30.8)*10/2) > 1 {
+		t.Fatalf("www requests/s: %v, want about %v", www.ReqPS, 1.3*(92.6+30.8)*10/2)
+	}
+	if assets.P99 != nil {
+		t.Fatalf("assets has no histogram, yet p99 %v", *assets.P99)
+	}
+	// A director whose /metrics cannot be read: an error shown, no p99.
+	f.mu.Lock()
+	f.metrics = "http://127.0.55.2:1/metrics"
+	f.mu.Unlock()
+	st = getStatus(t, base)
+	if www := st.Clusters[0].Services[0]; www.P99 != nil || !strings.Contains(strings.Join(st.Errors, "\n"), "director d1's metrics (p99)") {
+		t.Fatalf("unreadable metrics: p99 %v, errors %q", www.P99, st.Errors)
+	}
+}
+
+func TestDashQuantile(t *testing.T) {
+	h := func(count uint64, cum ...uint64) dashHist {
+		return dashHist{bounds: []float64{0.01, 0.1, 1}, cum: cum, count: count}
+	}
+	for _, c := range []struct {
+		prev, cur dashHist
+		q         float64
+		want      float64 // -1: nil
+	}{
+		{h(0, 0, 0, 0), h(100, 50, 100, 100), 0.99, 0.01 + 0.09*49/50},
+		{h(100, 50, 100, 100), h(200, 150, 200, 200), 0.5, 0.005},                             // only the interval counts
+		{h(0, 0, 0, 0), h(100, 0, 0, 90), 0.99, 1},                                            // in +Inf: the highest bound
+		{h(100, 50, 100, 100), h(100, 50, 100, 100), 0.99, -1},                                // nothing new
+		{h(100, 50, 100, 100), h(10, 5, 10, 10), 0.99, -1},                                    // reset
+		{h(0, 0, 0, 0), dashHist{bounds: []float64{1}, cum: []uint64{5}, count: 5}, 0.99, -1}, // other buckets
+	} {
+		got := dashQuantile(c.q, c.prev, c.cur)
+		if (got == nil) != (c.want < 0) || (got != nil && math.Abs(*got-c.want) > 1e-12) {
+			t.Errorf("q%v of %+v..%+v: %v, want %v", c.q, c.prev, c.cur, got, c.want)
+		}
+	}
+}
+
+// A director's /metrics is read by the station: any bytes are an error or
+// histograms, never a panic.
+func FuzzDashMetrics(f *testing.F) {
+	f.Add([]byte("corral_director_request_duration_seconds_bucket{service=\"www\",le=\"0.1\"} 3\ncorral_director_request_duration_seconds_bucket{service=\"www\",le=\"+Inf\"} 4\ncorral_director_request_duration_seconds_count{service=\"www\"} 4\n"))
+	f.Add([]byte("# TYPE corral_director_request_duration_seconds histogram\ncorral_director_request_duration_seconds_bucket{le=\"x\"} 1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseDurations(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for _, x := range h {
+			dashQuantile(0.99, dashHist{bounds: x.bounds, cum: make([]uint64, len(x.cum))}, x)
+		}
 	})
 }

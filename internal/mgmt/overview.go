@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -18,6 +21,8 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -54,7 +59,11 @@ type dashService struct {
 	NewConns  int64         `json:"new_connections"`
 	Drops     int64         `json:"drops"`
 	Rate      director.Rate `json:"rate"`
-	// P99 is not in the director's report: absent until it is.
+	// ReqPS is requests per second (l7) and P99 the 99th percentile of
+	// request latency in seconds (l7, from the director's /metrics), both
+	// over the last interval: absent when not known.
+	ReqPS   *float64     `json:"requests_per_sec,omitempty"`
+	P99     *float64     `json:"p99_seconds,omitempty"`
 	Servers []dashServer `json:"servers"`
 }
 
@@ -420,4 +429,165 @@ func metaMembers(ctx context.Context, cl *client.Client, meta []string) ([]api.M
 		out = append(out, mm)
 	}
 	return out, nil
+}
+
+// dashLive adds what takes two samples to know: requests per second (from
+// the director's request counters, l7) and the p99 request latency over
+// the last interval (from the director's request-duration histogram on its
+// /metrics, l7 only). The previous samples are kept per director and
+// service; the first overview has neither.
+type dashLive struct {
+	http     *http.Client
+	prevReq  map[string]dashCount
+	prevHist map[string]dashHist
+}
+
+type dashCount struct {
+	n  int64
+	at time.Time
+}
+
+// dashHist is one service's histogram: cumulative counts per upper bound
+// (ascending, +Inf excluded) and the total.
+type dashHist struct {
+	bounds []float64
+	cum    []uint64
+	count  uint64
+}
+
+// dashMetricsMax bounds one scrape of a director's /metrics.
+const dashMetricsMax = 8 << 20
+
+func (l *dashLive) apply(ctx context.Context, st *dashStatus, now time.Time) {
+	if l.http == nil {
+		l.http = &http.Client{Timeout: time.Second}
+	}
+	req, hist := map[string]dashCount{}, map[string]dashHist{}
+	scraped := map[string]map[string]dashHist{}
+	for _, m := range st.Members {
+		if m.Role != api.RoleDirector || !m.Up || m.Metrics == "" {
+			continue
+		}
+		h, err := l.scrape(ctx, m.Metrics)
+		if err != nil {
+			st.Errors = append(st.Errors, fmt.Sprintf("director %s's metrics (p99): %v", m.Name, err))
+			continue
+		}
+		scraped[m.Name] = h
+	}
+	for ci := range st.Clusters {
+		for si := range st.Clusters[ci].Services {
+			sv := &st.Clusters[ci].Services[si]
+			if sv.Director == "" {
+				continue
+			}
+			key := sv.Director + "\x00" + sv.Name
+			var n int64
+			for _, x := range sv.Servers {
+				n += x.Requests
+			}
+			req[key] = dashCount{n, now}
+			if p, ok := l.prevReq[key]; ok && n >= p.n && now.After(p.at) {
+				r := float64(n-p.n) / now.Sub(p.at).Seconds()
+				sv.ReqPS = &r
+			}
+			if h, ok := scraped[sv.Director][sv.Name]; ok {
+				hist[key] = h
+				if p, ok := l.prevHist[key]; ok {
+					sv.P99 = dashQuantile(0.99, p, h)
+				}
+			}
+		}
+	}
+	l.prevReq, l.prevHist = req, hist
+}
+
+// scrape reads the request-duration histograms of a director's /metrics.
+func (l *dashLive) scrape(ctx context.Context, url string) (map[string]dashHist, error) {
+	rq, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	rq.Header.Set("Accept", "text/plain;version=0.0.4")
+	res, err := l.http.Do(rq)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, res.Status)
+	}
+	return parseDurations(io.LimitReader(res.Body, dashMetricsMax))
+}
+
+// parseDurations picks corral_director_request_duration_seconds per
+// service out of Prometheus text.
+func parseDurations(r io.Reader) (map[string]dashHist, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]dashHist{}
+	mf := fams["corral_director_request_duration_seconds"]
+	if mf == nil {
+		return out, nil
+	}
+	for _, m := range mf.GetMetric() {
+		h := m.GetHistogram()
+		if h == nil {
+			continue
+		}
+		svc := ""
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "service" {
+				svc = lp.GetValue()
+			}
+		}
+		var dh dashHist
+		for _, b := range h.GetBucket() {
+			if math.IsInf(b.GetUpperBound(), +1) {
+				continue
+			}
+			dh.bounds = append(dh.bounds, b.GetUpperBound())
+			dh.cum = append(dh.cum, b.GetCumulativeCount())
+		}
+		dh.count = h.GetSampleCount()
+		if sort.Float64sAreSorted(dh.bounds) {
+			out[svc] = dh
+		}
+	}
+	return out, nil
+}
+
+// dashQuantile estimates the q-quantile of the observations made between
+// two samples of a histogram, interpolating linearly inside the bucket it
+// falls in (as Prometheus's histogram_quantile does). nil: no observation
+// between them, or the histogram was reset or changed its buckets. In the
+// +Inf bucket the answer is the highest finite bound (a lower bound).
+func dashQuantile(q float64, prev, cur dashHist) *float64 {
+	if cur.count <= prev.count || !slices.Equal(prev.bounds, cur.bounds) || len(cur.bounds) == 0 {
+		return nil
+	}
+	total := float64(cur.count - prev.count)
+	rank := q * total
+	var below float64
+	lower := 0.0
+	for i, ub := range cur.bounds {
+		if cur.cum[i] < prev.cum[i] {
+			return nil
+		}
+		c := float64(cur.cum[i] - prev.cum[i])
+		if c >= rank {
+			in := c - below
+			v := ub
+			if in > 0 {
+				v = lower + (ub-lower)*(rank-below)/in
+			}
+			return &v
+		}
+		below, lower = c, ub
+	}
+	v := cur.bounds[len(cur.bounds)-1]
+	return &v
 }

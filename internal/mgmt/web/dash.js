@@ -201,6 +201,26 @@
   }
 
   // ---- drawing ----
+  // The page is redrawn every second: the new tree is merged into the one
+  // shown (same shape: attributes and text updated in place), so a button
+  // under the pointer stays the same element and a click is not lost to a
+  // redraw between press and release.
+  function morph(cur, next) {
+    if (cur.nodeType !== next.nodeType || cur.nodeName !== next.nodeName) { cur.replaceWith(next); return; }
+    if (cur.nodeType !== Node.ELEMENT_NODE) { if (cur.nodeValue !== next.nodeValue) cur.nodeValue = next.nodeValue; return; }
+    for (const a of [...cur.attributes]) if (!next.hasAttribute(a.name)) cur.removeAttribute(a.name);
+    for (const a of [...next.attributes]) {
+      if (a.name === 'style') { if (cur.style.cssText !== next.style.cssText) cur.style.cssText = next.style.cssText; } // CSSOM: allowed by the CSP
+      else if (cur.getAttribute(a.name) !== a.value) cur.setAttribute(a.name, a.value);
+    }
+    morphChildren(cur, [...next.childNodes]);
+  }
+  function morphChildren(parent, kids) {
+    const cur = [...parent.childNodes];
+    kids.forEach((k, i) => (i < cur.length ? morph(cur[i], k) : parent.appendChild(k)));
+    for (let i = kids.length; i < cur.length; i++) cur[i].remove();
+  }
+
   function render(o) {
     state.last = o;
     state.updates++;
@@ -224,7 +244,7 @@
         const h = state.history.get(s.name) || [];
         if (!h.length || h[h.length - 1].t < t) {
           const r = s.rate || {};
-          h.push({ t, cps: r.conns_per_sec || 0, bps: (r.bytes_in_per_sec || 0) + (r.bytes_out_per_sec || 0) });
+          h.push({ t, cps: r.conns_per_sec || 0, rps: s.requests_per_sec || 0, bps: (r.bytes_in_per_sec || 0) + (r.bytes_out_per_sec || 0) });
         }
         while (h.length && h[0].t < t - HISTORY_SECONDS) h.shift();
         state.history.set(s.name, h);
@@ -245,6 +265,7 @@
         return top;
       };
       const r = line('cps', 'rate');
+      if (h.some((p) => p.rps > 0)) line('rps', 'reqs');
       const t = line('bps', 'tput');
       svg.dataset.maxRate = r;
       svg.dataset.maxThroughput = t;
@@ -252,6 +273,7 @@
     const top = (k) => Math.max(0, ...h.map((p) => p[k]));
     const legend = el('div', { class: 'legend' },
       el('span', { class: 'r' }, '— new conns/s (max ' + rate(top('cps')) + ')'), '  ',
+      top('rps') > 0 ? el('span', { class: 'q' }, '— requests/s (max ' + rate(top('rps')) + ')') : null, '  ',
       el('span', { class: 't' }, '— throughput (max ' + bps(top('bps')) + ')'), '  over the last 5 min');
     return [svg, legend];
   }
@@ -270,7 +292,7 @@
       out.push(box);
     }
     if (!out.length) out.push(el('p', { class: 'legend' }, 'no services configured'));
-    root.replaceChildren(...out);
+    morphChildren(root, out);
   }
 
   function service(s, drained) {
@@ -282,7 +304,10 @@
     card.append(el('div', { class: 'stats' },
       el('span', {}, 'new conns ', el('b', { 'data-field': 'rate', 'data-value': r.conns_per_sec || 0 }, rate(r.conns_per_sec))),
       el('span', {}, 'throughput ', el('b', { 'data-field': 'throughput', 'data-value': tput }, bps(tput))),
-      el('span', {}, 'p99 ', el('b', { 'data-field': 'p99' }, 'not reported')),
+      el('span', {}, 'requests ', s.requests_per_sec == null ? el('b', { 'data-field': 'requests' }, '–')
+        : el('b', { 'data-field': 'requests', 'data-value': s.requests_per_sec }, rate(s.requests_per_sec))),
+      el('span', {}, 'p99 ', s.p99_seconds == null ? el('b', { 'data-field': 'p99' }, s.dataplane === 'l7' ? '–' : 'l7 only')
+        : el('b', { 'data-field': 'p99', 'data-value': s.p99_seconds }, (s.p99_seconds * 1000).toFixed(1) + ' ms')),
       el('span', {}, 'drops ', el('b', { 'data-field': 'drops', 'data-value': s.drops }, s.drops)),
       el('span', { class: 'meta', 'data-field': 'director' }, from)));
     card.append(...chart(s.name));
@@ -333,7 +358,7 @@
           s.stale > 0 ? (healDone * 100).toFixed(1) + '% (' + bytes(s.stale) + ' to heal)' : 'in sync'));
     });
     if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 6, class: 'legend' }, 'none known')));
-    tb.replaceChildren(...rows);
+    morphChildren(tb, rows);
   }
 
   function drawMeta(ms) {
@@ -344,7 +369,7 @@
       yesNo('up', m.up),
       el('td', { 'data-field': 'error', class: 'bad' }, m.error || '')));
     if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 4, class: 'legend' }, 'none known')));
-    tb.replaceChildren(...rows);
+    morphChildren(tb, rows);
   }
 
   function drawMembers(o) {
@@ -361,7 +386,7 @@
         el('td', { 'data-field': 'error', class: 'bad' }, m.error || ''));
     });
     if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'legend' }, 'no member has joined')));
-    tb.replaceChildren(...rows);
+    morphChildren(tb, rows);
   }
 
   function addEvent(e) {
@@ -373,7 +398,7 @@
     const list = state.events.slice().reverse().map((e) => el('li', { 'data-event': e.kind },
       el('time', {}, ago(e.time)), el('span', { class: 'kind' }, e.kind),
       e.member ? e.member + ': ' : '', e.msg, e.version ? ' (version ' + e.version + ')' : ''));
-    $('events').replaceChildren(...list);
+    morphChildren($('events'), list);
   }
 
   // ---- wiring ----
