@@ -59,6 +59,16 @@ type fakeSource struct {
 	extra    int          // members padded with this many (big overviews)
 	weights  map[string]int
 	metrics  string // d1's /metrics URL
+	varyFrom atomic.Int64
+}
+
+// startVarying makes the rates change with the simulated clock, which goes
+// on from now; l7 requests count from then.
+func (f *fakeSource) startVarying() {
+	now := time.Now().UnixNano()
+	f.clock.Store(now)
+	f.varyFrom.Store(now)
+	f.vary.Store(true)
 }
 
 func newFakeSource() *fakeSource {
@@ -86,9 +96,9 @@ func (f *fakeSource) report() json.RawMessage {
 		if !f.vary.Load() {
 			return 0
 		}
-		return int64((t - 1.7956296e9) * perSec * 1.3)
+		return int64((t - float64(f.varyFrom.Load())/1e9) * perSec * 1.3)
 	}
-	srv := func(addr string, active, inactive int64, cps, bps float64) director.ServerStatus {
+	srv := func(addr string, active, inactive int64, cps, bps float64, l7 bool) director.ServerStatus {
 		w := f.weights[addr]
 		for _, n := range f.drained_ {
 			if addr == map[string]string{"n1": "127.0.55.11:8080", "n2": "127.0.55.12:8080", "n3": "127.0.55.13:8080"}[n] {
@@ -96,16 +106,16 @@ func (f *fakeSource) report() json.RawMessage {
 			}
 		}
 		return director.ServerStatus{Addr: addr, Weight: w, ConfigWeight: f.weights[addr], Override: -1, Healthy: true,
-			Active: active, Inactive: inactive, Connections: active * 40, Requests: active*300 + reqs(cps),
+			Active: active, Inactive: inactive, Connections: active * 40, Requests: map[bool]int64{true: active*300 + reqs(cps)}[l7],
 			Rate: director.Rate{CPS: wave(cps, cps/2, 0), InBPS: wave(bps/8, bps/16, 1), OutBPS: wave(bps, bps/2, 1)}}
 	}
 	ss := []director.ServiceStatus{
 		{Name: "assets", VIP: "127.0.55.2:80", Protocol: "tcp", Dataplane: "l4", Scheduler: "rr", NewConns: 9120, Drops: 0,
 			Rate:    director.Rate{CPS: wave(41.5, 20, 2), InBPS: wave(5000, 2000, 3), OutBPS: wave(2.5e6, 1e6, 3)},
-			Servers: []director.ServerStatus{srv("127.0.55.13:8080", 7, 31, 41.5, 2.5e6)}},
+			Servers: []director.ServerStatus{srv("127.0.55.13:8080", 7, 31, 41.5, 2.5e6, false)}},
 		{Name: "www", VIP: "127.0.55.1:80", Protocol: "tcp", Dataplane: "l7", Scheduler: "wlc", NewConns: 48213, Drops: 2,
 			Rate:    director.Rate{CPS: wave(123.4, 60, 0), InBPS: wave(20000, 9000, 1), OutBPS: wave(8.75e6, 4e6, 1)},
-			Servers: []director.ServerStatus{srv("127.0.55.11:8080", 12, 140, 92.6, 6.5e6), srv("127.0.55.12:8080", 4, 45, 30.8, 2.25e6)}},
+			Servers: []director.ServerStatus{srv("127.0.55.11:8080", 12, 140, 92.6, 6.5e6, true), srv("127.0.55.12:8080", 4, 45, 30.8, 2.25e6, true)}},
 	}
 	b, _ := json.Marshal(ss)
 	return b
@@ -711,7 +721,7 @@ func TestDashLive(t *testing.T) {
 	if www := st.Clusters[0].Services[0]; www.P99 != nil || www.ReqPS != nil || len(st.Errors) != 0 {
 		t.Fatalf("first overview: p99 %v req/s %v errors %q: want neither yet", www.P99, www.ReqPS, st.Errors)
 	}
-	f.vary.Store(true) // requests start counting
+	f.startVarying() // requests start counting
 	getStatus(t, base)
 	f.clock.Add(int64(10 * time.Second)) // 10 s later the servers answered 1.3*(92.6+30.8)*10 requests more
 	st = getStatus(t, base)

@@ -478,7 +478,7 @@ func (l *dashLive) apply(ctx context.Context, st *dashStatus, now time.Time) {
 	for ci := range st.Clusters {
 		for si := range st.Clusters[ci].Services {
 			sv := &st.Clusters[ci].Services[si]
-			if sv.Director == "" {
+			if sv.Director == "" || sv.Dataplane != "l7" { // only l7 counts requests and their latency
 				continue
 			}
 			key := sv.Director + "\x00" + sv.Name

@@ -244,7 +244,7 @@
         const h = state.history.get(s.name) || [];
         if (!h.length || h[h.length - 1].t < t) {
           const r = s.rate || {};
-          h.push({ t, cps: r.conns_per_sec || 0, rps: s.requests_per_sec || 0, bps: (r.bytes_in_per_sec || 0) + (r.bytes_out_per_sec || 0) });
+          h.push({ t, cps: r.conns_per_sec || 0, rps: s.requests_per_sec ?? null, bps: (r.bytes_in_per_sec || 0) + (r.bytes_out_per_sec || 0) });
         }
         while (h.length && h[0].t < t - HISTORY_SECONDS) h.shift();
         state.history.set(s.name, h);
@@ -259,8 +259,9 @@
     if (h.length) {
       const now = h[h.length - 1].t;
       const line = (key, cls) => {
-        const top = Math.max(...h.map((p) => p[key])) || 1;
-        const pts = h.map((p) => `${(((p.t - (now - HISTORY_SECONDS)) / HISTORY_SECONDS) * W).toFixed(1)},${(H - 3 - (p[key] / top) * (H - 8)).toFixed(1)}`);
+        const known = h.filter((p) => p[key] != null);
+        const top = Math.max(...known.map((p) => p[key])) || 1;
+        const pts = known.map((p) => `${(((p.t - (now - HISTORY_SECONDS)) / HISTORY_SECONDS) * W).toFixed(1)},${(H - 3 - (p[key] / top) * (H - 8)).toFixed(1)}`);
         svg.append(svgEl('polyline', { class: cls, points: pts.join(' '), 'vector-effect': 'non-scaling-stroke' }));
         return top;
       };
@@ -270,7 +271,7 @@
       svg.dataset.maxRate = r;
       svg.dataset.maxThroughput = t;
     }
-    const top = (k) => Math.max(0, ...h.map((p) => p[k]));
+    const top = (k) => Math.max(0, ...h.map((p) => p[k] || 0));
     const legend = el('div', { class: 'legend' },
       el('span', { class: 'r' }, '— new conns/s (max ' + rate(top('cps')) + ')'), '  ',
       top('rps') > 0 ? el('span', { class: 'q' }, '— requests/s (max ' + rate(top('rps')) + ')') : null, '  ',
@@ -304,7 +305,7 @@
     card.append(el('div', { class: 'stats' },
       el('span', {}, 'new conns ', el('b', { 'data-field': 'rate', 'data-value': r.conns_per_sec || 0 }, rate(r.conns_per_sec))),
       el('span', {}, 'throughput ', el('b', { 'data-field': 'throughput', 'data-value': tput }, bps(tput))),
-      el('span', {}, 'requests ', s.requests_per_sec == null ? el('b', { 'data-field': 'requests' }, '–')
+      el('span', {}, 'requests ', s.requests_per_sec == null ? el('b', { 'data-field': 'requests' }, s.dataplane === 'l7' ? '–' : 'l7 only')
         : el('b', { 'data-field': 'requests', 'data-value': s.requests_per_sec }, rate(s.requests_per_sec))),
       el('span', {}, 'p99 ', s.p99_seconds == null ? el('b', { 'data-field': 'p99' }, s.dataplane === 'l7' ? '–' : 'l7 only')
         : el('b', { 'data-field': 'p99', 'data-value': s.p99_seconds }, (s.p99_seconds * 1000).toFixed(1) + ' ms')),
