@@ -783,3 +783,33 @@ func FuzzDashMetrics(f *testing.F) {
 		}
 	})
 }
+
+func TestDashParseDurations(t *testing.T) {
+	text := `# HELP corral_director_request_duration_seconds x
+# TYPE corral_director_request_duration_seconds histogram
+corral_director_request_duration_seconds_bucket{service="w\"x",le="0.1"} 3
+corral_director_request_duration_seconds_bucket{le="0.01",service="w\"x"} 1 1764000000000
+corral_director_request_duration_seconds_bucket{service="w\"x",le="+Inf"} 4
+corral_director_request_duration_seconds_sum{service="w\"x"} 0.2
+corral_director_request_duration_seconds_count{service="w\"x"} 4
+corral_director_requests_total{service="w\"x",server="a"} 9
+`
+	h, err := parseDurations(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := h[`w"x`]
+	if fmt.Sprint(got.bounds, got.cum, got.count) != "[0.01 0.1] [1 3] 4" {
+		t.Fatalf("%+v", h)
+	}
+	for _, bad := range []string{
+		"corral_director_request_duration_seconds_bucket{service=\"w\",le=\"0.1\"} x\n",
+		"corral_director_request_duration_seconds_bucket{service=\"w\",le=\"zz\"} 1\n",
+		"corral_director_request_duration_seconds_bucket{service=\"w,le=\"0.1\"} 1\n",
+		"corral_director_request_duration_seconds_count{service=\"w\"} -1\n",
+	} {
+		if _, err := parseDurations(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

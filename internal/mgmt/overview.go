@@ -1,11 +1,13 @@
 package mgmt
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -21,8 +23,6 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -521,43 +521,102 @@ func (l *dashLive) scrape(ctx context.Context, url string) (map[string]dashHist,
 }
 
 // parseDurations picks corral_director_request_duration_seconds per
-// service out of Prometheus text.
+// service out of Prometheus text: its _bucket and _count lines, everything
+// else skipped. A malformed line of that histogram is an error naming it.
 func parseDurations(r io.Reader) (map[string]dashHist, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
+	const name = "corral_director_request_duration_seconds"
+	type acc struct {
+		le    map[float64]uint64
+		count uint64
+	}
+	by := map[string]*acc{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
+		}
+		kind, rest, ok := strings.Cut(rest, "{")
+		if !ok || (kind != "_bucket" && kind != "_count") {
+			continue // _sum, or a series without labels: not needed
+		}
+		labels, value, err := promLabels(rest)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", n, err)
+		}
+		f := strings.Fields(value)
+		if len(f) == 0 {
+			return nil, fmt.Errorf("line %d: no value", n)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil || v < 0 || v > 1<<62 || v != math.Trunc(v) {
+			return nil, fmt.Errorf("line %d: value %q is not a count", n, f[0])
+		}
+		a := by[labels["service"]]
+		if a == nil {
+			a = &acc{le: map[float64]uint64{}}
+			by[labels["service"]] = a
+		}
+		if kind == "_count" {
+			a.count = uint64(v)
+			continue
+		}
+		le, err := strconv.ParseFloat(labels["le"], 64)
+		if err != nil || math.IsNaN(le) {
+			return nil, fmt.Errorf("line %d: le %q is not a number", n, labels["le"])
+		}
+		if !math.IsInf(le, +1) {
+			a.le[le] = uint64(v)
+		}
+	}
+	if err := sc.Err(); err != nil {
 		return nil, err
 	}
 	out := map[string]dashHist{}
-	mf := fams["corral_director_request_duration_seconds"]
-	if mf == nil {
-		return out, nil
-	}
-	for _, m := range mf.GetMetric() {
-		h := m.GetHistogram()
-		if h == nil {
-			continue
+	for svc, a := range by {
+		var h dashHist
+		h.bounds = slices.Sorted(maps.Keys(a.le))
+		for _, b := range h.bounds {
+			h.cum = append(h.cum, a.le[b])
 		}
-		svc := ""
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == "service" {
-				svc = lp.GetValue()
-			}
-		}
-		var dh dashHist
-		for _, b := range h.GetBucket() {
-			if math.IsInf(b.GetUpperBound(), +1) {
-				continue
-			}
-			dh.bounds = append(dh.bounds, b.GetUpperBound())
-			dh.cum = append(dh.cum, b.GetCumulativeCount())
-		}
-		dh.count = h.GetSampleCount()
-		if sort.Float64sAreSorted(dh.bounds) {
-			out[svc] = dh
-		}
+		h.count = a.count
+		out[svc] = h
 	}
 	return out, nil
+}
+
+// promLabels reads `name="value",...}` (the part after "{") and returns
+// the labels and what follows the "}".
+func promLabels(s string) (map[string]string, string, error) {
+	labels := map[string]string{}
+	for {
+		s = strings.TrimLeft(s, " ,")
+		if rest, ok := strings.CutPrefix(s, "}"); ok {
+			return labels, rest, nil
+		}
+		name, rest, ok := strings.Cut(s, "=")
+		if !ok || name == "" || !strings.HasPrefix(rest, `"`) {
+			return nil, "", fmt.Errorf("bad label near %.30q", s)
+		}
+		// The quoted value ends at the first unescaped quote.
+		end := 1
+		for ; end < len(rest) && rest[end] != '"'; end++ {
+			if rest[end] == '\\' {
+				end++
+			}
+		}
+		if end >= len(rest) {
+			return nil, "", fmt.Errorf("unterminated value of label %q", name)
+		}
+		v, err := strconv.Unquote(rest[:end+1])
+		if err != nil {
+			return nil, "", fmt.Errorf("label %q: bad value %.30q", name, rest[:end+1])
+		}
+		labels[strings.TrimSpace(name)] = v
+		s = rest[end+1:]
+	}
 }
 
 // dashQuantile estimates the q-quantile of the observations made between
