@@ -76,10 +76,11 @@ type dash struct {
 	clock        func() time.Time
 	streams      atomic.Int32 // event streams open now
 
-	mu     sync.Mutex // held while computing, so concurrent callers share one computation
-	live   dashLive
-	cached *dashStatus
-	at     time.Time
+	mu         sync.Mutex // held while computing, so concurrent callers share one computation
+	live       dashLive
+	cached     *dashStatus
+	cachedJSON []byte
+	at         time.Time
 }
 
 // routesDash registers the dashboard ("/"), RouteStatus, RouteEvents and RouteDrain.
@@ -145,20 +146,25 @@ func dashError(w http.ResponseWriter, code int, msg string) {
 	json.NewEncoder(w).Encode(api.Error{Error: msg})
 }
 
-// status is the overview, computed at most once per dashCacheFor.
-func (d *dash) status(ctx context.Context) *dashStatus {
+// status is the overview, computed at most once per dashCacheFor, and
+// its JSON (encoded once for every stream and caller).
+func (d *dash) status(ctx context.Context) (*dashStatus, []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cached != nil && time.Since(d.at) < d.cacheFor {
-		return d.cached
+		return d.cached, d.cachedJSON
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	st := buildStatus(ctx, d.src, d.fs, d.meta, d.stations)
 	st.Time = d.clock().UTC()
 	d.live.apply(ctx, st, st.Time)
-	d.cached, d.at = st, time.Now()
-	return st
+	b, err := json.Marshal(st)
+	if err != nil { // cannot happen with these types; say so rather than send nothing
+		b, _ = json.Marshal(api.Error{Error: "overview: " + err.Error()})
+	}
+	d.cached, d.cachedJSON, d.at = st, b, time.Now()
+	return st, b
 }
 
 func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal) {
@@ -168,7 +174,8 @@ func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(d.status(r.Context()))
+	_, b := d.status(r.Context())
+	w.Write(append(b, '\n'))
 }
 
 // handleEvents streams "overview" every tick and each "event" as it
@@ -203,10 +210,7 @@ func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal
 		return rc.Flush() == nil
 	}
 	overview := func() bool {
-		b, err := json.Marshal(d.status(r.Context()))
-		if err != nil {
-			return false
-		}
+		_, b := d.status(r.Context())
 		return send(sseFrame("overview", b))
 	}
 	if !send([]byte("retry: 2000\n\n")) || !overview() {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -810,6 +811,27 @@ corral_director_requests_total{service="w\"x",server="a"} 9
 	} {
 		if _, err := parseDurations(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+// The station's own routesDash serves the page and registers the API
+// routes (behind the station's auth, which is the core's and not called
+// here: a bare Station has no store).
+func TestDashStationRoutes(t *testing.T) {
+	s := &Station{log: slog.Default()}
+	mux := http.NewServeMux()
+	s.routesDash(mux)
+	for _, path := range []string{"/", "/ui/dash.js"} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		if w.Code != 200 {
+			t.Errorf("GET %s: %d", path, w.Code)
+		}
+	}
+	for _, route := range []string{api.RouteStatus, api.RouteEvents, api.RouteDrain} {
+		if _, pattern := mux.Handler(httptest.NewRequest("GET", route, nil)); pattern != route {
+			t.Errorf("%s: served by pattern %q", route, pattern)
 		}
 	}
 }
