@@ -302,7 +302,9 @@ func TestDashChromium(t *testing.T) {
 		return
 	}
 	f.startVarying()
-	// The charts start from here: the static samples before would show as a step.
+	// The charts start once requests/s has two varying samples behind it:
+	// the static ones before would show as a step.
+	waitPage(t, ctx, "requests counted", `+document.querySelector('[data-service="www"] .stats [data-field=requests]').dataset.value > 100`)
 	runBounded(t, ctx, "clearing the charts", chromedp.Evaluate[chromedp.Void](`window.corralDash.history.clear()`))
 	waitPage(t, ctx, "five minutes of simulated history", `+document.querySelector('[data-service="www"] svg[data-field=chart]').dataset.samples >= 95`)
 	png := runBounded(t, ctx, "screenshot", chromedp.FullScreenshot(100))
