@@ -835,3 +835,52 @@ func TestDashStationRoutes(t *testing.T) {
 		}
 	}
 }
+
+// Browsers reach the station over TLS with HTTP/2: the stream's per-frame
+// deadline and flush work there too.
+func TestDashEventsHTTP2(t *testing.T) {
+	f := newFakeSource()
+	d := &dash{src: f, auth: fakeAuth, fs: fakeFS, tick: 20 * time.Millisecond, cacheFor: time.Nanosecond}
+	mux := http.NewServeMux()
+	d.routes(mux)
+	ln, err := net.Listen("tcp", "127.0.55.3:0")
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.55.3: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+api.RouteEvents, nil)
+	req.Header.Set("Authorization", "Bearer "+dashReadToken)
+	cl := srv.Client()
+	cl.Transport.(*http.Transport).TLSClientConfig.ServerName = "127.0.0.1" // the test certificate's name
+	res, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.ProtoMajor != 2 || res.StatusCode != 200 {
+		t.Fatalf("%s %d", res.Proto, res.StatusCode)
+	}
+	rd := sseReader{bufio.NewReader(res.Body)}
+	overviews := 0
+	for i := 0; i < 10 && overviews < 3; i++ {
+		name, data, _, err := rd.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "overview" && strings.Contains(data, `"version":3`) {
+			overviews++
+		}
+	}
+	if overviews < 3 {
+		t.Fatalf("%d overviews over HTTP/2", overviews)
+	}
+	cancel()
+	waitFor(t, "the stream to end", func() bool { return d.streams.Load() == 0 })
+}
