@@ -47,6 +47,7 @@ func openDashboard(t testing.TB, base string, login dashLogin) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Env("TMPDIR="+t.TempDir()), // its singleton socket directory goes with the test
 		chromedp.WindowSize(1440, 1000),
 		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.Flag("disable-gpu", true),
