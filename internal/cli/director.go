@@ -286,7 +286,11 @@ bytes both ways. Conn/s, InB/s and OutB/s are rates over the director's last
 		Example: "  corral ctl status\n  corral ctl status --station https://10.0.0.5:7600",
 		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
 			v, err := a.Status(cx)
-			return v, func() error { printReload(os.Stdout, v.Reload); appendStationMembers(os.Stdout, &stationSF); return nil }, err
+			return v, func() error {
+				printReload(os.Stdout, v.Reload)
+				appendStationMembers(os.Stdout, &stationSF)
+				return nil
+			}, err
 		})}
 	stationSF.addNamed(status.Flags(), "station", "station-token-file", "station-ca")
 	conns := &cobra.Command{Use: "conns", Short: "The connection table (like ipvsadm -Lnc)",
