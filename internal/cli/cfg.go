@@ -42,7 +42,7 @@ Exit status: 0 done, 1 failed (a configuration error prints one line per
 problem: FILE:LINE: PATH: message), 2 usage, 3 the configuration changed
 since the version you edited.`,
 		Example: `  corral cfg get -o cluster.yaml
-  corral cfg apply cluster.yaml --comment "add node web4"
+  corral cfg apply cluster.yaml --comment add-web4
   corral cfg diff cluster.yaml
   corral cfg history
   corral cfg rollback 12
@@ -127,7 +127,7 @@ comment 'corral cfg get' put on FILE's first line, else the current version
 current version is not the base, nothing is stored and the exit status is 3.
 --force applies whatever the current version. FILE "-" is standard input.`,
 		Example: `  corral cfg apply cluster.yaml
-  corral cfg apply cluster.yaml --comment "weight 3 on web2" --dry-run
+  corral cfg apply cluster.yaml --dry-run
   corral cfg apply cluster.yaml --base 12
   corral cfg get | sed 's/weight: 1/weight: 2/' | corral cfg apply -`,
 		Args: cobra.ExactArgs(1),
@@ -257,7 +257,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 		Use:   "rollback N [--comment C]",
 		Short: "Make a new version whose content is version N's (prints the diff)",
 		Example: `  corral cfg rollback 12
-  corral cfg rollback 12 --comment "web4 misbehaves"`,
+  corral cfg rollback 12 --comment web4-misbehaves`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			to, err := parseVersionArg(args[0])
@@ -293,7 +293,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 configuration that says the same (services, real servers, weights, checks).
 Runs locally; --apply then stores it at the station as the next version.`,
 		Example: `  corral cfg import /etc/corral/director.conf -o cluster.yaml
-  corral cfg import corral-data/director.conf --apply --comment "from director.conf"`,
+  corral cfg import corral-data/director.conf --apply`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := config.Load(args[0])
@@ -344,7 +344,7 @@ Runs locally; --apply then stores it at the station as the next version.`,
 		Use:   "validate FILE",
 		Short: "Check FILE locally (no station): every error as FILE:LINE: PATH: message, exit 1",
 		Example: `  corral cfg validate cluster.yaml
-  corral cfg validate - < cluster.yaml`,
+  cat cluster.yaml | corral cfg validate -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := readDoc(args[0])
@@ -356,7 +356,7 @@ Runs locally; --apply then stores it at the station as the next version.`,
 				name = "<stdin>"
 			}
 			if _, err := clustercfg.Parse(name, doc); err != nil {
-				return validationError(cmd.CommandPath(), err)
+				return validationError(os.Stderr, cmd.CommandPath(), err)
 			}
 			fmt.Printf("%s: valid\n", name)
 			return nil
@@ -388,18 +388,18 @@ Runs locally; --apply then stores it at the station as the next version.`,
 
 // validationError prints local configuration errors one per line (exit
 // 1); other errors pass.
-func validationError(cmdPath string, err error) error {
+func validationError(w io.Writer, cmdPath string, err error) error {
 	var es clustercfg.Errors
 	var e *clustercfg.Error
 	switch {
 	case errors.As(err, &es):
 		for _, e := range es {
-			fmt.Fprintln(os.Stderr, e.Error())
+			fmt.Fprintln(w, e.Error())
 		}
-		fmt.Fprintf(os.Stderr, "%s: %d error(s)\n", cmdPath, len(es))
+		fmt.Fprintf(w, "%s: %d error(s)\n", cmdPath, len(es))
 		return exitError{1}
 	case errors.As(err, &e):
-		fmt.Fprintln(os.Stderr, e.Error())
+		fmt.Fprintln(w, e.Error())
 		return exitError{1}
 	}
 	return err

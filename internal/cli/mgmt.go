@@ -51,9 +51,17 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
   corral mgmt --etcd http://10.0.0.1:2379,http://10.0.0.2:2379
   # three stations, one etcd cluster:
   corral mgmt --data s1 --listen 127.0.0.1:7600 --etcd-name s1 --etcd-client 127.0.0.1:7601 --etcd-peer 127.0.0.1:7602 --etcd-initial-cluster s1=http://127.0.0.1:7602,s2=http://127.0.0.2:7602,s3=http://127.0.0.3:7602
-  T=$(corral mgmt token create --role node --ttl 1h)
-  corral node --join https://127.0.0.1:7600 --token "$T"`,
-		Args: cobra.NoArgs,
+  T=$(corral mgmt token create --role node --ttl 1h)   # then: corral node --join https://127.0.0.1:7600 --token "$T"`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return errors.New(msg + " (see 'corral mgmt --help')")
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, e := range splitList(etcd) {
 				if u, err := url.Parse(e); err != nil || u.Host == "" {
@@ -496,7 +504,7 @@ func backupCmd() *cobra.Command {
 history, accounts, tokens and members) to FILE, mode 0600: it holds secrets.
 The file is written as FILE.tmp and renamed once complete, so FILE is never
 half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
-		Example: `  corral mgmt backup station-$(date +%F).bak`,
+		Example: `  corral mgmt backup station.bak`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
