@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -103,7 +104,7 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			if ca == "" && opt.TLSCert == "" {
 				ca = filepath.Join(opt.Data, "tls", "ca.pem")
 			}
-			return st.Run(ctx, func(addr string) {
+			err = st.Run(ctx, func(addr string) {
 				addr = strings.TrimPrefix(strings.TrimPrefix(addr, "https://"), "http://")
 				ready("mgmt", addr)
 				scheme := "https"
@@ -116,6 +117,10 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 				}
 				fmt.Printf("station listening on %s://%s (%s, admin token %s)\n", scheme, addr, caNote, filepath.Join(opt.Data, "admin.token"))
 			})
+			if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+				return nil // stopped by a signal: a clean stop
+			}
+			return err
 		},
 	}
 	f := c.Flags()
