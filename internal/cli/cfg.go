@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -382,7 +384,55 @@ Runs locally; --apply then stores it at the station as the next version.`,
 		},
 	}
 
-	c.AddCommand(get, apply, diff, history, rollback, imp, validate, schema, cfgStatusCmd(&sf))
+	// tx
+	var txBase int64
+	var txComment string
+	tx := &cobra.Command{
+		Use:   "tx OPS.json [--base N] [--comment C]",
+		Short: "Several changes (put or delete items) as one version, from a JSON list of operations",
+		Long: `Apply several changes as one version: OPS.json is a JSON list of operations,
+each {"op": "put", "kind": K, "value": ITEM} (add, or replace by name) or
+{"op": "delete", "kind": K, "name": NAME}; K is cluster, node, director,
+service, domain, qos, layout (named by its path) or account; ITEM has the
+YAML field names. The base is --base, else the current version (read first);
+a stale base exits 3. "-" reads standard input.`,
+		Example: `  corral cfg tx ops.json --comment swap-web1
+  echo '[{"op":"delete","kind":"node","name":"web1"}]' | corral cfg tx -`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			doc, err := readDoc(args[0])
+			if err != nil {
+				return err
+			}
+			ops, err := parseTxOps(doc)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			b := txBase
+			if !cmd.Flags().Changed("base") {
+				if b, err = current(cmd); err != nil {
+					return err
+				}
+			} else if b < 0 {
+				return usageError{fmt.Errorf("--base %d: want a version number", b)}
+			}
+			var rep api.ApplyReply
+			if err := call(cmd, args[0], b, http.MethodPost, api.RouteTx, api.TxRequest{Base: b, Comment: txComment, Ops: ops}, &rep); err != nil {
+				return err
+			}
+			printDiff(os.Stdout, rep.Diff, isTTYFile(os.Stdout))
+			if rep.Unchanged {
+				fmt.Printf("unchanged: version %d\n", rep.Version)
+				return nil
+			}
+			fmt.Printf("applied: version %d\n", rep.Version)
+			return nil
+		},
+	}
+	tx.Flags().Int64Var(&txBase, "base", 0, "the version the changes are meant for (default: the current one)")
+	tx.Flags().StringVar(&txComment, "comment", "", "why: kept in the history")
+
+	c.AddCommand(get, apply, diff, history, rollback, tx, imp, validate, schema, cfgStatusCmd(&sf))
 	return c
 }
 
@@ -631,4 +681,40 @@ func appendStationMembers(w io.Writer, sf *stationFlags) {
 	}
 	fmt.Fprintf(w, "\nmembers (station %s, configuration version %d):\n", cl.Stations[0], cur)
 	printStationMembers(w, ms, cur)
+}
+
+var txKinds = []string{"cluster", "node", "director", "service", "domain", "qos", "layout", "account"}
+
+// parseTxOps reads a JSON list of transaction operations (or an object
+// with "ops") and checks each names an op and kind it can be.
+func parseTxOps(doc []byte) ([]api.TxOp, error) {
+	var ops []api.TxOp
+	d := bytes.TrimSpace(doc)
+	var err error
+	if len(d) > 0 && d[0] == '{' {
+		var req api.TxRequest
+		err = json.Unmarshal(d, &req)
+		ops = req.Ops
+	} else {
+		err = json.Unmarshal(d, &ops)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("not a JSON list of operations: %v", err)
+	}
+	if len(ops) == 0 {
+		return nil, errors.New("no operations")
+	}
+	for i, op := range ops {
+		switch {
+		case op.Op != "put" && op.Op != "delete":
+			return nil, fmt.Errorf("operation %d: op %q: want put or delete", i+1, op.Op)
+		case !slices.Contains(txKinds, op.Kind):
+			return nil, fmt.Errorf("operation %d: kind %q: want one of %s", i+1, op.Kind, strings.Join(txKinds, ", "))
+		case op.Op == "put" && len(op.Value) == 0:
+			return nil, fmt.Errorf("operation %d: put without a value", i+1)
+		case op.Op == "delete" && op.Name == "":
+			return nil, fmt.Errorf("operation %d: delete without a name", i+1)
+		}
+	}
+	return ops, nil
 }

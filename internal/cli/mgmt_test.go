@@ -189,6 +189,14 @@ func (f *fakeStation) serve(w http.ResponseWriter, r *http.Request) {
 		var in api.RollbackRequest
 		json.NewDecoder(r.Body).Decode(&in)
 		store(in.Base, f.versions[in.To-1].YAML, in.Comment, false)
+	case p == api.RouteTx:
+		var in api.TxRequest
+		json.NewDecoder(r.Body).Decode(&in)
+		y := cur.YAML
+		for _, op := range in.Ops {
+			y += fmt.Sprintf("# %s %s %s\n", op.Op, op.Kind, op.Name)
+		}
+		store(in.Base, y+fmt.Sprintf("ops: %d\n", len(in.Ops)), in.Comment, false)
 	case p == api.RouteTokens && r.Method == http.MethodPost:
 		var in api.TokenRequest
 		json.NewDecoder(r.Body).Decode(&in)
@@ -678,4 +686,34 @@ func TestMgmtRealStation(t *testing.T) {
 	if got, errs, ok := run("cfg", "get"); !ok || got != cur {
 		t.Errorf("the restored station serves %q (%s), the first served %q", got, errs, cur)
 	}
+}
+
+// TestCfgTx: a list of operations goes as one version; a bad one is
+// refused before any call, naming which.
+func TestCfgTx(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newFakeStation(t, "127.0.53.8")
+	os.WriteFile("ops.json", []byte(`[{"op":"put","kind":"node","value":{"name":"web5","address":"127.0.0.25:8080"}},{"op":"delete","kind":"node","name":"web1"}]`), 0o644)
+	code, out, errs := f.run("cfg", "tx", "ops.json", "--token-file", tf)
+	if code != 0 || !strings.Contains(out, "ops: 2") || !strings.HasSuffix(out, "applied: version 2\n") {
+		t.Fatalf("tx: %d %q %q", code, out, errs)
+	}
+	if code, _, errs = f.run("cfg", "tx", "ops.json", "--token-file", tf, "--base", "1"); code != exitConflict {
+		t.Errorf("stale tx: %d %q", code, errs)
+	}
+	os.WriteFile("bad.json", []byte(`{"ops":[{"op":"put","kind":"node","value":{}},{"op":"drop","kind":"node","name":"x"}]}`), 0o644)
+	if code, _, errs = f.run("cfg", "tx", "bad.json", "--token-file", tf); code != 1 || !strings.Contains(errs, `bad.json: operation 2: op "drop": want put or delete`) {
+		t.Errorf("bad tx: %d %q", code, errs)
+	}
+}
+
+func FuzzTxOps(f *testing.F) {
+	f.Add([]byte(`[{"op":"delete","kind":"node","name":"web1"}]`))
+	f.Add([]byte(`{"ops":[{"op":"put","kind":"service","value":{"name":"www"}}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ops, err := parseTxOps(b)
+		if err == nil && len(ops) == 0 {
+			t.Fatalf("no error and no operations from %q", b)
+		}
+	})
 }
