@@ -598,6 +598,9 @@ version if so (it keeps running the one before).`,
 				}{cur, ms})
 			}
 			printStationMembers(os.Stdout, ms, cur)
+			if len(ms) == 0 {
+				fmt.Fprintln(os.Stderr, "no member has joined yet ('corral mgmt token create', then --join on each role)")
+			}
 			return nil
 		},
 	}

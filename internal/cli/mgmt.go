@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -92,7 +93,8 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			if err := os.MkdirAll(opt.Data, 0o700); err != nil {
 				return err
 			}
-			opt.Log = daemonLog("mgmt")
+			// The station tags its own records with role=mgmt.
+			opt.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, stop := signalContext()
 			defer stop()
 			st, err := mgmt.New(opt)
@@ -307,7 +309,11 @@ func printTokens(w io.Writer, toks []api.Token, now time.Time) {
 		if user == "" {
 			user = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Role, user, t.CreatedBy, t.Expires.Local().Format(time.RFC3339), use, tokenState(t, now))
+		exp := "never"
+		if !t.Expires.IsZero() {
+			exp = t.Expires.Local().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Role, user, t.CreatedBy, exp, use, tokenState(t, now))
 	}
 	tw.Flush()
 }
@@ -320,7 +326,11 @@ func userCmd() *cobra.Command {
 		Long: `Accounts of the station's API. An admin may do anything; a webmaster uploads
 into their domains' directories only; a read-only user looks. Passwords are
 read from --password-file or standard input (its first line), and kept
-hashed by the station. Users get an API token with 'corral mgmt login'.`,
+hashed by the station. Users get an API token with 'corral mgmt login'.
+
+The station takes a user's role and domains from the configuration's
+accounts: section: list the user there first ('corral cfg apply'), then set
+the password here.`,
 		Example: `  echo 's3cret-pass' | corral mgmt user add alice --role webmaster --domain www.example.com
   corral mgmt user add bob --role admin --password-file bob.pw
   corral mgmt user list

@@ -204,7 +204,8 @@ func (f *fakeStation) serve(w http.ResponseWriter, r *http.Request) {
 	case p == api.RouteTokens:
 		f.reply(w, []api.Token{{ID: "abc123", Role: "node", CreatedBy: "admin", Expires: time.Now().Add(time.Hour)},
 			{ID: "old", Role: "iod", CreatedBy: "admin", Expires: time.Now().Add(-time.Hour)},
-			{ID: "once", Role: "node", CreatedBy: "admin", Expires: time.Now().Add(time.Hour), SingleUse: true, Used: true}})
+			{ID: "once", Role: "node", CreatedBy: "admin", Expires: time.Now().Add(time.Hour), SingleUse: true, Used: true},
+			{ID: "boot", Role: "admin", User: "admin", CreatedBy: "station"}})
 	case strings.HasPrefix(p, api.RouteToken) && r.Method == http.MethodDelete:
 		f.revoked = append(f.revoked, strings.TrimPrefix(p, api.RouteToken))
 	case p == api.RouteUsers && r.Method == http.MethodPost:
@@ -370,7 +371,7 @@ func TestMgmtTokens(t *testing.T) {
 		t.Fatalf("token create: %d %q %q, want %q", code, out, errs, want)
 	}
 	code, out, _ = f.run("mgmt", "token", "list", "--token-file", tf)
-	for _, re := range []string{`(?m)^abc123 +node .* valid$`, `(?m)^old +iod .* expired$`, `(?m)^once +node .* once +used$`} {
+	for _, re := range []string{`(?m)^abc123 +node .* valid$`, `(?m)^old +iod .* expired$`, `(?m)^once +node .* once +used$`, `(?m)^boot +admin +admin +station +never +many +valid$`} {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("token list: %d %q lacks %s", code, out, re)
 		}

@@ -176,7 +176,7 @@ func stationError(cmdPath, file string, base int64, err error) error {
 	case se.Status == http.StatusUnauthorized:
 		return fmt.Errorf("%s (the API token was refused: give --token-file, or 'corral mgmt login --user NAME')", se.Body.Error)
 	case se.Status == http.StatusForbidden:
-		return fmt.Errorf("%s (your role may not do this)", se.Body.Error)
+		return fmt.Errorf("refused: %s", se.Body.Error)
 	}
 	return fmt.Errorf("station: %s", strings.TrimSpace(se.Body.Error))
 }
