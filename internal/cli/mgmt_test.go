@@ -34,10 +34,10 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
-// fakeStation is the least of the station's API these commands need,
+// cfgStation is the least of the station's API these commands need,
 // over TLS on 127.0.53.0/24; the real one is internal/mgmt's (see
 // TestMgmtRealStation). It keeps versions in memory and checks the bearer.
-type fakeStation struct {
+type cfgStation struct {
 	t      *testing.T
 	srv    *httptest.Server
 	caFile string // the server's self-signed certificate: its own CA
@@ -53,9 +53,9 @@ type fakeStation struct {
 	failBack bool
 }
 
-func newFakeStation(t *testing.T, ip string) *fakeStation {
+func newCfgStation(t *testing.T, ip string) *cfgStation {
 	t.Helper()
-	f := &fakeStation{t: t, tokens: map[string]bool{"admintok": true}, users: map[string]api.UserRequest{},
+	f := &cfgStation{t: t, tokens: map[string]bool{"admintok": true}, users: map[string]api.UserRequest{},
 		versions: []api.Version{{Version: 1, Author: "admin", Comment: "first", Time: time.Unix(1700000000, 0), YAML: "nodes:\n  - name: web1\n"}}}
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -94,18 +94,18 @@ func selfSigned(t *testing.T, ip string) (tls.Certificate, []byte) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, der
 }
 
-func (f *fakeStation) fail(w http.ResponseWriter, status int, body api.Error) {
+func (f *cfgStation) fail(w http.ResponseWriter, status int, body api.Error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(body)
 }
 
-func (f *fakeStation) reply(w http.ResponseWriter, v any) {
+func (f *cfgStation) reply(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
 }
 
-func (f *fakeStation) serve(w http.ResponseWriter, r *http.Request) {
+func (f *cfgStation) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r.URL.Path == api.RouteLogin {
@@ -248,7 +248,7 @@ func stripComments(y string) string {
 // mgmtRun runs corral with the fake's --station and --ca, in a fresh
 // working directory (so no ./corral-data defaults apply) and
 // configuration home.
-func (f *fakeStation) run(args ...string) (int, string, string) {
+func (f *cfgStation) run(args ...string) (int, string, string) {
 	f.t.Helper()
 	return runMain(f.t, append(args, "--station", f.srv.URL, "--ca", f.caFile)...)
 }
@@ -273,7 +273,7 @@ func mgmtTestEnv(t *testing.T) string {
 // with exit status 3 and what to do; --force applies anyway.
 func TestCfgApplyStale(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.1")
+	f := newCfgStation(t, "127.0.53.1")
 	code, out, errs := f.run("cfg", "get", "--token-file", tf)
 	if code != 0 || out != "# version 1\nnodes:\n  - name: web1\n" {
 		t.Fatalf("cfg get: %d %q %q", code, out, errs)
@@ -328,7 +328,7 @@ func TestCfgApplyStale(t *testing.T) {
 // line as FILE:LINE: PATH: msg, exit status 1.
 func TestCfgApplyErrors(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.2")
+	f := newCfgStation(t, "127.0.53.2")
 	os.WriteFile("bad.yaml", []byte("# version 1\nbad: 1\n"), 0o644)
 	code, out, errs := f.run("cfg", "apply", "bad.yaml", "--token-file", tf)
 	want := "bad.yaml:3: services[0].vip: not an IP address\nbad.yaml:7: nodes[1].name: duplicate name\n"
@@ -341,7 +341,7 @@ func TestCfgApplyErrors(t *testing.T) {
 // a token the station refuses is said so too.
 func TestMgmtNoToken(t *testing.T) {
 	mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.3")
+	f := newCfgStation(t, "127.0.53.3")
 	code, _, errs := f.run("cfg", "get")
 	if code != 1 || !strings.Contains(errs, "no API token") || !strings.Contains(errs, "--token-file") {
 		t.Errorf("no token: %d %q", code, errs)
@@ -363,7 +363,7 @@ func TestMgmtNoToken(t *testing.T) {
 // ID.SECRET.CAHASH with the CA's pin; list shows states; revoke.
 func TestMgmtTokens(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.4")
+	f := newCfgStation(t, "127.0.53.4")
 	code, out, errs := f.run("mgmt", "token", "create", "--role", "node", "--ttl", "1h", "--single-use", "--token-file", tf)
 	h := sha256.Sum256(f.caDER)
 	want := "abc123.s3cr3t." + hex.EncodeToString(h[:])[:32] + "\n"
@@ -385,7 +385,7 @@ func TestMgmtTokens(t *testing.T) {
 // token (0600) is what the next command sends.
 func TestMgmtUsersLogin(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.5")
+	f := newCfgStation(t, "127.0.53.5")
 	os.WriteFile("pw", []byte("hunter22\n"), 0o600)
 	code, _, errs := f.run("mgmt", "user", "add", "alice", "--role", "webmaster", "--domain", "a.example", "--domain", "b.example", "--password-file", "pw", "--token-file", tf)
 	if u := f.users["alice"]; code != 0 || u.Password != "hunter22" || u.Role != "webmaster" || len(u.Domains) != 2 {
@@ -425,7 +425,7 @@ func TestMgmtUsersLogin(t *testing.T) {
 // download leaves neither FILE nor FILE.tmp.
 func TestMgmtBackup(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.6")
+	f := newCfgStation(t, "127.0.53.6")
 	f.backup = bytes.Repeat([]byte("snapshot"), 100000)
 	code, _, errs := f.run("mgmt", "backup", "s.bak", "--token-file", tf)
 	got, err := os.ReadFile("s.bak")
@@ -449,7 +449,7 @@ func TestMgmtBackup(t *testing.T) {
 // TestCfgStatus: the members table says who is behind and why.
 func TestCfgStatus(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.7")
+	f := newCfgStation(t, "127.0.53.7")
 	f.members = []api.MemberStatus{
 		{Name: "web1", Role: "node", Addr: "127.0.0.21:8080", Version: 1, Healthy: true, Up: true},
 		{Name: "dir1", Role: "director", Addr: "127.0.0.1:7500", Version: 0, Error: "services[0].vip: in use", Health: "no backends"},
@@ -693,7 +693,7 @@ func TestMgmtRealStation(t *testing.T) {
 // refused before any call, naming which.
 func TestCfgTx(t *testing.T) {
 	tf := mgmtTestEnv(t)
-	f := newFakeStation(t, "127.0.53.8")
+	f := newCfgStation(t, "127.0.53.8")
 	os.WriteFile("ops.json", []byte(`[{"op":"put","kind":"node","value":{"name":"web5","address":"127.0.0.25:8080"}},{"op":"delete","kind":"node","name":"web1"}]`), 0o644)
 	code, out, errs := f.run("cfg", "tx", "ops.json", "--token-file", tf)
 	if code != 0 || !strings.Contains(out, "ops: 2") || !strings.HasSuffix(out, "applied: version 2\n") {
