@@ -281,12 +281,18 @@ bytes both ways. Conn/s, InB/s and OutB/s are rates over the director's last
 			v, err := a.Services(cx)
 			return v, func() error { return printServices(v) }, err
 		})}
-	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why)", Args: cobra.NoArgs,
-		Example: "  corral ctl status",
+	var stationSF stationFlags // cfg.go: the station's members table, appended when a station answers
+	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why); the station's members when one answers", Args: cobra.NoArgs,
+		Example: "  corral ctl status\n  corral ctl status --station https://10.0.0.5:7600",
 		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
 			v, err := a.Status(cx)
-			return v, func() error { printReload(os.Stdout, v.Reload); return nil }, err
+			return v, func() error {
+				printReload(os.Stdout, v.Reload)
+				appendStationMembers(os.Stdout, &stationSF)
+				return nil
+			}, err
 		})}
+	stationSF.addNamed(status.Flags(), "station", "station-token-file", "station-ca")
 	conns := &cobra.Command{Use: "conns", Short: "The connection table (like ipvsadm -Lnc)",
 		Long: `The connection table, like 'ipvsadm -Lnc': protocol, time until the entry
 expires (mm:ss), state, client (source), virtual (VIP) and destination (real
