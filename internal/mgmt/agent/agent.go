@@ -96,12 +96,12 @@ type Agent struct {
 	reply   *api.JoinReply
 	started time.Time
 
-	mu      sync.Mutex
-	applied int64  // version running
+	mu       sync.Mutex
+	applied  int64  // version running
 	applyErr string // why the last version tried could not be applied
-	tried   string // version and drained list last handed to Apply
-	binary  string // last rolling-upgrade order carried out (its JSON)
-	kick    chan struct{}
+	tried    string // version and drained list last handed to Apply
+	binary   string // last rolling-upgrade order carried out (its JSON)
+	kick     chan struct{}
 }
 
 // Join joins (or reuses the saved credential) and returns the agent and
