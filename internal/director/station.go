@@ -68,4 +68,3 @@ func Serve(ctx context.Context, d *Director, admin, tokenFile string, ready func
 	<-ctx.Done()
 	return nil
 }
-
