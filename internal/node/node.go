@@ -210,6 +210,9 @@ type Load struct {
 	CPUs          int     `json:"cpus"`
 }
 
+// Load is the node's load now (what /load answers).
+func (s *Server) Load() Load { return s.load() }
+
 func (s *Server) load() Load {
 	l := Load{Active: s.active.Load(), BytesInFlight: s.inflight.Load(), Served: s.served.Load(), CPUs: runtime.NumCPU()}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {

@@ -306,6 +306,9 @@ func mergeStations(first, more []string) []string {
 	return out
 }
 
+// State is the directory the credential is kept in.
+func (a *Agent) State() string { return a.opt.State }
+
 // Reply is the join reply (or what was saved of it).
 func (a *Agent) Reply() *api.JoinReply { return a.reply }
 
