@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/spf13/pflag"
+)
+
+// Every member command takes the join flags beside its own (a clash
+// panics when the command is built).
+func TestJoinFlagsRegistered(t *testing.T) {
+	for name, tf := range map[string]string{"director": "join-token-file", "node": "token-file", "meta": "token-file", "iod": "token-file"} {
+		var cmd = map[string]func() *pflag.FlagSet{
+			"director": func() *pflag.FlagSet { return directorCmd().Flags() },
+			"node":     func() *pflag.FlagSet { return nodeCmd().Flags() },
+			"meta":     func() *pflag.FlagSet { return metaCmd().Flags() },
+			"iod":      func() *pflag.FlagSet { return iodCmd().Flags() },
+		}[name]()
+		for _, f := range []string{"join", "token", tf, "name", "state", "station-ca"} {
+			if cmd.Lookup(f) == nil {
+				t.Errorf("corral %s has no --%s", name, f)
+			}
+		}
+	}
+}
+
+// meta's --join is a station URL, or alone (with --id) the Raft entry it
+// always was.
+func TestMetaJoinFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		raft    bool
+		station string
+		bad     bool
+	}{
+		{args: []string{"--id", "4", "--join", "--listen", "x:1"}, raft: true},
+		{args: []string{"--id", "4", "--listen", "x:1", "--join"}, raft: true},
+		{args: []string{"--join", "https://127.0.0.1:7600", "--token", "a.b.c"}, station: "https://127.0.0.1:7600"},
+		{args: []string{"--join=https://127.0.0.1:7600,https://127.0.0.2:7600"}, station: "https://127.0.0.1:7600,https://127.0.0.2:7600"},
+		{args: []string{"--listen", "x:1"}},
+		{args: []string{"--join", "https://127.0.0.1:7600", "extra"}, bad: true},
+		{args: []string{"stray"}, bad: true},
+	} {
+		var jf joinFlags
+		fs := pflag.NewFlagSet("meta", pflag.ContinueOnError)
+		fs.Uint64("id", 0, "")
+		fs.String("listen", "", "")
+		jf.add(fs, api.RoleMeta, "token-file")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		raft, err := jf.metaJoin(fs.Args())
+		switch {
+		case tc.bad:
+			if err == nil {
+				t.Errorf("%q: accepted", tc.args)
+			}
+		case err != nil || raft != tc.raft || jf.enabled() != (tc.station != "") || (tc.station != "" && jf.join != tc.station):
+			t.Errorf("%q: raft %v, station %v %q, err %v", tc.args, raft, jf.enabled(), jf.join, err)
+		}
+	}
+}
+
+func TestJoinOptions(t *testing.T) {
+	dir := t.TempDir()
+	tf := filepath.Join(dir, "tok")
+	os.WriteFile(tf, []byte("id.secret.hash\n"), 0o600)
+	jf := joinFlags{join: "https://a:1, https://b:2", tokenFile: tf}
+	o, err := jf.options(api.RoleNode, "node-x", "st", nil)
+	if err != nil || o.Token != "id.secret.hash" || strings.Join(o.Stations, " ") != "https://a:1 https://b:2" || o.Name != "node-x" || o.State != "st" {
+		t.Fatalf("%+v %v", o, err)
+	}
+	jf.token = "x.y.z"
+	if _, err := jf.options(api.RoleNode, "n", "s", nil); err == nil {
+		t.Fatal("--token with a token file accepted")
+	}
+	jf = joinFlags{join: "https://a:1", tokenFile: filepath.Join(dir, "missing")}
+	if _, err := jf.options(api.RoleNode, "n", "s", nil); err == nil || !strings.Contains(err.Error(), "join token") {
+		t.Fatalf("missing token file: %v", err)
+	}
+}
