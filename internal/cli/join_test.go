@@ -1,12 +1,18 @@
 package cli
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/pflag"
 )
 
@@ -81,5 +87,37 @@ func TestJoinOptions(t *testing.T) {
 	jf = joinFlags{join: "https://a:1", tokenFile: filepath.Join(dir, "missing")}
 	if _, err := jf.options(api.RoleNode, "n", "s", nil); err == nil || !strings.Contains(err.Error(), "join token") {
 		t.Fatalf("missing token file: %v", err)
+	}
+}
+
+// A meta member that leads applies filesystem.layouts as 'corral fs
+// layout set' would, making the directories that are missing.
+func TestApplyLayouts(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	cred, err := proto.DefaultCredential()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := proto.Security{Cred: cred}
+	ctx := context.Background()
+	layouts := []clustercfg.Layout{{Path: "/www", StripeSize: "1M", StripeCount: 2}, {Path: "/www/db", Replicas: 2, StripeCount: -1}}
+	if err := applyLayouts(ctx, fsys.Meta.Addr, sec, layouts, slog.Default()); err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(fsys.Meta.Addr, client.WithSecurity(sec))
+	defer cl.Close()
+	a, err := cl.Stat(ctx, "/www")
+	if err != nil || a.StripeSize != 1<<20 || a.StripeCount != 2 {
+		t.Fatalf("/www: %+v %v", a, err)
+	}
+	a, err = cl.Stat(ctx, "/www/db")
+	if err != nil || a.Replicas != 2 || a.StripeCount != proto.AllServers {
+		t.Fatalf("/www/db: %+v %v", a, err)
+	}
+	for _, bad := range []clustercfg.Layout{{Path: "/x", StripeSize: "3K"}, {Path: "/x", StripeCount: -2}, {Path: "/x", Replicas: 9}, {Path: "/x", Placement: "round"}} {
+		err := applyLayouts(ctx, fsys.Meta.Addr, sec, []clustercfg.Layout{bad}, slog.Default())
+		if err == nil || !strings.Contains(err.Error(), "filesystem.layouts[0] (/x)") {
+			t.Errorf("%+v: %v", bad, err)
+		}
 	}
 }
