@@ -110,6 +110,7 @@ func Join(ctx context.Context, opt Options) (*Agent, *api.JoinReply, error) {
 	if len(opt.Stations) == 0 {
 		return nil, nil, errors.New("join: no station: give --join URL")
 	}
+	opt.Stations = slices.Clone(opt.Stations)
 	for i, s := range opt.Stations {
 		u, err := url.Parse(s)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -234,7 +235,7 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 		}
 		hc = cl.HTTP
 	default:
-		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: pin.config()}}
+		hc = &http.Client{Transport: pin.transport()}
 	}
 	defer hc.CloseIdleConnections()
 	cl := &api.Client{Stations: a.opt.Stations, Token: a.opt.Token, HTTP: hc}

@@ -134,6 +134,12 @@ func TestJoinRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no --token") {
 		t.Fatalf("no token: got %v", err)
 	}
+	// The right CA, but a certificate for another address.
+	g := newFakeStationCert(t, "127.0.54.7", "127.0.54.99")
+	_, _, err = Join(ctx, opts(g, t.TempDir(), g.token("t4", ""), &applier{}))
+	if err == nil || !strings.Contains(err.Error(), "127.0.54.7") || g.joined() != 0 {
+		t.Fatalf("certificate for another address: got %v", err)
+	}
 }
 
 func TestJoinSavedCredential(t *testing.T) {

@@ -76,7 +76,12 @@ func newCA(t *testing.T, host string) (caPEM []byte, caDER []byte, leaf tls.Cert
 }
 
 func newFakeStation(t *testing.T, host string) *fakeStation {
-	caPEM, caDER, leaf := newCA(t, host)
+	return newFakeStationCert(t, host, host)
+}
+
+// newFakeStationCert is a station on host with a certificate for certHost.
+func newFakeStationCert(t *testing.T, host, certHost string) *fakeStation {
+	caPEM, caDER, leaf := newCA(t, certHost)
 	f := &fakeStation{t: t, addr: host + ":0", caPEM: caPEM, caHash: CAHash(caDER), cert: leaf,
 		tokens: map[string]string{}, creds: map[string]bool{}, changed: make(chan struct{})}
 	f.up()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 )
@@ -64,17 +67,31 @@ type pinned struct {
 	used bool   // a TLS handshake happened
 }
 
-func (p *pinned) config() *tls.Config {
+func (p *pinned) config(host string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		ServerName: host,
 		// The chain is checked below against the pinned CA, not against
 		// the system's roots, which never hold a station's own CA.
 		InsecureSkipVerify: true,
-		VerifyConnection:   p.verify,
+		VerifyConnection:   func(cs tls.ConnectionState) error { return p.verify(cs, host) },
 	}
 }
 
-func (p *pinned) verify(cs tls.ConnectionState) error {
+// transport dials TLS with the pin; each connection knows the host it
+// dialled (an IP address is not in the handshake's state).
+func (p *pinned) transport() *http.Transport {
+	return &http.Transport{DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		d := tls.Dialer{Config: p.config(host)}
+		return d.DialContext(ctx, network, addr)
+	}}
+}
+
+func (p *pinned) verify(cs tls.ConnectionState, host string) error {
 	p.mu.Lock()
 	p.used = true
 	p.mu.Unlock()
@@ -103,7 +120,7 @@ func (p *pinned) verify(cs tls.ConnectionState) error {
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
-	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: cs.ServerName})
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: host})
 	if err != nil {
 		return fmt.Errorf("station certificate: %w", err)
 	}
