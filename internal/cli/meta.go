@@ -68,8 +68,8 @@ The Raft log lives in DIR/raft.
 
 With --join URL (a management station's) it joins the station with the token
 (once; the credential is kept in --state, default DIR-agent beside --data):
-the join hands over the cluster secret when there is no --secret-file (it is
-written to DIR/cluster.secret if that is missing, and must equal it if not).
+the join hands over the cluster secret (it is written to DIR/cluster.secret
+if that is missing, and must equal it if not).
 The leader applies filesystem.layouts of every configuration version, as
 'corral fs layout set' would; every member reports the version.`,
 		Example: `  corral meta --listen 127.0.0.1:7400 --data /var/lib/corral/meta
@@ -132,7 +132,7 @@ The leader applies filesystem.layouts of every configuration version, as
 			defer stop()
 			started := make(chan struct{})
 			if jf.enabled() {
-				a, err := metaJoin(ctx, &jf, listen, httpListen, data, cmd.Flags().Changed("secret-file"), &sec, started)
+				a, err := metaJoin(ctx, &jf, listen, httpListen, data, &sec, started)
 				if err != nil {
 					return err
 				}
@@ -174,10 +174,10 @@ The leader applies filesystem.layouts of every configuration version, as
 }
 
 // metaJoin joins the station for a metadata member: the cluster secret
-// from the join unless --secret-file gave one (kept in DATA/cluster.secret,
-// which must agree); its Apply sets filesystem.layouts when this member
-// leads, once it serves (started closed).
-func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data string, haveSecret bool, sec *proto.Security, started <-chan struct{}) (*agent.Agent, error) {
+// from the join (kept in DATA/cluster.secret, which must agree; a station
+// without one leaves meta its own); its Apply sets filesystem.layouts when
+// this member leads, once it serves (started closed).
+func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data string, sec *proto.Security, started <-chan struct{}) (*agent.Agent, error) {
 	log := daemonLog("meta")
 	name := "meta-" + listen
 	o, err := jf.options(api.RoleMeta, name, filepath.Clean(data)+"-agent", log)
@@ -194,13 +194,22 @@ func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data strin
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		return applyLayouts(ctx, listen, *sec, c.FileSystem.Layouts, log)
+		ls := *sec
+		if ls.Cred == nil {
+			// The secret meta made itself (the station had none).
+			var err error
+			if ls.Cred, err = proto.LoadCredential(filepath.Join(data, proto.SecretFileName)); err != nil {
+				return err
+			}
+		}
+		return applyLayouts(ctx, listen, ls, c.FileSystem.Layouts, log)
 	}
 	a, reply, err := agent.Join(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	if haveSecret {
+	if len(reply.Secret) == 0 {
+		log.Warn("the station hands out no cluster secret; meta keeps its own", "file", filepath.Join(data, proto.SecretFileName))
 		return a, nil
 	}
 	cred, _, err := joinSecret(o.State, reply.Secret)
@@ -217,7 +226,7 @@ func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data strin
 		return nil, err
 	default:
 		if c, err := proto.ParseCredential(old); err != nil || !bytes.Equal(c.Marshal(), cred.Marshal()) {
-			return nil, fmt.Errorf("join: %s is not the cluster secret the station holds: this data directory belongs to another file system (or give --secret-file)", p)
+			return nil, fmt.Errorf("join: %s is not the cluster secret the station holds: this data directory belongs to another file system", p)
 		}
 	}
 	sec.Cred = cred
