@@ -367,9 +367,9 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) poll(ctx context.Context, rev int64) (*api.Desired, error) {
 	cctx, cancel := context.WithTimeout(ctx, pollWait+callTimeout)
 	defer cancel()
-	var buf bytes.Buffer
+	buf := &limitBuffer{max: maxDesired}
 	q := "?after=" + strconv.FormatInt(rev, 10) + "&wait=" + pollWait.String()
-	if err := a.cl.Do(cctx, http.MethodGet, api.RouteDesired+q, nil, &buf); err != nil {
+	if err := a.cl.Do(cctx, http.MethodGet, api.RouteDesired+q, nil, buf); err != nil {
 		return nil, err
 	}
 	if buf.Len() == 0 {
@@ -380,6 +380,23 @@ func (a *Agent) poll(ctx context.Context, rev int64) (*api.Desired, error) {
 		return nil, fmt.Errorf("desired: bad answer: %w", err)
 	}
 	return &d, nil
+}
+
+// maxDesired bounds a desired state's size (a configuration of 1,000
+// services and 10,000 servers is a few MB).
+const maxDesired = 64 << 20
+
+// limitBuffer is a bytes.Buffer that refuses to grow past max.
+type limitBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > b.max {
+		return 0, fmt.Errorf("desired state larger than %d bytes", b.max)
+	}
+	return b.Buffer.Write(p)
 }
 
 // handle applies a desired state if its configuration or drained list
