@@ -345,6 +345,8 @@ func nodeJoin(ctx context.Context, cmd *cobra.Command, jf *joinFlags, listen str
 	if cmd.Flags().Changed("secret-file") {
 		cfg.Security, err = sf.security(false)
 	} else {
+		// Not the default file (env, corral up's): the join's credential.
+		sf.secretFile = ""
 		cfg.Security, err = sf.security(true)
 		if err == nil {
 			cfg.Security.Cred, _, err = joinSecret(o.State, reply.Secret)

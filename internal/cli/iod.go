@@ -101,6 +101,9 @@ or --meta needed), and the station shows it among the members.`,
 				if !cmd.Flags().Changed("meta") && len(reply.Meta) > 0 {
 					metaAddr = strings.Join(reply.Meta, ",")
 				}
+				if !cmd.Flags().Changed("secret-file") {
+					sf.secretFile = "" // not the default file: the join's secret
+				}
 				if sec, err = sf.security(!cmd.Flags().Changed("secret-file")); err != nil {
 					return err
 				}
