@@ -68,6 +68,10 @@ var (
 	maxBackoff = 2 * time.Second
 	// callTimeout bounds a join, a report or a first check of the credential.
 	callTimeout = 10 * time.Second
+	// retryEvery is how often a version that could not be applied is
+	// tried again while it is the one wanted (the cause may pass: meta
+	// electing a leader, a VIP not yet free).
+	retryEvery = 10 * time.Second
 )
 
 // parse reads a version's YAML (a var so that tests can stand in for a
@@ -332,8 +336,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	rev := int64(-1)
 	backoff := 100 * time.Millisecond
 	down := false
+	var last *api.Desired
+	var tried time.Time
 	for ctx.Err() == nil {
-		d, err := a.poll(ctx, rev)
+		wait := pollWait
+		if _, e := a.Applied(); e != "" {
+			wait = min(wait, retryEvery)
+		}
+		d, err := a.poll(ctx, rev, wait)
 		if ctx.Err() != nil {
 			break
 		}
@@ -355,20 +365,27 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		if d == nil || d.Rev == rev {
+			if _, e := a.Applied(); e != "" && last != nil && time.Since(tried) >= retryEvery {
+				a.mu.Lock()
+				a.tried = "" // the same version again
+				a.mu.Unlock()
+				tried = time.Now()
+				a.handle(ctx, last)
+			}
 			continue
 		}
-		rev = d.Rev
+		rev, last, tried = d.Rev, d, time.Now()
 		a.handle(ctx, d)
 	}
 	return nil
 }
 
 // poll is one long-poll; nil without error: nothing new.
-func (a *Agent) poll(ctx context.Context, rev int64) (*api.Desired, error) {
-	cctx, cancel := context.WithTimeout(ctx, pollWait+callTimeout)
+func (a *Agent) poll(ctx context.Context, rev int64, wait time.Duration) (*api.Desired, error) {
+	cctx, cancel := context.WithTimeout(ctx, wait+callTimeout)
 	defer cancel()
 	buf := &limitBuffer{max: maxDesired}
-	q := "?after=" + strconv.FormatInt(rev, 10) + "&wait=" + pollWait.String()
+	q := "?after=" + strconv.FormatInt(rev, 10) + "&wait=" + wait.String()
 	if err := a.cl.Do(cctx, http.MethodGet, api.RouteDesired+q, nil, buf); err != nil {
 		return nil, err
 	}

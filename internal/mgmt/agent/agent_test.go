@@ -17,9 +17,9 @@ import (
 
 func fast(t *testing.T) {
 	useParser(t)
-	p, r := pollWait, reportEvery
-	pollWait, reportEvery = 2*time.Second, 100*time.Millisecond
-	t.Cleanup(func() { pollWait, reportEvery = p, r })
+	p, r, re := pollWait, reportEvery, retryEvery
+	pollWait, reportEvery, retryEvery = 2*time.Second, 100*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { pollWait, reportEvery, retryEvery = p, r, re })
 }
 
 // doc is a configuration whose one cluster is named name.
@@ -33,12 +33,17 @@ type applier struct {
 	version int64
 	drained []string
 	calls   int
+	failFor int // refuse this many more applies (a passing cause)
 }
 
 func (p *applier) apply(_ context.Context, c *clustercfg.Config, v int64, drained []string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
+	if p.failFor > 0 {
+		p.failFor--
+		return errors.New("meta: no leader yet")
+	}
 	if len(c.Clusters) > 0 && c.Clusters[0].Name == "bad" {
 		return errors.New("service www: scheduler \"nope\" unknown")
 	}
@@ -256,5 +261,25 @@ func TestStationOutage(t *testing.T) {
 	p.mu.Unlock()
 	if n, _ := p.state(); n != "two" || after != calls+1 {
 		t.Fatalf("after outage: running %s, %d applies (want two, %d)", n, after, calls+1)
+	}
+}
+
+// A version refused for a passing cause is tried again and applied.
+func TestApplyRetried(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.54.8")
+	f.set(1, doc("one"))
+	p := &applier{failFor: 2}
+	a, _, err := Join(context.Background(), opts(f, t.TempDir(), f.token("t1", ""), p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a)
+	waitFor(t, "the error reported", reported(f, 0, "no leader yet"))
+	waitFor(t, "version 1 applied on a later try", reported(f, 1, ""))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls != 3 {
+		t.Fatalf("%d applies, want 3", p.calls)
 	}
 }
