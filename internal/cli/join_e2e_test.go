@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
+	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
@@ -132,8 +134,10 @@ func TestNodeJoinsStation(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		return string(b)
 	}
+	_, parseErr := clustercfg.Parse("probe", []byte("services: []\n"))
 	_, viewErr := clustercfg.NodeView(&clustercfg.Config{}, "node1")
-	viewBuilt := viewErr == nil || !strings.Contains(viewErr.Error(), "not built")
+	built := func(err error) bool { return err == nil || !strings.Contains(err.Error(), "not built") }
+	viewBuilt := built(parseErr) && built(viewErr)
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		for i := 0; !cond(); i++ {
@@ -151,7 +155,7 @@ func TestNodeJoinsStation(t *testing.T) {
 			t.Fatalf("after version 1 (docroot /site2): %q", b)
 		}
 	} else {
-		t.Log("clustercfg.NodeView not built yet: only the join, the credential and the reports are checked")
+		t.Log("clustercfg not built yet: only the join, the credential and the reports are checked")
 		waitFor("the apply error reported", func() bool { r, _ := st.last(); return strings.Contains(r.Error, "not built") })
 		if b := get(p); b != "A" {
 			t.Fatalf("served %q, want A (docroot /www)", b)
@@ -170,5 +174,67 @@ func TestNodeJoinsStation(t *testing.T) {
 	st.mu.Unlock()
 	if joins != 1 {
 		t.Fatalf("%d joins, want 1 (the restart uses the saved credential)", joins)
+	}
+}
+
+// corral director --join: no file, the admin API up, each version applied
+// (or its error shown by ctl status) and the director's table reported.
+func TestDirectorJoinsStation(t *testing.T) {
+	st := newMiniStation(t)
+	dir := t.TempDir()
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	vl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vip := vl.Addr().String()
+	vl.Close()
+	st.version = 1
+	st.yaml = "clusters:\n  - name: web\nnodes:\n  - name: n1\n    address: " + backend.Addr().String() + "\n    cluster: web\n" +
+		"directors:\n  - name: d1\nservices:\n  - name: www\n    cluster: web\n    vip: " + vip + "\n    check:\n      type: none\n"
+	p, err := launch.Start(context.Background(), "director", pfstest.Binary(t), filepath.Join(dir, "director.log"),
+		"director", "--join", st.URL, "--token", st.token, "--name", "d1", "--admin", "127.0.0.1:0",
+		"--token-file", filepath.Join(dir, "admin.token"), "--state", filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop() })
+	_, parseErr := clustercfg.Parse("probe", []byte("services: []\n"))
+	_, viewErr := clustercfg.DirectorView(&clustercfg.Config{}, "d1", nil)
+	built := func(err error) bool { return err == nil || !strings.Contains(err.Error(), "not built") }
+	var rep api.MemberStatus
+	for i := 0; rep.Role != api.RoleDirector || rep.Version == 0 && rep.Error == ""; i++ {
+		if i > 500 {
+			t.Fatalf("no report of version 1 from the director: %+v; log: %s", rep, launch.Tail(p.Log, 10))
+		}
+		time.Sleep(20 * time.Millisecond)
+		rep, _ = st.last()
+	}
+	if rep.Name != "d1" || rep.Addr == "" || !rep.Healthy {
+		t.Fatalf("report: %+v", rep)
+	}
+	r, err := http.Get("http://" + p.Addr + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status director.DirectorStatus
+	json.NewDecoder(r.Body).Decode(&status)
+	r.Body.Close()
+	if !built(parseErr) || !built(viewErr) {
+		t.Log("clustercfg not built yet: the error reported is what is checked")
+		if !strings.Contains(rep.Error, "not built") || rep.Version != 0 {
+			t.Fatalf("report: %+v", rep)
+		}
+		return
+	}
+	if rep.Version != 1 || rep.Error != "" || !strings.Contains(string(rep.Report), `"name":"www"`) {
+		t.Fatalf("version 1: report %+v", rep)
+	}
+	if status.Reload == nil || !status.Reload.OK || status.Reload.File != "station version 1" {
+		t.Fatalf("ctl status: %+v", status.Reload)
 	}
 }
