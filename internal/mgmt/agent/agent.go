@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -119,6 +120,11 @@ func Join(ctx context.Context, opt Options) (*Agent, *api.JoinReply, error) {
 		u, err := url.Parse(s)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 			return nil, nil, fmt.Errorf("join: station %q: want a URL such as https://127.0.0.1:7600", s)
+		}
+		if ip, err := netip.ParseAddr(u.Hostname()); u.Scheme == "http" && (err != nil || !ip.IsLoopback()) && u.Hostname() != "localhost" {
+			// Tokens and credentials in the clear: a test station on
+			// loopback only.
+			return nil, nil, fmt.Errorf("join: station %q: plain http is for a station on loopback only; use https", s)
 		}
 		opt.Stations[i] = strings.TrimSuffix(s, "/")
 	}

@@ -135,6 +135,11 @@ func TestJoinRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no station answered") {
 		t.Fatalf("no station: got %v", err)
 	}
+	o = opts(f, t.TempDir(), f.token("t5", ""), &applier{})
+	o.Stations = []string{"http://10.1.2.3:7600"}
+	if _, _, err = Join(ctx, o); err == nil || !strings.Contains(err.Error(), "plain http is for a station on loopback only") {
+		t.Fatalf("plain http off loopback: got %v", err)
+	}
 	_, _, err = Join(ctx, opts(f, t.TempDir(), "", &applier{}))
 	if err == nil || !strings.Contains(err.Error(), "no --token") {
 		t.Fatalf("no token: got %v", err)
