@@ -27,6 +27,9 @@ func decodeConfig(file string, data []byte) (*Config, map[string]int, Errors) {
 	if root != nil {
 		d.decode(root, reflect.ValueOf(c).Elem(), "")
 	}
+	if d.spent {
+		return nil, nil, d.errs // what was read is not worth checking
+	}
 	return c, d.lines, d.errs
 }
 
