@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,12 +12,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
+	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/node"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -46,9 +51,10 @@ func configExit(err error) error {
 }
 
 func directorCmd() *cobra.Command {
-	var cfgPath, secretFile, check, tokenFile string
+	var cfgPath, secretFile, check, tokenFile, adminAddr string
+	var jf joinFlags
 	c := &cobra.Command{
-		Use:   "director --config FILE",
+		Use:   "director --config FILE | --join STATION --token T",
 		Short: "Run the director: virtual services spread over real servers",
 		Long: `Run the director. FILE describes the virtual services (VIP, protocol,
 dataplane l4, l7 or xdp, scheduler, persistence, health check, real servers); see
@@ -58,9 +64,16 @@ rejected with every error's line and the running configuration stays
 ('corral ctl status' shows why). --check FILE validates a file and exits. The
 admin API (JSON and /metrics) listens on the configured address (keep it on
 loopback); 'corral ctl' talks to it. Changes through the admin API need the
-bearer token the director writes on first start to --token-file (mode 0600).`,
+bearer token the director writes on first start to --token-file (mode 0600).
+
+With --join the director takes its configuration from a management station
+instead of FILE: it joins with the token (once; the credential is kept in
+--state), starts with no services, and applies every version the station
+hands out (atomic swap, connections kept; a version it refuses leaves the
+running one and the error shows at the station). Its admin API is on --admin.`,
 		Example: `  corral director --config /etc/corral/director.conf
-  corral director --check /etc/corral/director.conf.new   # validate only`,
+  corral director --check /etc/corral/director.conf.new   # validate only
+  corral director --join https://127.0.0.1:7600 --token "$(cat director.token)" --name director1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if check != "" {
@@ -78,6 +91,18 @@ bearer token the director writes on first start to --token-file (mode 0600).`,
 				}
 				os.Setenv(proto.SecretEnv, secretFile)
 			}
+			if jf.enabled() {
+				if cmd.Flags().Changed("config") {
+					return usageError{errors.New("--config and --join exclude each other: the configuration comes from the file or from the station")}
+				}
+				if tokenFile == "" {
+					tokenFile = director.DefaultTokenFile(cfgPath)
+				}
+				return directorJoined(cmd, &jf, adminAddr, tokenFile, secretFile != "")
+			}
+			if cmd.Flags().Changed("admin") {
+				return usageError{errors.New("--admin goes with --join; with --config the file's admin line sets it")}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			return configExit(director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
@@ -89,7 +114,51 @@ bearer token the director writes on first start to --token-file (mode 0600).`,
 	c.Flags().StringVar(&check, "check", "", "validate this configuration file, print every error (file:line: field: why) and exit: 1 if any, else 0")
 	c.Flags().StringVar(&tokenFile, "token-file", "", "admin API bearer token, created (mode 0600) if missing; 'corral ctl' reads it (default: admin.token beside --config)")
 	c.Flags().StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "file-system credential for the config's meta (the read-only one suffices; env "+proto.SecretEnv+")")
+	c.Flags().StringVar(&adminAddr, "admin", "127.0.0.1:7500", "with --join: the admin API's address (keep it on loopback)")
+	jf.add(c.Flags(), api.RoleDirector, "join-token-file")
 	return c
+}
+
+// directorJoined runs a director whose configuration comes from the
+// station: the admin API, the agent applying each version, until a signal.
+func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, haveSecret bool) error {
+	log := daemonLog("director")
+	name := "director-" + admin
+	o, err := jf.options(api.RoleDirector, name, defaultState(cmp.Or(jf.name, name)), log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	d := director.New(log)
+	defer d.Close()
+	d.SetSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} })
+	o.Addr = admin
+	o.Metrics = "http://" + admin + "/metrics"
+	o.Apply = func(_ context.Context, cfg *clustercfg.Config, version int64, drained []string) error {
+		return d.ApplyCluster(cfg, version, o.Name, drained)
+	}
+	o.Report = func() any { return d.Status() }
+	a, reply, err := agent.Join(ctx, o)
+	if err != nil {
+		return err
+	}
+	if !haveSecret && len(reply.Secret) > 0 {
+		// mwlc's file sizes: the file-system client takes its credential
+		// from the environment, as with --secret-file.
+		_, p, err := joinSecret(o.State, reply.Secret)
+		if err != nil {
+			return err
+		}
+		os.Setenv(proto.SecretEnv, p)
+	}
+	srvErr := make(chan error, 1)
+	go func() {
+		srvErr <- director.Serve(ctx, d, admin, tokenFile, func(a string) { ready("director", a) })
+		stop()
+	}()
+	runAgent(ctx, a)()
+	return <-srvErr
 }
 
 func nodeCmd() *cobra.Command {
@@ -98,8 +167,9 @@ func nodeCmd() *cobra.Command {
 	var accessLog, healthzOnService bool
 	var dataCache, cacheFileMax string
 	var sf secFlags
+	var jf joinFlags
 	c := &cobra.Command{
-		Use:   "node --listen HOST:PORT --meta HOST:PORT[,HOST:PORT...]",
+		Use:   "node --listen HOST:PORT --meta HOST:PORT[,HOST:PORT...] | --join STATION --token T --name NAME",
 		Short: "Run a cluster node: serves virtual domains from the file system over HTTP",
 		Long: `Run a cluster node's web server. A request for http://HOST/PATH is answered
 from DOCROOT/HOST/PATH in the parallel file system (read-only; a path ending
@@ -125,12 +195,20 @@ those unchanged, shows within it).
 With --dr VIP the node is a real server behind an XDP director doing direct
 routing: it puts VIP on its loopback, stops answering ARP for it
 (arp_ignore=1, arp_announce=2) and serves VIP on the listen port too, so it
-answers clients straight back; all undone on exit.`,
+answers clients straight back; all undone on exit.
+
+With --join the node joins a management station with the token (once; the
+credential is kept in --state): the join hands over the file system's
+read-only credential and its metadata members (no --secret-file or --meta
+needed), and the node applies its part of every configuration version live:
+docroot, default domain and the domains' own docroots, for the requests that
+start after the change.`,
 		Example: `  corral node --listen 127.0.0.21:8080 --meta 127.0.0.1:7400 --default-domain www.example.test
   curl http://127.0.0.21:9080/healthz     # the admin listener: ok, or 503 and why
   corral node --listen 127.0.0.21:8080 --admin 127.0.0.1:9121 --write-timeout 30s
   corral node --listen 127.0.0.21:8080 --data-cache 256M --cache-file-max 128K
-  corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400`,
+  corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400
+  corral node --listen 127.0.0.21:8080 --join https://127.0.0.1:7600 --token "$(cat node.token)" --name node1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			budget, err := parseSize(raBudget)
@@ -165,7 +243,15 @@ answers clients straight back; all undone on exit.`,
 			if writeTimeout <= 0 || idleTimeout <= 0 {
 				return fmt.Errorf("--write-timeout and --idle-timeout must be positive (got %v, %v)", writeTimeout, idleTimeout)
 			}
-			if cfg.Security, err = sf.security(false); err != nil {
+			var a *agent.Agent
+			var nodeAgent atomic.Pointer[node.Server]
+			if jf.enabled() {
+				// The join hands over the credential and meta list unless
+				// the flags give them.
+				if a, err = nodeJoin(ctx, cmd, &jf, listen, &cfg, &sf, &nodeAgent); err != nil {
+					return err
+				}
+			} else if cfg.Security, err = sf.security(false); err != nil {
 				return err
 			}
 			if accessLog {
@@ -180,6 +266,12 @@ answers clients straight back; all undone on exit.`,
 			}
 			s := node.New(cfg)
 			defer s.Close()
+			if a != nil {
+				nodeAgent.Store(s)
+				actx, cancel := context.WithCancel(ctx)
+				wait := runAgent(actx, a)
+				defer func() { cancel(); wait() }()
+			}
 			return s.Serve(ctx, listen, func(a string) { ready("node", a) })
 		},
 	}
@@ -198,7 +290,69 @@ answers clients straight back; all undone on exit.`,
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")
 	sf.add(c.Flags(), true)
 	c.Flags().StringVar(&drVIP, "dr", "", "be a direct-routing real server for this VIP (dataplane xdp): VIP on lo, arp_ignore=1, arp_announce=2 (root)")
+	jf.add(c.Flags(), api.RoleNode, "token-file")
 	return c
+}
+
+// nodeJoin joins the station for a node: the credential and meta members
+// from the join unless given by flag; the agent's Apply sets the sites.
+// The agent applies to the server in nodeAgent, set once it is made
+// (after the join, which hands over what it needs).
+func nodeJoin(ctx context.Context, cmd *cobra.Command, jf *joinFlags, listen string, cfg *node.Config, sf *secFlags, nodeAgent *atomic.Pointer[node.Server]) (*agent.Agent, error) {
+	name := "node-" + listen
+	o, err := jf.options(api.RoleNode, name, defaultState(cmp.Or(jf.name, name)), cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	o.Addr = listen
+	admin := cfg.Admin
+	if admin == "" {
+		if admin, err = node.DefaultAdminAddr(listen); err != nil {
+			return nil, err
+		}
+	}
+	o.Metrics = "http://" + admin + "/metrics"
+	o.Apply = func(_ context.Context, c *clustercfg.Config, version int64, _ []string) error {
+		s := nodeAgent.Load()
+		if s == nil {
+			return errors.New("node not started yet")
+		}
+		v, err := clustercfg.NodeView(c, o.Name)
+		if err != nil {
+			return fmt.Errorf("version %d: %w", version, err)
+		}
+		return s.SetSites(node.Sites{Docroot: v.Docroot, DefaultDomain: v.DefaultDomain, Domains: v.Domains})
+	}
+	o.Health = func() error {
+		if s := nodeAgent.Load(); s != nil {
+			return s.Health()
+		}
+		return errors.New("starting")
+	}
+	o.Report = func() any {
+		if s := nodeAgent.Load(); s != nil {
+			return s.Load()
+		}
+		return nil
+	}
+	a, reply, err := agent.Join(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if !cmd.Flags().Changed("meta") && len(reply.Meta) > 0 {
+		cfg.Meta = strings.Join(reply.Meta, ",")
+	}
+	if cmd.Flags().Changed("secret-file") {
+		cfg.Security, err = sf.security(false)
+	} else {
+		// Not the default file (env, corral up's): the join's credential.
+		sf.secretFile = ""
+		cfg.Security, err = sf.security(true)
+		if err == nil {
+			cfg.Security.Cred, _, err = joinSecret(o.State, reply.Secret)
+		}
+	}
+	return a, err
 }
 
 func ctlCmd() *cobra.Command {
@@ -281,12 +435,18 @@ bytes both ways. Conn/s, InB/s and OutB/s are rates over the director's last
 			v, err := a.Services(cx)
 			return v, func() error { return printServices(v) }, err
 		})}
-	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why)", Args: cobra.NoArgs,
-		Example: "  corral ctl status",
+	var stationSF stationFlags // cfg.go: the station's members table, appended when a station answers
+	status := &cobra.Command{Use: "status", Short: "The director itself: the last load of its configuration file (rejected reloads and why); the station's members when one answers", Args: cobra.NoArgs,
+		Example: "  corral ctl status\n  corral ctl status --station https://10.0.0.5:7600",
 		RunE: listing(func(cx context.Context, a director.Client) (any, func() error, error) {
 			v, err := a.Status(cx)
-			return v, func() error { printReload(os.Stdout, v.Reload); return nil }, err
+			return v, func() error {
+				printReload(os.Stdout, v.Reload)
+				appendStationMembers(os.Stdout, &stationSF)
+				return nil
+			}, err
 		})}
+	stationSF.addNamed(status.Flags(), "station", "station-token-file", "station-ca")
 	conns := &cobra.Command{Use: "conns", Short: "The connection table (like ipvsadm -Lnc)",
 		Long: `The connection table, like 'ipvsadm -Lnc': protocol, time until the entry
 expires (mm:ss), state, client (source), virtual (VIP) and destination (real

@@ -1,13 +1,20 @@
 package cli
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
+	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/iod"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 )
 
@@ -18,6 +25,7 @@ func iodCmd() *cobra.Command {
 	var heartbeat, grace time.Duration
 	var httpFlag, zone string
 	var raid int
+	var jf joinFlags
 	c := &cobra.Command{
 		Use:   "iod --listen HOST:PORT --data DIR --meta HOST:PORT[,HOST:PORT...]",
 		Short: "Run an I/O server: stores file stripes on local disk",
@@ -49,9 +57,15 @@ register, and to check its clients.
 Several data directories (--data A,B,C, one per disk) need --raid: 0 stripes
 each object's 64 KiB blocks over them (a missing directory refuses to
 start), 1 mirrors every object in each (a missing one runs degraded and is
-copied back when it returns). The identity and LOCK live in the first.`,
-		Example: "  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400",
-		Args:    cobra.NoArgs,
+copied back when it returns). The identity and LOCK live in the first.
+
+With --join it joins a management station with the token (once; the
+credential is kept in --state, default DIR-agent beside the first --data): the
+join hands over the cluster secret and the metadata members (no --secret-file
+or --meta needed), and the station shows it among the members.`,
+		Example: `  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400
+  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --join https://127.0.0.1:7600 --token "$(cat iod.token)"`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dirs := strings.Split(data, ",")
 			raidSet := cmd.Flags().Changed("raid")
@@ -68,10 +82,6 @@ copied back when it returns). The identity and LOCK live in the first.`,
 			if err := os.MkdirAll(dirs[0], 0o755); err != nil {
 				return err
 			}
-			sec, err := sf.security(false)
-			if err != nil {
-				return err
-			}
 			lim, err := lf.limits()
 			if err != nil {
 				return err
@@ -82,6 +92,32 @@ copied back when it returns). The identity and LOCK live in the first.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			var sec proto.Security
+			if jf.enabled() {
+				a, reply, err := memberJoin(ctx, &jf, api.RoleIOD, cmp.Or(advertise, listen), httpListen, dirs[0], daemonLog("iod"))
+				if err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("meta") && len(reply.Meta) > 0 {
+					metaAddr = strings.Join(reply.Meta, ",")
+				}
+				if !cmd.Flags().Changed("secret-file") {
+					sf.secretFile = "" // not the default file: the join's secret
+				}
+				if sec, err = sf.security(!cmd.Flags().Changed("secret-file")); err != nil {
+					return err
+				}
+				if !cmd.Flags().Changed("secret-file") {
+					if sec.Cred, _, err = joinSecret(a.State(), reply.Secret); err != nil {
+						return err
+					}
+				}
+				actx, cancel := context.WithCancel(ctx)
+				wait := runAgent(actx, a)
+				defer func() { cancel(); wait() }()
+			} else if sec, err = sf.security(false); err != nil {
+				return err
+			}
 			return iod.Run(ctx, listen, iod.Config{Data: data, Meta: metaAddr, Advertise: advertise, Log: daemonLog("iod"),
 				Heartbeat: heartbeat, SweepGrace: grace, Security: sec, Limits: lim, HTTP: httpListen, HTTPDerived: httpDerived, Zone: zone, RAID: raid},
 				func(a string, _ uint32) { ready("iod", a) })
@@ -98,7 +134,24 @@ copied back when it returns). The identity and LOCK live in the first.`,
 	c.Flags().DurationVar(&grace, "gc-grace", iod.DefaultGrace, "start-up sweep: remove unreferenced objects older than this (negative: no sweep)")
 	c.Flags().StringVar(&zone, "zone", "", "failure domain of this server (rack, room): the copies of a replicated file go to different zones")
 	addHTTPFlag(c.Flags(), &httpFlag, "the host of --listen, its port + 2000")
+	jf.add(c.Flags(), api.RoleIOD, "token-file")
 	return c
+}
+
+// memberJoin joins the station for a role whose Apply only accepts
+// (iod; meta sets its own): named role-ADDR by default, state beside
+// its data directory.
+func memberJoin(ctx context.Context, jf *joinFlags, role, addr, httpListen, data string, log *slog.Logger) (*agent.Agent, *api.JoinReply, error) {
+	name := role + "-" + addr
+	o, err := jf.options(role, name, filepath.Clean(data)+"-agent", log)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.Addr = addr
+	if httpListen != "" {
+		o.Metrics = "http://" + httpListen + "/metrics"
+	}
+	return agent.Join(ctx, o)
 }
 
 func envOr(k, def string) string {

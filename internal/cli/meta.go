@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +11,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/clustercfg"
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/pfs/client"
 
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
@@ -28,6 +36,7 @@ func metaCmd() *cobra.Command {
 	var rf raftFlags
 	var lostAfter time.Duration
 	var healRate string
+	var jf joinFlags
 	c := &cobra.Command{
 		Use:   "meta --listen HOST:PORT --data DIR [--id N --peers ID=ADDR,... | --id N --join]",
 		Short: "Run the file system's metadata server (name space, attributes, layouts)",
@@ -55,16 +64,29 @@ address, which clients follow). Every member is started with the same
 --peers list, its own --id, and --listen equal to its own entry in --peers.
 A member added later with 'corral fs meta add ID ADDR' is started with --id
 and --join on an empty --data: it catches up from a snapshot of the leader.
-The Raft log lives in DIR/raft.`,
+The Raft log lives in DIR/raft.
+
+With --join URL (a management station's) it joins the station with the token
+(once; the credential is kept in --state, default DIR-agent beside --data):
+the join hands over the cluster secret (it is written to DIR/cluster.secret
+if that is missing, and must equal it if not).
+The leader applies filesystem.layouts of every configuration version, as
+'corral fs layout set' would; every member reports the version.`,
 		Example: `  corral meta --listen 127.0.0.1:7400 --data /var/lib/corral/meta
   # three members (same --peers everywhere, own --id and --listen):
   corral meta --id 1 --listen 127.0.0.1:7400 --data m1 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
   corral meta --id 2 --listen 127.0.0.2:7400 --data m2 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
   corral meta --id 3 --listen 127.0.0.3:7400 --data m3 --peers 1=127.0.0.1:7400,2=127.0.0.2:7400,3=127.0.0.3:7400
   # a fourth member, after 'corral fs meta add 4 127.0.0.4:7400':
-  corral meta --id 4 --listen 127.0.0.4:7400 --data m4 --join`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  corral meta --id 4 --listen 127.0.0.4:7400 --data m4 --join
+  # taking the secret and layouts from a management station:
+  corral meta --listen 127.0.0.1:7400 --data m1 --join https://127.0.0.1:7600 --token "$(cat meta.token)"`,
+		Args: cobra.ArbitraryArgs, // meta's --join: see joinFlags.metaJoin
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if rf.join, err = jf.metaJoin(args); err != nil {
+				return err
+			}
 			size, err := parseSize(stripe)
 			if err != nil {
 				return err
@@ -108,6 +130,16 @@ The Raft log lives in DIR/raft.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			started := make(chan struct{})
+			if jf.enabled() {
+				a, err := metaJoin(ctx, &jf, listen, httpListen, data, &sec, started)
+				if err != nil {
+					return err
+				}
+				actx, cancel := context.WithCancel(ctx)
+				wait := runAgent(actx, a)
+				defer func() { cancel(); wait() }()
+			}
 			cfg := meta.Config{Data: data, DefaultStripeSize: uint32(size), Log: daemonLog("meta"),
 				Security: sec, Limits: lim, Reserve: reserve, HTTP: httpListen, HTTPDerived: httpDerived,
 				LostAfter: lostAfter, HealRate: rate}
@@ -124,7 +156,7 @@ The Raft log lives in DIR/raft.`,
 				defer pool.Close()
 				cfg.Engine = rf.engine(listen, data, pool, cfg.Log)
 			}
-			return meta.Run(ctx, listen, cfg, func(a string) { ready("meta", a) })
+			return meta.Run(ctx, listen, cfg, func(a string) { close(started); ready("meta", a) })
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", defaultMeta, "address to serve on")
@@ -137,7 +169,144 @@ The Raft log lives in DIR/raft.`,
 	c.Flags().DurationVar(&lostAfter, "lost-after", meta.DefaultLostAfter, "an I/O server down this long is lost: its replicas are made again on the other servers")
 	c.Flags().StringVar(&healRate, "heal-rate", "64M", "bytes per second heal copies to stale replicas, over all I/O servers")
 	rf.add(c.Flags())
+	jf.add(c.Flags(), api.RoleMeta, "token-file")
 	return c
+}
+
+// metaJoin joins the station for a metadata member: the cluster secret
+// from the join (kept in DATA/cluster.secret, which must agree; a station
+// without one leaves meta its own); its Apply sets filesystem.layouts when
+// this member leads, once it serves (started closed).
+func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data string, sec *proto.Security, started <-chan struct{}) (*agent.Agent, error) {
+	log := daemonLog("meta")
+	name := "meta-" + listen
+	o, err := jf.options(api.RoleMeta, name, filepath.Clean(data)+"-agent", log)
+	if err != nil {
+		return nil, err
+	}
+	o.Addr = listen
+	if httpListen != "" {
+		o.Metrics = "http://" + httpListen + "/metrics"
+	}
+	o.Apply = func(ctx context.Context, c *clustercfg.Config, version int64, _ []string) error {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		ls := *sec
+		if ls.Cred == nil {
+			// The secret meta made itself (the station had none).
+			var err error
+			if ls.Cred, err = proto.LoadCredential(filepath.Join(data, proto.SecretFileName)); err != nil {
+				return err
+			}
+		}
+		return applyLayouts(ctx, listen, ls, c.FileSystem.Layouts, log)
+	}
+	a, reply, err := agent.Join(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if len(reply.Secret) == 0 {
+		log.Warn("the station hands out no cluster secret; meta keeps its own", "file", filepath.Join(data, proto.SecretFileName))
+		return a, nil
+	}
+	cred, _, err := joinSecret(o.State, reply.Secret)
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(data, proto.SecretFileName)
+	switch old, err := os.ReadFile(p); {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.WriteFile(p, cred.Marshal(), 0o600); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if c, err := proto.ParseCredential(old); err != nil || !bytes.Equal(c.Marshal(), cred.Marshal()) {
+			return nil, fmt.Errorf("join: %s is not the cluster secret the station holds: this data directory belongs to another file system", p)
+		}
+	}
+	sec.Cred = cred
+	return a, nil
+}
+
+// applyLayouts sets each layout's policy, as 'corral fs layout set' does,
+// when this member (listen) leads; a follower leaves it to the leader.
+func applyLayouts(ctx context.Context, listen string, sec proto.Security, layouts []clustercfg.Layout, log *slog.Logger) error {
+	cl := client.New(listen, client.WithSecurity(sec), client.WithTimeout(10*time.Second))
+	defer cl.Close()
+	if _, err := cl.Stat(ctx, "/"); err != nil {
+		return fmt.Errorf("filesystem.layouts: %w", err)
+	}
+	if cl.Leader().Current() != listen {
+		return nil
+	}
+	for i, l := range layouts {
+		m, err := layoutMsg(l)
+		if err != nil {
+			return fmt.Errorf("filesystem.layouts[%d] (%s): %w", i, l.Path, err)
+		}
+		if err := cl.MkdirAll(ctx, l.Path, 0o755); err != nil {
+			return fmt.Errorf("filesystem.layouts[%d] (%s): %w", i, l.Path, err)
+		}
+		a, err := cl.Stat(ctx, l.Path)
+		if err != nil {
+			return fmt.Errorf("filesystem.layouts[%d] (%s): %w", i, l.Path, err)
+		}
+		if a.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			return fmt.Errorf("filesystem.layouts[%d] (%s): not a directory", i, l.Path)
+		}
+		m.Ino = a.Ino
+		if _, err := cl.SetLayoutPolicy(ctx, m); err != nil {
+			return fmt.Errorf("filesystem.layouts[%d] (%s): %w", i, l.Path, err)
+		}
+	}
+	if len(layouts) > 0 {
+		log.Info("layouts applied", "count", len(layouts))
+	}
+	return nil
+}
+
+// layoutMsg is a configured layout as the protocol's SetLayout: 0 for
+// stripe size and count inherits, -1 (count) is every server; replicas 0
+// and placement "" keep what the directory has.
+func layoutMsg(l clustercfg.Layout) (*proto.SetLayout, error) {
+	m := &proto.SetLayout{}
+	if l.StripeSize != "" && l.StripeSize != "0" {
+		n, err := parseSize(l.StripeSize)
+		if err == nil {
+			err = layout.ValidStripeSize(n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stripe-size: %w", err)
+		}
+		m.StripeSize = uint32(n)
+	}
+	switch {
+	case l.StripeCount == -1:
+		m.StripeCount = proto.AllServers
+	case l.StripeCount < -1 || l.StripeCount > layout.MaxServers:
+		return nil, fmt.Errorf("stripe-count %d: want 1..%d, 0 (inherit) or -1 (all)", l.StripeCount, layout.MaxServers)
+	default:
+		m.StripeCount = uint32(l.StripeCount)
+	}
+	if l.Replicas < 0 || l.Replicas > layout.MaxReplicas {
+		return nil, fmt.Errorf("replicas %d: want 1..%d (0 keeps)", l.Replicas, layout.MaxReplicas)
+	}
+	m.Replicas = uint32(l.Replicas)
+	switch l.Placement {
+	case "":
+	case "striped":
+		m.Placement = proto.PlaceStriped
+	case "whole":
+		m.Placement = proto.PlaceWhole
+	default:
+		return nil, fmt.Errorf("placement %q: want striped or whole", l.Placement)
+	}
+	return m, nil
 }
 
 // raftFlags are corral meta's replication flags.
@@ -154,7 +323,9 @@ type raftFlags struct {
 func (f *raftFlags) add(fs *pflag.FlagSet) {
 	fs.Uint64Var(&f.id, "id", 0, "this member's ID in the replicated group (with --peers or --join)")
 	fs.StringVar(&f.peers, "peers", "", "every member of a new group as ID=HOST:PORT,... (this one included); none: one server, no replication")
-	fs.BoolVar(&f.join, "join", false, "enter a group that 'corral fs meta add' told about this member (empty --data)")
+	// --join (no value: enter a group that 'corral fs meta add' told
+	// about this member, empty --data) is registered by joinFlags, as it
+	// also takes a station's URL.
 	fs.Uint64Var(&f.snapEvery, "snapshot-every", 0, "applied entries between Raft snapshots (0: the engine's default); for tests")
 	fs.MarkHidden("snapshot-every")
 }

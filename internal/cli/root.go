@@ -86,7 +86,8 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 	}
 	// No -v shorthand: a subcommand defining its own -v would panic.
 	root.PersistentFlags().BoolVar(&errVerbose, "verbose", false, "errors with internal detail (inode numbers)")
-	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd(), versionCmd())
+	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd(), versionCmd(),
+		mgmtCmd(), cfgCmd())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w%s", err, flagSuggestion(c, err))}
 	})

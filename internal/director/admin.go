@@ -226,18 +226,8 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 	if ro.tokenFile == "" {
 		ro.tokenFile = DefaultTokenFile(path)
 	}
-	// Mutating calls always need the token; it is made before anything
-	// listens, so the API is never open. Off loopback reads need it too.
-	token, err := EnsureToken(ro.tokenFile)
-	if err != nil {
-		return err
-	}
-	loopback := netip.MustParseAddrPort(cfg.Admin).Addr().IsLoopback()
 	if log == nil {
 		log = slog.Default()
-	}
-	if !loopback {
-		log.Warn("admin API on a non-loopback address: every call needs the token", "admin", cfg.Admin, "token_file", ro.tokenFile)
 	}
 	d := New(log)
 	if ro.sizes != nil {
@@ -249,19 +239,11 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 	}
 	d.reload.Store(&ReloadStatus{Time: time.Now(), OK: true, File: path, Stamp: stamp})
 	defer d.Close()
-	ln, err := net.Listen("tcp", cfg.Admin)
+	stopAdmin, err := d.serveAdmin(ctx, cfg.Admin, ro.tokenFile, ready)
 	if err != nil {
-		return fmt.Errorf("admin API: %w", err)
+		return err
 	}
-	admin := &http.Server{Handler: Guard(token, loopback, d.Handler()), ReadHeaderTimeout: 10 * time.Second}
-	go admin.Serve(ln)
-	defer admin.Close()
-	rctx, stopRates := context.WithCancel(ctx)
-	defer stopRates()
-	go d.sampleRates(rctx)
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
+	defer stopAdmin()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -286,6 +268,38 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 		stamp = fileStamp(path)
 		d.reloadFrom(path, stamp)
 	}
+}
+
+// serveAdmin serves the admin API on addr (behind Guard, with the token
+// in tokenFile, made if missing) and samples the rates, until stop.
+func (d *Director) serveAdmin(ctx context.Context, addr, tokenFile string, ready func(admin string)) (stop func(), err error) {
+	// Mutating calls always need the token; it is made before anything
+	// listens, so the API is never open. Off loopback reads need it too.
+	token, err := EnsureToken(tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin API address %q: want IP:PORT", addr)
+	}
+	loopback := ap.Addr().IsLoopback()
+	if !loopback {
+		d.log.Warn("admin API on a non-loopback address: every call needs the token", "admin", addr, "token_file", tokenFile)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin API: %w", err)
+	}
+	d.admin.Store(ln.Addr().String())
+	admin := &http.Server{Handler: Guard(token, loopback, d.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	go admin.Serve(ln)
+	rctx, stopRates := context.WithCancel(ctx)
+	go d.sampleRates(rctx)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	return func() { stopRates(); admin.Close() }, nil
 }
 
 // Client talks to a director's admin API (corral ctl).

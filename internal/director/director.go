@@ -41,6 +41,9 @@ type Director struct {
 	sizes     sizeCache
 
 	reload atomic.Pointer[ReloadStatus]
+	// admin is the admin API's address once it listens (a string); a
+	// configuration from the station keeps it (station.go).
+	admin atomic.Value
 
 	// now is the clock of the connection tables (tests move it).
 	now func() time.Time

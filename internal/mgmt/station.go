@@ -11,9 +11,25 @@ package mgmt
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Options configure a station.
@@ -43,7 +59,8 @@ type Options struct {
 	Insecure bool
 	// Secret is the file-system cluster secret (for meta and iods joining,
 	// for the read-only credential of nodes, and for webmaster uploads);
-	// nil: those parts are off and say so.
+	// nil: those parts are off and say so. It is the credential file's
+	// text (proto.Credential.Marshal: "corral-secret full HEX").
 	Secret []byte
 	// Meta are the metadata members (for uploads and the I/O servers'
 	// status); default: the configuration's filesystem.meta.
@@ -54,21 +71,339 @@ type Options struct {
 	MemberTimeout time.Duration
 }
 
+// etcdStartTimeout bounds the wait for the embedded member (three
+// stations: for the others to come up too) and for an external cluster.
+var etcdStartTimeout = 60 * time.Second
+
+// maxEtcdRequest is the largest etcd request: a 16 MiB configuration
+// and its diff's bookkeeping (an external etcd needs
+// --max-request-bytes this large too).
+const maxEtcdRequest = 40 << 20
+
 // Station is a running management station.
 type Station struct {
-	opt Options
-	log *slog.Logger
+	opt  Options
+	log  *slog.Logger
+	name string // this station's name (etcd member name, or Listen)
+
+	etcd     *embed.Etcd      // nil with an external cluster
+	cli      *clientv3.Client // every read and write
+	endpoint string           // this station's etcd endpoint (for /healthz)
+
+	tlsConf *tls.Config // nil: Insecure
+	caPEM   []byte      // what members are given and pin
+
+	met *metrics
+
+	watchCancel context.CancelFunc
+	wakeMu      sync.Mutex
+	wake        chan struct{} // closed (and replaced) when cfg, drain or binary keys change
+
+	evMu   sync.Mutex
+	events []api.Event // ring, last maxEvents
+	subs   map[chan api.Event]struct{}
+
+	lastVerEvent int64 // highest version announced as an event (evMu)
+
+	cfgMu    sync.Mutex
+	cfgCache cfgInfo // accounts and meta of one version
+
+	loginMu   sync.Mutex
+	loginFail map[string]int // failed logins per user, for the delay
+
+	urlMu sync.Mutex
+	url   string // this station's API URL once Run listens
+
+	closeOnce sync.Once
+	etcdOnce  sync.Once
 }
 
 // New opens (or creates) the station's data and connects to etcd
 // (starting the embedded member); Run serves.
-func New(opt Options) (*Station, error) { return &Station{opt: opt, log: slog.Default()}, nil }
+func New(opt Options) (*Station, error) {
+	if opt.Data == "" {
+		return nil, errors.New("mgmt: no data directory")
+	}
+	if opt.Listen == "" {
+		opt.Listen = "127.0.0.1:7600"
+	}
+	if opt.MemberTimeout <= 0 {
+		opt.MemberTimeout = 5 * time.Second
+	}
+	if opt.EtcdName == "" {
+		opt.EtcdName = "station"
+	}
+	if opt.EtcdPeer == "" {
+		opt.EtcdPeer = "127.0.0.1:7602"
+	}
+	if opt.EtcdClient == "" {
+		opt.EtcdClient = "127.0.0.1:7601"
+	}
+	s := &Station{opt: opt, log: opt.Log, subs: map[chan api.Event]struct{}{},
+		loginFail: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("role", "mgmt")
+	if err := os.MkdirAll(opt.Data, 0o700); err != nil {
+		return nil, fmt.Errorf("mgmt: data: %w", err)
+	}
+	if err := s.connect(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.setup(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect starts the embedded member (or reaches the external cluster)
+// and opens the client.
+func (s *Station) connect() error {
+	eps := s.opt.Etcd
+	if len(eps) == 0 {
+		s.name = s.opt.EtcdName
+		e, err := startEtcd(s.opt)
+		if err != nil {
+			return err
+		}
+		s.etcd = e
+		eps = []string{"http://" + s.opt.EtcdClient}
+	} else {
+		s.name = s.opt.Listen
+	}
+	s.endpoint = eps[0]
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		MaxCallSendMsgSize: maxEtcdRequest + 1<<20})
+	if err != nil {
+		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
+	}
+	s.cli = cli
+	ctx, cancel := context.WithTimeout(context.Background(), etcdStartTimeout)
+	defer cancel()
+	// A linearizable read proves a quorum answers.
+	for {
+		_, err := cli.Get(ctx, keyCurrent)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("mgmt: etcd %v did not answer within %v: %w", eps, etcdStartTimeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startEtcd starts the embedded member in DATA/etcd; its log goes to
+// DATA/etcd.log at level warn.
+func startEtcd(opt Options) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = opt.EtcdName
+	cfg.Dir = filepath.Join(opt.Data, "etcd")
+	cfg.Logger = "zap"
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{filepath.Join(opt.Data, "etcd.log")}
+	pu, err := url.Parse("http://" + opt.EtcdPeer)
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: etcd peer address %q: %w", opt.EtcdPeer, err)
+	}
+	cu, err := url.Parse("http://" + opt.EtcdClient)
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: etcd client address %q: %w", opt.EtcdClient, err)
+	}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	// etcd's own /metrics and health on the client port stay off the API.
+	cfg.InitialCluster = opt.EtcdName + "=" + pu.String()
+	if opt.EtcdInitialCluster != "" {
+		cfg.InitialCluster = opt.EtcdInitialCluster
+	}
+	cfg.InitialClusterToken = "corral-mgmt"
+	// A configuration may be 16 MiB; members' reports rewrite keys every
+	// second, so old revisions are compacted away.
+	cfg.MaxRequestBytes = maxEtcdRequest
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "10m"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: embedded etcd (%s, peer %s, client %s): %w", cfg.Dir, opt.EtcdPeer, opt.EtcdClient, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("mgmt: embedded etcd: %w", err)
+	case <-time.After(etcdStartTimeout):
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("mgmt: embedded etcd in %s not ready within %v (other members of %q not up?)", cfg.Dir, etcdStartTimeout, cfg.InitialCluster)
+	}
+}
+
+// setup runs once etcd answers: a pending restore, the shared CA, TLS,
+// the bootstrap admin token, the watch.
+func (s *Station) setup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.finishRestore(ctx); err != nil {
+		return err
+	}
+	if !s.opt.Insecure {
+		ca, err := s.sharedCA(ctx)
+		if err != nil {
+			return err
+		}
+		tc, caPEM, err := s.setupTLS(ca)
+		if err != nil {
+			return fmt.Errorf("mgmt: TLS: %w", err)
+		}
+		s.tlsConf, s.caPEM = tc, caPEM
+	}
+	if err := s.bootstrapAdmin(ctx); err != nil {
+		return err
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	s.watchCancel = wcancel
+	go s.watch(wctx)
+	return nil
+}
+
+// sharedCA is the CA every station of the cluster uses: the one in etcd,
+// else this station's DATA/tls one (or a new one) put there first.
+func (s *Station) sharedCA(ctx context.Context) (*caPair, error) {
+	local, err := loadLocalCA(filepath.Join(s.opt.Data, "tls"))
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: TLS: %w", err)
+	}
+	if local == nil {
+		if local, err = newCA(); err != nil {
+			return nil, err
+		}
+	}
+	b, _ := json.Marshal(local)
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keyCA), "=", 0)).
+		Then(clientv3.OpPut(keyCA, string(b))).Else(clientv3.OpGet(keyCA)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: CA in etcd: %w", err)
+	}
+	if resp.Succeeded {
+		return local, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	var ca caPair
+	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &ca) != nil {
+		return nil, fmt.Errorf("mgmt: CA in etcd (%s) unreadable", keyCA)
+	}
+	if _, _, err := ca.parse(); err != nil {
+		return nil, fmt.Errorf("mgmt: CA in etcd: %w", err)
+	}
+	return &ca, nil
+}
 
 // Run serves the API until ctx ends; ready is called with the API's
 // address once it listens.
 func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
-	return errors.New("mgmt: not built yet")
+	ln, err := net.Listen("tcp", s.opt.Listen)
+	if err != nil {
+		return fmt.Errorf("mgmt: listen %s: %w", s.opt.Listen, err)
+	}
+	scheme := "http"
+	if s.tlsConf != nil {
+		ln = tls.NewListener(ln, s.tlsConf)
+		scheme = "https"
+	}
+	addr := ln.Addr().String()
+	s.urlMu.Lock()
+	s.url = scheme + "://" + addr
+	s.urlMu.Unlock()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = s.cli.Put(rctx, keyStations+s.name, s.url)
+	rcancel()
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("mgmt: register station: %w", err)
+	}
+	// No WriteTimeout: long polls and backups take their time.
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go s.monitorMembers(mctx)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("station serving", "url", s.url, "etcd", s.endpoint)
+	if ready != nil {
+		ready(addr)
+	}
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		// Long polls would hold Shutdown; they end with the server.
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("mgmt: serve: %w", err)
+	}
 }
 
+// URL is this station's API URL once Run listens ("" before).
+func (s *Station) URL() string {
+	s.urlMu.Lock()
+	defer s.urlMu.Unlock()
+	return s.url
+}
+
+// CA is the CA PEM members are given (nil when Insecure).
+func (s *Station) CA() []byte { return s.caPEM }
+
 // Close stops etcd and releases the data.
-func (s *Station) Close() error { return nil }
+func (s *Station) Close() error {
+	s.closeOnce.Do(func() {
+		if s.watchCancel != nil {
+			s.watchCancel()
+		}
+		if s.cli != nil {
+			s.cli.Close()
+		}
+		s.closeEtcd()
+		s.evMu.Lock()
+		for c := range s.subs {
+			close(c)
+			delete(s.subs, c)
+		}
+		s.evMu.Unlock()
+	})
+	return nil
+}
+
+// closeEtcd stops the embedded member (once).
+func (s *Station) closeEtcd() {
+	s.etcdOnce.Do(func() {
+		if s.etcd != nil {
+			s.etcd.Close()
+		}
+	})
+}
+
+// stations is every station's API URL (registered by Run).
+func (s *Station) stations(ctx context.Context) []string {
+	resp, err := s.cli.Get(ctx, keyStations, clientv3.WithPrefix())
+	if err != nil {
+		if u := s.URL(); u != "" {
+			return []string{u}
+		}
+		return nil
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Value))
+	}
+	return out
+}
+
+func trimPrefix(k []byte, p string) string { return strings.TrimPrefix(string(k), p) }

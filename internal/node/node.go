@@ -127,6 +127,9 @@ type Server struct {
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
 
+	// sites are the domains' directories (sites.go), read once per request.
+	sites atomic.Pointer[Sites]
+
 	hmu  sync.Mutex // one probe at a time; guards hAt, hErr
 	hAt  time.Time
 	hErr error
@@ -164,6 +167,7 @@ func New(cfg Config) *Server {
 		}
 	}
 	s.fill = s.readWhole
+	s.sites.Store(&Sites{Docroot: cfg.Docroot, DefaultDomain: cfg.DefaultDomain})
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
@@ -206,6 +210,9 @@ type Load struct {
 	CPUs          int     `json:"cpus"`
 }
 
+// Load is the node's load now (what /load answers).
+func (s *Server) Load() Load { return s.load() }
+
 func (s *Server) load() Load {
 	l := Load{Active: s.active.Load(), BytesInFlight: s.inflight.Load(), Served: s.served.Load(), CPUs: runtime.NumCPU()}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -227,10 +234,11 @@ func (s *Server) Health() error {
 	// a cancellation cached as the node's health.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := s.fs.Stat(ctx, s.cfg.Docroot)
+	docroot := s.sites.Load().Docroot
+	_, err := s.fs.Stat(ctx, docroot)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		err = fmt.Errorf("docroot %s missing in the file system", s.cfg.Docroot)
+		err = fmt.Errorf("docroot %s missing in the file system", docroot)
 	case err != nil:
 		err = fmt.Errorf("file system unreachable: %w", err)
 	}
@@ -353,13 +361,14 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	upath := vhost.Clean(r.URL.Path)
 	rel := vhost.Rel(upath)
-	root := s.cfg.Docroot + "/" + dom
+	sites := s.sites.Load()
+	root := sites.root(dom)
 	// Links resolve inside the domain's directory only: one leading out
 	// (an absolute target, ".." above it) is EXDEV, a 404 below.
 	a, err := s.fs.StatBeneath(ctx, root, rel)
-	if errors.Is(err, fs.ErrNotExist) && s.cfg.DefaultDomain != "" {
+	if errors.Is(err, fs.ErrNotExist) && sites.DefaultDomain != "" {
 		if _, derr := s.fs.Stat(ctx, root); errors.Is(derr, fs.ErrNotExist) {
-			root = s.cfg.Docroot + "/" + s.cfg.DefaultDomain
+			root = sites.root(sites.DefaultDomain)
 			a, err = s.fs.StatBeneath(ctx, root, rel)
 		}
 	}

@@ -1,0 +1,486 @@
+package clustercfg
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/layout"
+	"github.com/corral-cluster/corral/internal/sched"
+)
+
+// checker validates a decoded Config; lines places each path.
+type checker struct {
+	c     *Config
+	file  string
+	lines map[string]int
+	errs  Errors
+}
+
+// lineOf is the line of path, or of its nearest ancestor that has one.
+func (k *checker) lineOf(p string) int {
+	for p != "" {
+		if l, ok := k.lines[p]; ok {
+			return l
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return 1
+}
+
+func (k *checker) bad(p, format string, a ...any) {
+	k.errs = append(k.errs, &Error{File: k.file, Path: p, Line: k.lineOf(p), Msg: fmt.Sprintf(format, a...)})
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	hostRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+)
+
+// names checks one section's names: present, well formed, unique.
+func (k *checker) names(section string, n int, name func(i int) string, re *regexp.Regexp, what string) map[string]int {
+	idx := map[string]int{}
+	for i := 0; i < n; i++ {
+		p := fmt.Sprintf("%s[%d].name", section, i)
+		v := name(i)
+		switch {
+		case v == "":
+			if _, given := k.lines[p]; given {
+				k.bad(p, "empty")
+			}
+		case !re.MatchString(v) || len(v) > 253:
+			k.bad(p, "%q is not a well-formed %s", clip(v), what)
+		default:
+			if j, dup := idx[v]; dup {
+				k.bad(p, "%q is also %s[%d]'s name (line %d)", v, section, j, k.lineOf(fmt.Sprintf("%s[%d]", section, j)))
+				continue
+			}
+			idx[v] = i
+		}
+	}
+	return idx
+}
+
+func (k *checker) addrPort(p, v string) (netip.AddrPort, bool) {
+	ap, err := netip.ParseAddrPort(v)
+	if err != nil {
+		k.bad(p, "%q is not an ip:port (like 10.0.0.1:80 or [::1]:80)", clip(v))
+		return ap, false
+	}
+	if ap.Port() == 0 {
+		k.bad(p, "%q: port 0; want 1..65535", v)
+		return ap, false
+	}
+	return ap, true
+}
+
+func (k *checker) duration(p, v string, positive bool) (time.Duration, bool) {
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || (positive && d == 0) {
+		want := "a duration (like 300ms, 2s, 5m)"
+		if positive {
+			want = "a positive duration (like 300ms, 2s, 5m)"
+		}
+		k.bad(p, "%q is not %s", clip(v), want)
+		return 0, false
+	}
+	return d, true
+}
+
+func (k *checker) port(p string, v int, zeroOK bool) {
+	if (v == 0 && zeroOK) || (v >= 1 && v <= 65535) {
+		return
+	}
+	k.bad(p, "%d: want a port 1..65535", v)
+}
+
+func (k *checker) weight(p string, w *int) {
+	if w != nil && (*w < 0 || *w > 65535) {
+		k.bad(p, "%d: want 0..65535", *w)
+	}
+}
+
+func (k *checker) enum(p, v string, allowed ...string) bool {
+	if v == "" || slices.Contains(allowed, v) {
+		return true
+	}
+	msg := fmt.Sprintf("%q: want %s", clip(v), orList(allowed))
+	if s := suggest(v, allowed); s != "" {
+		msg += fmt.Sprintf(" (did you mean '%s'?)", s)
+	}
+	k.bad(p, "%s", msg)
+	return false
+}
+
+func orList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
+}
+
+func (k *checker) absPath(p, v string) bool {
+	if v == "" {
+		return true
+	}
+	if !strings.HasPrefix(v, "/") || path.Clean(v) != v {
+		k.bad(p, "%q: want an absolute, clean path (like %s)", clip(v), path.Clean("/"+v))
+		return false
+	}
+	return true
+}
+
+// parseSize reads a byte count with an optional binary unit (4096, 64K, 1M).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<40)/mult {
+		return 0, fmt.Errorf("%q is not a size (like 4096, 64K, 1M)", clip(s))
+	}
+	return v * mult, nil
+}
+
+// validate checks every field and reference; errors go to k.errs.
+func (k *checker) validate() {
+	c := k.c
+	clusters := k.names("clusters", len(c.Clusters), func(i int) string { return c.Clusters[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	domains := k.names("domains", len(c.Domains), func(i int) string { return c.Domains[i].Name }, hostRE, "host name")
+	services := k.names("services", len(c.Services), func(i int) string { return c.Services[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	qos := k.names("qos", len(c.QoS), func(i int) string { return c.QoS[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	accounts := k.names("accounts", len(c.Accounts), func(i int) string { return c.Accounts[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	k.names("nodes", len(c.Nodes), func(i int) string { return c.Nodes[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	k.names("directors", len(c.Directors), func(i int) string { return c.Directors[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+
+	perCluster := map[string]int{}
+	nodeAddr := map[netip.AddrPort]int{}
+	for i, n := range c.Nodes {
+		p := fmt.Sprintf("nodes[%d]", i)
+		if n.Address != "" {
+			if ap, ok := k.addrPort(p+".address", n.Address); ok {
+				if j, dup := nodeAddr[ap]; dup {
+					k.bad(p+".address", "%s is also nodes[%d]'s address", ap, j)
+				}
+				nodeAddr[ap] = i
+			}
+		}
+		if n.Admin != "" {
+			k.addrPort(p+".admin", n.Admin)
+		}
+		if n.Cluster != "" {
+			if _, ok := clusters[n.Cluster]; !ok {
+				k.bad(p+".cluster", "no cluster named %q", n.Cluster)
+			}
+			perCluster[n.Cluster]++
+		}
+		k.weight(p+".weight", n.Weight)
+		if n.DefaultDomain != "" {
+			if _, ok := domains[n.DefaultDomain]; !ok {
+				k.bad(p+".default-domain", "no domain named %q", n.DefaultDomain)
+			}
+		}
+	}
+
+	for i, d := range c.Directors {
+		p := fmt.Sprintf("directors[%d]", i)
+		if d.Admin != "" {
+			k.addrPort(p+".admin", d.Admin)
+		}
+		k.enum(p+".xdp-mode", d.XDPMode, "auto", "native", "generic")
+		if d.XDPConns != 0 && (d.XDPConns < 1024 || d.XDPConns > 1<<24) {
+			k.bad(p+".xdp-conns", "%d: want 1024..16777216 flows", d.XDPConns)
+		}
+		if strings.ContainsAny(d.Interface, " /\t") || len(d.Interface) > 15 {
+			k.bad(p+".interface", "%q is not a network interface name", clip(d.Interface))
+		}
+	}
+
+	type vipKey struct {
+		proto string
+		vip   netip.AddrPort
+	}
+	vips := map[vipKey]int{}
+	for i, s := range c.Services {
+		p := fmt.Sprintf("services[%d]", i)
+		proto := s.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		k.enum(p+".protocol", s.Protocol, "tcp", "udp")
+		dp := s.Dataplane
+		if dp == "" {
+			dp = "l4"
+		}
+		dpOK := k.enum(p+".dataplane", s.Dataplane, sched.Dataplanes...)
+		if s.Scheduler != "" {
+			if _, ok := sched.Names[s.Scheduler]; !ok {
+				k.enum(p+".scheduler", s.Scheduler, sortedKeys(sched.Names)...)
+			} else if err := sched.Supports(s.Scheduler, dp); err != nil && dpOK {
+				k.bad(p+".scheduler", "%v", err)
+			}
+		}
+		var vip netip.AddrPort
+		if s.VIP != "" {
+			var ok bool
+			if vip, ok = k.addrPort(p+".vip", s.VIP); ok {
+				key := vipKey{proto, vip}
+				if j, dup := vips[key]; dup {
+					k.bad(p+".vip", "%s %s is also services[%d]'s (%s)", proto, vip, j, c.Services[j].Name)
+				}
+				vips[key] = i
+			}
+		}
+		if s.Cluster != "" {
+			if _, ok := clusters[s.Cluster]; !ok {
+				k.bad(p+".cluster", "no cluster named %q", s.Cluster)
+			}
+		}
+		k.port(p+".port", s.Port, true)
+		persist, _ := k.duration(p+".persistence", s.Persistence, false)
+		k.duration(p+".udp-timeout", s.UDPTimeout, false)
+		k.duration(p+".tcp-timeout", s.TCPTimeout, false)
+		k.duration(p+".tcp-fin-timeout", s.TCPFinTimeout, false)
+		k.duration(p+".inactive-timeout", s.InactiveTimeout, false)
+		if dp == "l7" && proto != "tcp" {
+			k.bad(p+".dataplane", "l7 needs protocol tcp")
+		}
+		if s.PassInternal && dp != "l7" {
+			k.bad(p+".pass-internal", "only the l7 dataplane looks at paths")
+		}
+		if dp == "xdp" {
+			if persist > 0 {
+				k.bad(p+".persistence", "not with dataplane xdp: use scheduler sh or mh to keep a client on its server")
+			}
+			for _, d := range c.Directors {
+				if d.Interface == "" {
+					k.bad(p+".dataplane", "xdp needs director %q's interface (the link to attach to)", d.Name)
+					break
+				}
+			}
+		}
+		if s.Check != nil {
+			k.check(p+".check", s.Check, proto)
+		}
+		seen := map[netip.AddrPort]int{}
+		for j, r := range s.Servers {
+			rp := fmt.Sprintf("%s.servers[%d]", p, j)
+			if r.Address != "" {
+				if ap, ok := k.addrPort(rp+".address", r.Address); ok {
+					if o, dup := seen[ap]; dup {
+						k.bad(rp+".address", "%s is also servers[%d]", ap, o)
+					}
+					seen[ap] = j
+					if dp == "xdp" && vip.IsValid() && ap.Port() != vip.Port() {
+						k.bad(rp+".address", "%s: with dataplane xdp (direct routing) a server listens on the VIP's port %d", ap, vip.Port())
+					}
+					if s.Check != nil && s.Check.Port != 0 && int(ap.Port()) == s.Check.Port {
+						k.bad(rp+".address", "%s: port %d is the check's port (the node's admin port), not one to serve clients on", ap, s.Check.Port)
+					}
+				}
+			}
+			k.weight(rp+".weight", r.Weight)
+		}
+		if dp == "xdp" && len(s.Servers) > 64 {
+			k.bad(p+".servers", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
+		}
+		if len(s.Servers) == 0 && (s.Cluster == "" || perCluster[s.Cluster] == 0) {
+			if s.Cluster == "" {
+				k.bad(p, "empty pool: list servers or name a cluster with nodes")
+			} else if _, ok := clusters[s.Cluster]; ok {
+				k.bad(p+".cluster", "empty pool: cluster %q has no nodes and no servers are listed", s.Cluster)
+			}
+		}
+		for j, q := range s.QoS {
+			if _, ok := qos[q]; !ok {
+				k.bad(fmt.Sprintf("%s.qos[%d]", p, j), "no qos class named %q", q)
+			}
+		}
+	}
+
+	for i, d := range c.Domains {
+		p := fmt.Sprintf("domains[%d]", i)
+		if d.Service != "" {
+			if _, ok := services[d.Service]; !ok {
+				k.bad(p+".service", "no service named %q", d.Service)
+			}
+		}
+		k.absPath(p+".docroot", d.Docroot)
+		if d.Webmaster != "" {
+			j, ok := accounts[d.Webmaster]
+			switch {
+			case !ok:
+				k.bad(p+".webmaster", "no account named %q", d.Webmaster)
+			case c.Accounts[j].Role != "webmaster":
+				k.bad(p+".webmaster", "account %q has role %q, not webmaster", d.Webmaster, c.Accounts[j].Role)
+			case !slices.Contains(c.Accounts[j].Domains, d.Name):
+				k.bad(p+".webmaster", "account %q does not list domain %q in its domains", d.Webmaster, d.Name)
+			}
+		}
+	}
+
+	for i, q := range c.QoS {
+		p := fmt.Sprintf("qos[%d]", i)
+		for j, n := range q.Match.Networks {
+			if _, err := netip.ParsePrefix(n); err != nil {
+				k.bad(fmt.Sprintf("%s.match.networks[%d]", p, j), "%q is not a network (CIDR, like 10.0.0.0/8)", clip(n))
+			}
+		}
+		for j, pre := range q.Match.Prefixes {
+			if !strings.HasPrefix(pre, "/") {
+				k.bad(fmt.Sprintf("%s.match.prefixes[%d]", p, j), "%q: a path prefix starts with /", clip(pre))
+			}
+		}
+		if q.Match.Regex != "" {
+			if _, err := regexp.Compile(q.Match.Regex); err != nil {
+				k.bad(p+".match.regex", "%v", err)
+			}
+		}
+		for j, dn := range q.Match.Domains {
+			if _, ok := domains[dn]; !ok {
+				k.bad(fmt.Sprintf("%s.match.domains[%d]", p, j), "no domain named %q", dn)
+			}
+		}
+		if h := q.Match.Header; h != "" {
+			if name, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t") {
+				k.bad(p+".match.header", "%q: want \"Name: value\"", clip(h))
+			}
+		}
+		if q.Rate < 0 || math.IsNaN(q.Rate) || math.IsInf(q.Rate, 0) {
+			k.bad(p+".rate", "%v: want requests per second >= 0", q.Rate)
+		}
+		if q.Concurrency < 0 {
+			k.bad(p+".concurrency", "%d: want >= 0", q.Concurrency)
+		}
+		k.enum(p+".overload", q.Overload, "queue", "reject")
+		k.duration(p+".deadline", q.Deadline, true)
+		if q.RetryAfter < 0 || q.RetryAfter > 86400 {
+			k.bad(p+".retry-after", "%d: want 0..86400 seconds", q.RetryAfter)
+		}
+	}
+
+	fs := c.FileSystem
+	for j, m := range fs.Meta {
+		k.addrPort(fmt.Sprintf("filesystem.meta[%d]", j), m)
+	}
+	k.absPath("filesystem.docroot", fs.Docroot)
+	lpaths := map[string]int{}
+	for i, l := range fs.Layouts {
+		p := fmt.Sprintf("filesystem.layouts[%d]", i)
+		if l.Path != "" && k.absPath(p+".path", l.Path) {
+			if j, dup := lpaths[l.Path]; dup {
+				k.bad(p+".path", "%q is also layouts[%d]'s path", l.Path, j)
+			}
+			lpaths[l.Path] = i
+		}
+		if l.StripeSize != "" {
+			n, err := parseSize(l.StripeSize)
+			if err == nil && n != 0 {
+				err = layout.ValidStripeSize(n)
+			}
+			if err != nil {
+				k.bad(p+".stripe-size", "%v", err)
+			}
+		}
+		if l.StripeCount < -1 || l.StripeCount > 1<<16 {
+			k.bad(p+".stripe-count", "%d: want -1 (all), 0 (inherit) or a number of I/O servers", l.StripeCount)
+		}
+		if l.Replicas < 0 || l.Replicas > 5 {
+			k.bad(p+".replicas", "%d: want 1..5 (0 inherits)", l.Replicas)
+		}
+		k.enum(p+".placement", l.Placement, "striped", "whole")
+	}
+
+	for i, a := range c.Accounts {
+		p := fmt.Sprintf("accounts[%d]", i)
+		if a.Role != "" || k.lines[p+".role"] != 0 {
+			k.enum(p+".role", a.Role, "admin", "webmaster", "read-only")
+			if a.Role == "" {
+				k.bad(p+".role", "empty: want admin, webmaster or read-only")
+			}
+		}
+		if len(a.Domains) > 0 && a.Role != "webmaster" && a.Role != "" {
+			k.bad(p+".domains", "only a webmaster has domains")
+		}
+		for j, dn := range a.Domains {
+			if _, ok := domains[dn]; !ok {
+				k.bad(fmt.Sprintf("%s.domains[%d]", p, j), "no domain named %q", dn)
+			}
+		}
+	}
+}
+
+func (k *checker) check(p string, ch *Check, proto string) {
+	k.enum(p+".type", ch.Type, "tcp", "http", "exec", "none")
+	k.port(p+".port", ch.Port, true)
+	if ch.Path != "" && !strings.HasPrefix(ch.Path, "/") {
+		k.bad(p+".path", "%q must start with /", clip(ch.Path))
+	}
+	if ch.Status != 0 && (ch.Status < 100 || ch.Status > 599) {
+		k.bad(p+".status", "%d: want an HTTP status 100..599", ch.Status)
+	}
+	if ch.Type == "exec" && len(ch.Command) == 0 {
+		k.bad(p+".command", "an exec check needs a command")
+	}
+	if ch.Type != "exec" && len(ch.Command) > 0 {
+		k.bad(p+".command", "only an exec check runs a command")
+	}
+	if ch.Type == "http" && proto == "udp" {
+		k.bad(p+".type", "an http check on a udp service")
+	}
+	iv, ok1 := k.duration(p+".interval", ch.Interval, true)
+	to, ok2 := k.duration(p+".timeout", ch.Timeout, true)
+	if ok1 && ok2 {
+		if iv == 0 {
+			iv = 2 * time.Second
+		}
+		if to == 0 {
+			to = time.Second
+		}
+		if to > iv {
+			k.bad(p+".timeout", "%v is longer than the interval %v", to, iv)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"rise", ch.Rise}, {"fall", ch.Fall}} {
+		if f.v < 0 || f.v > 100 {
+			k.bad(p+"."+f.name, "%d: want 1..100", f.v)
+		}
+	}
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

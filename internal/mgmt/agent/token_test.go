@@ -1,0 +1,31 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseToken(t *testing.T) {
+	h := strings.Repeat("0f", 16)
+	if tk, err := ParseToken(" id.sec." + strings.ToUpper(h) + "\n"); err != nil || tk.ID != "id" || tk.Secret != "sec" || tk.CAHash != h {
+		t.Fatalf("good token: %+v %v", tk, err)
+	}
+	for _, bad := range []string{"", "a.b", "a.b.c.d", ".b." + h, "a.b.123", "a.b." + strings.Repeat("zz", 16)} {
+		if _, err := ParseToken(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), ".b.") {
+			t.Errorf("%q: the error repeats the secret: %v", bad, err)
+		}
+	}
+}
+
+func FuzzParseToken(f *testing.F) {
+	f.Add("id.secret." + strings.Repeat("ab", 16))
+	f.Add("a..")
+	f.Fuzz(func(t *testing.T, s string) {
+		tk, err := ParseToken(s)
+		if err == nil && (tk.ID == "" || tk.Secret == "" || len(tk.CAHash) != 32) {
+			t.Fatalf("%q: accepted as %+v", s, tk)
+		}
+	})
+}

@@ -1,0 +1,218 @@
+package mgmt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Tokens: join tokens (made by an admin for a member role, with a TTL,
+// maybe single-use), members' credentials (made at join: role = the
+// member's role, no expiry, revocable) and users' API tokens (login, or
+// made by an admin). All are "ID.SECRET" on the wire (a join token adds
+// ".CAHASH", the station CA's pin) and only sha256(SECRET) is stored.
+
+func memberRole(r string) bool {
+	return r == api.RoleDirector || r == api.RoleNode || r == api.RoleMeta || r == api.RoleIOD
+}
+
+// defaultJoinTTL is a join token's life when the request gives none.
+const defaultJoinTTL = time.Hour
+
+// createToken makes a join token or a user's API token.
+func (s *Station) createToken(ctx context.Context, req api.TokenRequest, who string) (api.Token, error) {
+	var t *tokenRecord
+	var secret string
+	switch {
+	case memberRole(req.Role):
+		if req.User != "" {
+			return api.Token{}, &inputError{"token: a join token (role " + req.Role + ") has no user"}
+		}
+		ttl := req.TTL
+		if ttl <= 0 {
+			ttl = defaultJoinTTL
+		}
+		t, secret = newToken(kindJoin, req.Role, who, ttl)
+		t.SingleUse = req.SingleUse
+	case req.Role == api.RoleAdmin || req.Role == api.RoleWebmaster || req.Role == api.RoleReadOnly || req.Role == "":
+		if req.User == "" {
+			return api.Token{}, &inputError{"token: an API token needs user (or give a member role: director, node, meta, iod)"}
+		}
+		p, err := s.userPrincipal(ctx, req.User)
+		if err != nil {
+			var ae *authError
+			if errors.As(err, &ae) {
+				return api.Token{}, &inputError{"token: " + ae.msg}
+			}
+			return api.Token{}, err
+		}
+		if req.Role != "" && req.Role != p.Role {
+			return api.Token{}, &inputError{fmt.Sprintf("token: user %q has role %s, not %s", req.User, p.Role, req.Role)}
+		}
+		ttl := req.TTL
+		if ttl <= 0 {
+			ttl = loginTTL
+		}
+		t, secret = newToken(kindAPI, p.Role, who, ttl)
+		t.User = req.User
+		t.SingleUse = false
+	default:
+		return api.Token{}, &inputError{fmt.Sprintf("token: unknown role %q (director, node, meta, iod; or admin, webmaster, read-only with user)", req.Role)}
+	}
+	e := &api.AuditEntry{User: who, Action: "token-create", Detail: fmt.Sprintf("%s token %s role %s", t.Kind, t.ID, t.Role)}
+	if err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+		return nil, []clientv3.Op{tokenPut(t)}, nil
+	}); err != nil {
+		return api.Token{}, err
+	}
+	out := t.api()
+	out.Secret = t.ID + "." + secret
+	if t.Kind == kindJoin {
+		out.Secret += "." + CAHash(s.caPEM)
+	}
+	return out, nil
+}
+
+// tokenRecords is every stored token.
+func (s *Station) tokenRecords(ctx context.Context) ([]*tokenRecord, error) {
+	resp, err := s.cli.Get(ctx, keyTokens, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []*tokenRecord
+	for _, kv := range resp.Kvs {
+		var t tokenRecord
+		if json.Unmarshal(kv.Value, &t) == nil {
+			out = append(out, &t)
+		}
+	}
+	return out, nil
+}
+
+// tokens lists every token (no secrets), oldest first. A member's
+// credential shows its member name as User and its member role.
+func (s *Station) tokens(ctx context.Context) ([]api.Token, error) {
+	recs, err := s.tokenRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Token, 0, len(recs))
+	for _, t := range recs {
+		out = append(out, t.api())
+	}
+	slices.SortFunc(out, func(a, b api.Token) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// revokeToken revokes a token (a member's credential too).
+func (s *Station) revokeToken(ctx context.Context, id, who string) error {
+	if id == "" || strings.ContainsAny(id, "/\x00") {
+		return &inputError{fmt.Sprintf("token: bad ID %q", id)}
+	}
+	e := &api.AuditEntry{User: who, Action: "token-revoke", Detail: id}
+	return s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+		t, rev, err := s.getToken(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if t == nil {
+			return nil, nil, &notFoundError{"no token " + id}
+		}
+		t.Revoked = true
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, []clientv3.Op{tokenPut(t)}, nil
+	})
+}
+
+// join trades a join token for a member credential; an earlier
+// credential of the same member name is revoked (a replaced machine).
+func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinRequest) (api.JoinReply, error) {
+	if bearerTok == "" {
+		return api.JoinReply{}, &authError{"no join token: send Authorization: Bearer TOKEN"}
+	}
+	if !memberRole(req.Role) {
+		return api.JoinReply{}, &inputError{fmt.Sprintf("join: role %q: want director, node, meta or iod", req.Role)}
+	}
+	if req.Name == "" || len(req.Name) > 128 || strings.ContainsAny(req.Name, "/\x00 ") {
+		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad member name %q", req.Name)}
+	}
+	cred, secret := newToken(kindMember, req.Role, "join", 0)
+	cred.Member = req.Name
+	var tokID string
+	e := &api.AuditEntry{User: "member " + req.Name, Action: "join"}
+	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+		t, rev, err := s.checkToken(ctx, bearerTok)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case t.Kind != kindJoin:
+			return nil, nil, &authError{"not a join token (make one with corral mgmt token create --role " + req.Role + ")"}
+		case t.SingleUse && t.Used:
+			return nil, nil, &authError{"token already used"}
+		case t.Role != req.Role:
+			return nil, nil, &forbidden{fmt.Sprintf("join token is for role %s, not %s", t.Role, req.Role)}
+		}
+		tokID = t.ID
+		t.Used = true
+		cred.CreatedBy = "join token " + t.ID
+		e.Detail = fmt.Sprintf("%s %s (%s) with token %s, credential %s", req.Role, req.Name, req.Addr, t.ID, cred.ID)
+		ops := []clientv3.Op{tokenPut(t), tokenPut(cred)}
+		old, err := s.tokenRecords(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range old {
+			if o.Kind == kindMember && o.Member == req.Name && !o.Revoked && len(ops) < 100 {
+				o.Revoked = true
+				ops = append(ops, tokenPut(o))
+			}
+		}
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+t.ID), "=", rev)}, ops, nil
+	})
+	if err != nil {
+		s.met.joins.WithLabelValues("refused").Inc()
+		return api.JoinReply{}, err
+	}
+	s.met.joins.WithLabelValues("ok").Inc()
+	s.event(api.Event{Kind: "join", Member: req.Name, Msg: fmt.Sprintf("%s %s joined (%s) with token %s", req.Role, req.Name, req.Addr, tokID)})
+	reply := api.JoinReply{Member: req.Name, Credential: cred.ID + "." + secret, CA: string(s.caPEM), Stations: s.stations(ctx)}
+	reply.Secret = s.fsCredential(req.Role, req.Name)
+	reply.Meta = s.opt.Meta
+	if len(reply.Meta) == 0 {
+		if ci, err := s.cfgInfo(ctx); err == nil {
+			reply.Meta = ci.meta
+		}
+	}
+	return reply, nil
+}
+
+// fsCredential is the file-system credential a member of role gets: the
+// read-only one for nodes and directors, the cluster secret for meta and
+// iods; nil (and a log line) when the station has none to give.
+func (s *Station) fsCredential(role, name string) []byte {
+	if len(s.opt.Secret) == 0 {
+		s.log.Warn("no file-system secret given to the station (--secret-file): the member gets none", "member", name)
+		return nil
+	}
+	c, err := proto.ParseCredential(s.opt.Secret)
+	if err != nil {
+		s.log.Error("station's file-system secret unreadable", "err", err)
+		return nil
+	}
+	if role == api.RoleNode || role == api.RoleDirector {
+		return c.ReadOnly().Marshal()
+	}
+	if c.Kind() != proto.KindFull {
+		s.log.Warn("station holds only the read-only credential; meta and iods need the cluster secret", "member", name)
+		return nil
+	}
+	return c.Marshal()
+}
