@@ -582,9 +582,10 @@ func (m *managedUp) rollout(t *testing.T, binary string, members []string, check
 
 // TestRolloutBrokenBinary (f): a rollout of a binary that cannot run (a
 // script that exits 1) over node1 then node2 rolls node1 back to its old
-// build, which serves again, and stops before node2; a good new build
-// (the same program, other bytes) then rolls out over node1 only, swapping
-// node1's DATA/bin copy and not node2's.
+// build, which serves again, and stops before node2; so does one that
+// runs but never passes its check; a good new build (the same program,
+// other bytes) then rolls out over node1 only, swapping node1's DATA/bin
+// copy and not node2's.
 func TestRolloutBrokenBinary(t *testing.T) {
 	m := startManaged(t, 2)
 	m.waitApplied(t, 1, m.members(), 20*time.Second)
@@ -615,6 +616,31 @@ func TestRolloutBrokenBinary(t *testing.T) {
 	}
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)
+	}
+
+	// A build that starts but never passes its check: a script that runs
+	// the old binary (so the member reports the old build, never the
+	// new one): the station orders it back, the rollout fails.
+	wrapper := filepath.Join(t.TempDir(), "wrapper")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+m.bin+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = m.rollout(t, wrapper, []string{"node1", "node2"}, 5*time.Second)
+	if r.State != "failed" || r.Steps[0].State != "rolled-back" || r.Steps[1].State != "waiting" {
+		t.Fatalf("rollout of a build that never checks healthy: %+v; want failed, node1 rolled-back, node2 waiting", r)
+	}
+	waitFor(t, "node1 back on its old build after the failed check", 20*time.Second, func() error {
+		st, err := m.statuses()
+		if err != nil {
+			return err
+		}
+		if s := st["node1"]; !s.Up || !s.Healthy || s.Build != oldBuild {
+			return fmt.Errorf("node1: up %v healthy %v build %.12s", s.Up, s.Healthy, s.Build)
+		}
+		return nil
+	})
+	if got := sha256File(t, node1Bin); got != oldBuild {
+		t.Fatalf("node1's installed binary changed by a failed rollout")
 	}
 
 	// A good new build: the binary with bytes appended (an ELF runs the
