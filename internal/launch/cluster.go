@@ -144,6 +144,9 @@ func startManaged(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if err := f.prepareSecret(); err != nil {
 		return nil, err
 	}
+	if left := c.stopLeftovers(); len(left) > 0 && cfg.Station.Log != nil {
+		cfg.Station.Log("stopped roles an earlier run left running: %s", strings.Join(left, ", "))
+	}
 	roles := []string{"mgmt", "director"}
 	if n := len(f.metaAddrs); n == 1 {
 		roles = append(roles, "meta")

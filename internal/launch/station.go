@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // StationConfig makes a cluster managed: a management station (`corral
@@ -26,6 +29,8 @@ type StationConfig struct {
 	// starts: it must leave a join token for each role kind in
 	// TokenFile(kind). It is not called on restarts.
 	Prepare func(ctx context.Context, c *Cluster) error
+	// Log, if set, receives what the start did by itself.
+	Log func(format string, a ...any)
 }
 
 // StationDir is the station's data directory: DATA/mgmt.
@@ -167,4 +172,56 @@ func metaListAddrs(list string) ([]string, error) {
 		}
 	}
 	return addrs, nil
+}
+
+// stopLeftovers ends roles an earlier up of the same DATA left running
+// (processes whose program is DATA/bin/ROLE/corral): up killed with
+// SIGKILL takes its children with it through the parent-death signal, but
+// a member that re-executed itself for a rolling upgrade may have lost
+// that signal, and would hold its addresses against the new start. It
+// returns what it stopped ("node1 (pid 123)").
+func (c *Cluster) stopLeftovers() []string {
+	prefix := filepath.Join(c.Data, "bin") + string(filepath.Separator)
+	var stopped []string
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(b), "\x00")
+		if !strings.HasPrefix(argv0, prefix) {
+			continue
+		}
+		role, _, _ := strings.Cut(strings.TrimPrefix(argv0, prefix), string(filepath.Separator))
+		if syscall.Kill(pid, syscall.SIGTERM) == nil {
+			pids = append(pids, pid)
+			stopped = append(stopped, fmt.Sprintf("%s (pid %d)", role, pid))
+		}
+	}
+	// Bounded: 5 s to end cleanly, then SIGKILL.
+	end := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for time.Now().Before(end) && syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return stopped
+}
+
+// zombie says whether pid has ended but not been reaped (by its parent,
+// init for an orphan).
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && (f[0] == "Z" || f[0] == "X")
 }

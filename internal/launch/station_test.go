@@ -670,10 +670,21 @@ func TestRolloutBrokenBinary(t *testing.T) {
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)
 	}
-	// Ctrl-C stops the upgraded member too (same PID as up started).
-	// (A SIGKILL of up does not yet: the re-executed process lost its
-	// parent-death signal, see reapUnder.)
-	m.stop(t)
+	// up killed with SIGKILL: the upgraded member may outlive it (a
+	// process re-executed from another thread loses its parent-death
+	// signal); the next up on the same data stops it and starts over,
+	// on up's own binary again.
+	m.cmd.Process.Kill()
+	<-m.done
+	m2 := startUp(t, m.bin, m.dir, stationNet, "--meta-members", "1", "--iods", "1", "--nodes", "2")
+	if err := get(m.vip()); err != nil {
+		t.Fatal(err)
+	}
+	if got := sha256File(t, node1Bin); got != oldBuild {
+		t.Errorf("after a new start node1 runs %.12s, want up's own binary", got)
+	}
+	t.Logf("second start: %s", strings.TrimSpace(strings.SplitN(m2.out.String(), "\n", 2)[0]))
+	m2.stop(t)
 }
 
 // TestUpImportAndReset: an older up's director.conf (an up --no-station)

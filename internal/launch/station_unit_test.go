@@ -2,6 +2,7 @@ package launch
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -93,5 +94,41 @@ func TestJoinArgs(t *testing.T) {
 		if k := RoleKind(role); k != kind {
 			t.Errorf("RoleKind(%s) = %s", role, k)
 		}
+	}
+}
+
+// TestStopLeftovers: a process running DATA/bin/ROLE/corral that no up
+// watches (an orphan of a killed up) is ended by the next start; others
+// (the same program elsewhere) are not.
+func TestStopLeftovers(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep(1)")
+	}
+	dir := t.TempDir()
+	c := &Cluster{FS: &FS{Bin: sleep, Data: filepath.Join(dir, "data")}}
+	if err := c.installRoleBin("node1"); err != nil {
+		t.Fatal(err)
+	}
+	run := func(bin string) *exec.Cmd {
+		cmd := exec.Command(bin, "30")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	left := run(c.RoleBin("node1"))
+	other := run(sleep)
+	got := c.stopLeftovers()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "node1 (pid ") {
+		t.Fatalf("stopped %v, want node1 only", got)
+	}
+	if err := left.Wait(); err == nil {
+		t.Errorf("the leftover role was not ended")
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a process outside DATA/bin was ended: %v", err)
 	}
 }

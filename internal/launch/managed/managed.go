@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg launch.ClusterConfig, opt Options) (*launch.
 		opt.Log = func(string, ...any) {}
 	}
 	st := &Started{}
-	cfg.Station = &launch.StationConfig{Listen: opt.Station, EtcdClient: opt.EtcdClient, EtcdPeer: opt.EtcdPeer,
+	cfg.Station = &launch.StationConfig{Listen: opt.Station, EtcdClient: opt.EtcdClient, EtcdPeer: opt.EtcdPeer, Log: opt.Log,
 		Prepare: func(ctx context.Context, c *launch.Cluster) error { return prepare(ctx, c, opt, st) }}
 	c, err := launch.StartCluster(ctx, cfg)
 	if err != nil {
