@@ -174,14 +174,16 @@ func metaListAddrs(list string) ([]string, error) {
 	return addrs, nil
 }
 
-// stopLeftovers ends roles an earlier up of the same DATA left running
-// (processes whose program is DATA/bin/ROLE/corral): up killed with
-// SIGKILL takes its children with it through the parent-death signal, but
-// a member that re-executed itself for a rolling upgrade may have lost
-// that signal, and would hold its addresses against the new start. It
-// returns what it stopped ("node1 (pid 123)").
+// stopLeftovers ends roles an earlier up of the same DATA left running:
+// up killed with SIGKILL takes its children with it through the
+// parent-death signal, but a member that re-executed itself for a rolling
+// upgrade may have lost that signal, and would hold its addresses against
+// the new start. A role is known by its program (under DATA: DATA/bin/ROLE
+// or a rollout's DATA/state/ROLE/bin/SHA) or its --state DATA/state/ROLE
+// (its argv[0] may name any binary after a rollout). It returns what it
+// stopped ("node1 (pid 123)").
 func (c *Cluster) stopLeftovers() []string {
-	prefix := filepath.Join(c.Data, "bin") + string(filepath.Separator)
+	data := filepath.Clean(c.Data) + string(filepath.Separator)
 	var stopped []string
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
@@ -194,11 +196,24 @@ func (c *Cluster) stopLeftovers() []string {
 		if err != nil {
 			continue
 		}
-		argv0, _, _ := strings.Cut(string(b), "\x00")
-		if !strings.HasPrefix(argv0, prefix) {
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		exe, _ := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		ours := strings.HasPrefix(exe, data) || strings.HasPrefix(argv[0], data+"bin"+string(filepath.Separator))
+		role := ""
+		for i := 0; i+1 < len(argv); i++ {
+			switch argv[i] {
+			case "--state":
+				ours = ours || strings.HasPrefix(argv[i+1], data+"state"+string(filepath.Separator))
+			case "--name":
+				role = argv[i+1]
+			}
+		}
+		if !ours {
 			continue
 		}
-		role, _, _ := strings.Cut(strings.TrimPrefix(argv0, prefix), string(filepath.Separator))
+		if bin := data + "bin" + string(filepath.Separator); role == "" && strings.HasPrefix(argv[0], bin) {
+			role, _, _ = strings.Cut(strings.TrimPrefix(argv[0], bin), string(filepath.Separator))
+		}
 		if syscall.Kill(pid, syscall.SIGTERM) == nil {
 			pids = append(pids, pid)
 			stopped = append(stopped, fmt.Sprintf("%s (pid %d)", role, pid))
