@@ -52,7 +52,7 @@ func TestMgmtQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("apply p50 %.1f ms p99 %.1f ms; big: %.0f ms, p99 before %.2f ms during %.2f ms", res.P50ms, res.P99ms, res.BigApplyMs, res.Before.P99ms, res.During.P99ms)
-	if len(res.ApplyMs) != 5 || res.BigServers != 1000 || res.BigApplyMs < 0 {
+	if len(res.ApplyMs) != 5 || res.BigServers != 1000 || res.BigApplyMs < 0 || res.BigDirectorMs < 0 {
 		t.Fatalf("result: %+v", res)
 	}
 	if res.Before.Errors+res.During.Errors > 0 || res.During.Requests == 0 {
