@@ -245,6 +245,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			}
 			p := fmt.Sprintf("%s[%d]", path, i)
 			d.lines[p] = e.Line
+			if isNull(e) && s.Index(i).Kind() == reflect.Struct {
+				d.errf(e.Line, p, "an empty item (want a mapping)")
+				continue
+			}
 			d.decode(e, s.Index(i), p)
 		}
 		v.Set(s)
@@ -324,7 +328,11 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		d.lines[p] = k.Line
-		d.decode(val, v.Field(f.index), p)
+		fv := v.Field(f.index)
+		d.decode(val, fv, p)
+		if f.required && fv.Kind() == reflect.String && fv.String() == "" && !d.spent {
+			d.errf(k.Line, p, "empty (required)")
+		}
 	}
 	for _, f := range fields {
 		if _, ok := seen[f.name]; f.required && !ok {
