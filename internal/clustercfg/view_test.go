@@ -157,4 +157,3 @@ func TestImport(t *testing.T) {
 		t.Fatal("Import(nil) accepted")
 	}
 }
-
