@@ -64,13 +64,15 @@ type Node struct {
 type Director struct {
 	// Name identifies the director; it is also the name it joins with.
 	Name string `yaml:"name" json:"name"`
-	// Admin is the director's admin API address (loopback by default).
+	// Admin is the director's admin API address (keep it on loopback).
+	// Default 127.0.0.1:7500.
 	Admin string `yaml:"admin,omitempty" json:"admin,omitempty"`
 	// Interface is the link the XDP dataplane attaches to.
 	Interface string `yaml:"interface,omitempty" json:"interface,omitempty"`
-	// XDPMode is auto, native or generic.
+	// XDPMode is auto, native or generic. Default auto.
 	XDPMode string `yaml:"xdp-mode,omitempty" json:"xdp-mode,omitempty"`
-	// XDPConns is the XDP connection table's size.
+	// XDPConns is the XDP connection table's size (1024..16777216).
+	// Default 262144.
 	XDPConns int `yaml:"xdp-conns,omitempty" json:"xdp-conns,omitempty"`
 }
 
@@ -92,15 +94,18 @@ type Service struct {
 	// Port is the nodes' port for a pool made from the cluster's nodes;
 	// default: the port of each node's Address.
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
-	// Persistence keeps a client on its server this long (Go duration).
+	// Persistence keeps a client on its server this long (Go duration;
+	// not with xdp). Default 0s (off).
 	Persistence string `yaml:"persistence,omitempty" json:"persistence,omitempty"`
-	// UDPTimeout ends an idle UDP flow.
+	// UDPTimeout ends an idle UDP flow. Default 300s.
 	UDPTimeout string `yaml:"udp-timeout,omitempty" json:"udp-timeout,omitempty"`
-	// TCPTimeout ends an idle established TCP flow (xdp).
+	// TCPTimeout ends an idle established TCP flow (xdp). Default 900s.
 	TCPTimeout string `yaml:"tcp-timeout,omitempty" json:"tcp-timeout,omitempty"`
 	// TCPFinTimeout ends a TCP flow after the client's FIN or RST (xdp).
+	// Default 120s.
 	TCPFinTimeout string `yaml:"tcp-fin-timeout,omitempty" json:"tcp-fin-timeout,omitempty"`
-	// InactiveTimeout is how long a closed connection counts as inactive.
+	// InactiveTimeout is how long a closed connection counts as inactive
+	// (lc, wlc). Default 60s.
 	InactiveTimeout string `yaml:"inactive-timeout,omitempty" json:"inactive-timeout,omitempty"`
 	// PassInternal lets the l7 dataplane pass /load, /healthz, /metrics.
 	PassInternal bool `yaml:"pass-internal,omitempty" json:"pass-internal,omitempty"`
@@ -116,7 +121,8 @@ type Service struct {
 type Check struct {
 	// Type is tcp, http, exec or none. Default tcp.
 	Type string `yaml:"type,omitempty" json:"type,omitempty"`
-	// Port, if set, is checked instead of the server's port.
+	// Port, if set, is checked instead of the server's port (a node's
+	// /healthz is on its admin port).
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Path is the http check's request path. Default /healthz.
 	Path string `yaml:"path,omitempty" json:"path,omitempty"`
