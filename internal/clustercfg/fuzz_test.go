@@ -79,3 +79,44 @@ func TestSchema(t *testing.T) {
 		t.Fatalf("a field without a comment: %v", err)
 	}
 }
+
+// FuzzApplyOp: a transaction's value (bytes from the API) never panics
+// the decoder, and what it accepts leaves a configuration that marshals.
+func FuzzApplyOp(f *testing.F) {
+	f.Add("put", "service", "", []byte(`{"name":"api","vip":"127.0.51.103:443","servers":[{"address":"127.0.51.1:80"}]}`))
+	f.Add("put", "layout", "", []byte(`{"path":"/www","stripe-size":"64K"}`))
+	f.Add("delete", "node", "node1", []byte(nil))
+	f.Add("put", "qos", "", []byte(`{"name":"q","priority":1,"match":{"networks":["10.0.0.0/8"]}}`))
+	f.Fuzz(func(t *testing.T, op, kind, name string, value []byte) {
+		c := mustParse(t, "testdata/good/full.yaml")
+		if err := c.ApplyOp(op, kind, name, value); err != nil {
+			return
+		}
+		if _, err := c.Marshal(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// FuzzDiff: the diff of any two texts patches the first into the second.
+func FuzzDiff(f *testing.F) {
+	f.Add([]byte("a\nb\nc\n"), []byte("a\nc\nd\n"))
+	f.Add([]byte(""), []byte("x\n"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		norm := func(x []byte) string {
+			s := string(x)
+			if s != "" && !strings.HasSuffix(s, "\n") {
+				s += "\n"
+			}
+			return s
+		}
+		as, bs := norm(a), norm(b)
+		d := Diff([]byte(as), []byte(bs))
+		if (d == "") != (as == bs) {
+			t.Fatalf("Diff(%q, %q) = %q", as, bs, d)
+		}
+		if got := patch(t, as, d); got != bs {
+			t.Fatalf("a=%q b=%q diff:\n%s\npatched %q", as, bs, d, got)
+		}
+	})
+}

@@ -143,8 +143,9 @@ func (k *checker) absPath(p, v string) bool {
 	return true
 }
 
-// parseSize reads a byte count with an optional binary unit (4096, 64K, 1M).
-func parseSize(s string) (int64, error) {
+// ParseSize reads a layout's stripe-size: a byte count with an optional
+// binary unit (4096, 64K, 1M, 1G; "0" inherits), as Parse accepts it.
+func ParseSize(s string) (int64, error) {
 	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
 	mult := int64(1)
 	if n := len(t); n > 0 {
@@ -399,7 +400,7 @@ func (k *checker) validate() {
 			lpaths[l.Path] = i
 		}
 		if l.StripeSize != "" {
-			n, err := parseSize(l.StripeSize)
+			n, err := ParseSize(l.StripeSize)
 			if err == nil && n != 0 {
 				err = layout.ValidStripeSize(n)
 			}
