@@ -307,6 +307,18 @@ func (k *checker) validate() {
 			}
 			k.weight(rp+".weight", r.Weight)
 		}
+		if dp == "xdp" && len(s.Servers) == 0 && vip.IsValid() {
+			for j, n := range c.Nodes {
+				ap, err := netip.ParseAddrPort(n.Address)
+				if s.Cluster == "" || n.Cluster != s.Cluster || err != nil {
+					continue
+				}
+				if port := or(s.Port, int(ap.Port())); port != int(vip.Port()) {
+					k.bad(p+".port", "node %s (nodes[%d]) would serve on port %d: with dataplane xdp (direct routing) servers listen on the VIP's port %d", n.Name, j, port, vip.Port())
+					break
+				}
+			}
+		}
 		if dp == "xdp" && len(s.Servers) > 64 {
 			k.bad(p+".servers", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
 		}
@@ -445,7 +457,7 @@ func (k *checker) check(p string, ch *Check, proto string) {
 	if ch.Status != 0 && (ch.Status < 100 || ch.Status > 599) {
 		k.bad(p+".status", "%d: want an HTTP status 100..599", ch.Status)
 	}
-	if ch.Type == "exec" && len(ch.Command) == 0 {
+	if ch.Type == "exec" && (len(ch.Command) == 0 || ch.Command[0] == "") {
 		k.bad(p+".command", "an exec check needs a command")
 	}
 	if ch.Type != "exec" && len(ch.Command) > 0 {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
@@ -163,13 +164,21 @@ func directorView(c *Config, name string, drained []string) (*config.Director, e
 			errs = append(errs, fmt.Errorf("services[%d] (%s): %w", i, s.Name, err))
 			continue
 		}
-		o.Line = i + 1
 		d.Services = append(d.Services, o)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	if err := config.Validate(d); err != nil {
+		// Its errors name a file and lines this view does not have.
+		var ce config.Errors
+		if errors.As(err, &ce) {
+			msgs := make([]string, len(ce))
+			for i, e := range ce {
+				msgs[i] = e.Field + ": " + e.Msg
+			}
+			return nil, fmt.Errorf("director %s would refuse it: %s", name, strings.Join(msgs, "; "))
+		}
 		return nil, fmt.Errorf("director %s would refuse it: %w", name, err)
 	}
 	return d, nil
