@@ -291,3 +291,19 @@ func nodeView(c *Config, name string) (*NodeConfig, error) {
 	}
 	return nc, nil
 }
+
+// AdminAddr is the node's admin listener: Admin, or the address's host
+// at port 9080 ("" if Address is not an ip:port).
+func (n Node) AdminAddr() string {
+	if n.Admin != "" {
+		return n.Admin
+	}
+	ap, err := netip.ParseAddrPort(n.Address)
+	if err != nil {
+		return ""
+	}
+	return netip.AddrPortFrom(ap.Addr(), 9080).String()
+}
+
+// AdminAddr is the director's admin API address: Admin or the default.
+func (d Director) AdminAddr() string { return or(d.Admin, defaultAdmin) }

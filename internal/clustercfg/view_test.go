@@ -157,3 +157,18 @@ func TestImport(t *testing.T) {
 		t.Fatal("Import(nil) accepted")
 	}
 }
+
+func TestAdminAddr(t *testing.T) {
+	if a := (Node{Address: "127.0.51.21:8080"}).AdminAddr(); a != "127.0.51.21:9080" {
+		t.Fatal(a)
+	}
+	if a := (Node{Address: "[::1]:8080"}).AdminAddr(); a != "[::1]:9080" {
+		t.Fatal(a)
+	}
+	if a := (Node{Address: "127.0.51.21:8080", Admin: "127.0.51.21:9999"}).AdminAddr(); a != "127.0.51.21:9999" {
+		t.Fatal(a)
+	}
+	if a := (Director{}).AdminAddr(); a != "127.0.0.1:7500" {
+		t.Fatal(a)
+	}
+}
