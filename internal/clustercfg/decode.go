@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"regexp"
 	"sort"
@@ -64,8 +65,8 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, errEOF) || err.Error() == "EOF" {
-			return nil, nil
+		if errors.Is(err, io.EOF) {
+			return nil, nil // no document at all: empty
 		}
 		e := syntaxError(file, err)
 		if l := firstBadLine(data); l > e.Line {
@@ -77,7 +78,7 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	var more yaml.Node
 	if err := dec.Decode(&more); err == nil {
 		return nil, Errors{{File: file, Path: "(document)", Line: more.Line, Msg: "more than one YAML document ('---'); a configuration is one"}}
-	} else if err.Error() != "EOF" {
+	} else if !errors.Is(err, io.EOF) {
 		return nil, Errors{syntaxError(file, err)}
 	}
 	if len(doc.Content) == 0 {
@@ -89,8 +90,6 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	}
 	return root, nil
 }
-
-var errEOF = errors.New("EOF")
 
 // firstBadLine is the first line whose prefix of the document fails to
 // parse (0: unknown). yaml.v3 names the line where the enclosing block
