@@ -58,7 +58,14 @@ func countNodes(n *yaml.Node) int {
 
 // parseDocument turns bytes into the root mapping node (nil: empty
 // document), or a syntax error with its line.
-func parseDocument(file string, data []byte) (*yaml.Node, error) {
+func parseDocument(file string, data []byte) (root *yaml.Node, err error) {
+	// The YAML library has panicked on hostile input in past versions;
+	// bytes from the API must not take the station down.
+	defer func() {
+		if r := recover(); r != nil {
+			root, err = nil, Errors{{File: file, Path: "(syntax)", Line: 1, Msg: fmt.Sprintf("YAML parser failed: %v", r)}}
+		}
+	}()
 	if len(data) > MaxDocument {
 		return nil, Errors{{File: file, Path: "(document)", Line: 1, Msg: fmt.Sprintf("%d bytes: a configuration is at most %d", len(data), MaxDocument)}}
 	}
@@ -84,7 +91,7 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	if len(doc.Content) == 0 {
 		return nil, nil
 	}
-	root := doc.Content[0]
+	root = doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 		return nil, nil
 	}
