@@ -146,6 +146,13 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 		var req []string
 		for _, f := range t.fields {
 			p := jsonType(f.goType)
+			key := t.name + "." + f.yaml
+			if e, ok := enums[key]; ok {
+				p["enum"] = e
+			}
+			if b, ok := bounds[key]; ok {
+				p["minimum"], p["maximum"] = b[0], b[1]
+			}
 			if _, ref := p["$ref"]; ref {
 				p = map[string]any{"allOf": []any{p}} // a $ref beside a description
 			}
@@ -189,7 +196,15 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 			if f.required {
 				def = "(required)"
 			}
-			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, mdType(f.goType), mdCell(def), mdCell(f.doc))
+			typ := mdType(f.goType)
+			key := t.name + "." + f.yaml
+			if e, ok := enums[key]; ok {
+				typ += ": " + strings.Join(e, ", ")
+			}
+			if b, ok := bounds[key]; ok {
+				typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+			}
+			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, typ, mdCell(def), mdCell(f.doc))
 		}
 	}
 	fmt.Fprintf(&md, "\n## A full example\n\nThis is `internal/clustercfg/testdata/good/full.yaml` (the tests parse it).\n\n```yaml\n%s```\n", example)

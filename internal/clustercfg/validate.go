@@ -15,6 +15,36 @@ import (
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
+// enums are the values a field may take ("Type.yaml-name"); validation
+// and the generated schema both use them.
+var enums = map[string][]string{
+	"Director.xdp-mode": {"auto", "native", "generic"},
+	"Service.protocol":  {"tcp", "udp"},
+	"Service.dataplane": sched.Dataplanes,
+	"Service.scheduler": sortedKeys(sched.Names),
+	"Check.type":        {"tcp", "http", "exec", "none"},
+	"QoSClass.overload": {"queue", "reject"},
+	"Layout.placement":  {"striped", "whole"},
+	"Account.role":      {"admin", "webmaster", "read-only"},
+}
+
+// bounds are integer fields' ranges, for the schema (validation says the
+// same in its own words; TestBounds keeps them together).
+var bounds = map[string][2]int{
+	"Node.weight":          {0, 65535},
+	"RealServer.weight":    {0, 65535},
+	"Director.xdp-conns":   {0, 1 << 24},
+	"Service.port":         {0, 65535},
+	"Check.port":           {0, 65535},
+	"Check.status":         {0, 599},
+	"Check.rise":           {0, 100},
+	"Check.fall":           {0, 100},
+	"QoSClass.concurrency": {0, 1 << 30},
+	"QoSClass.retry-after": {0, 86400},
+	"Layout.stripe-count":  {-1, 1 << 16},
+	"Layout.replicas":      {0, 5},
+}
+
 // checker validates a decoded Config; lines places each path.
 type checker struct {
 	c     *Config
@@ -213,7 +243,7 @@ func (k *checker) validate() {
 		if d.Admin != "" {
 			k.addrPort(p+".admin", d.Admin)
 		}
-		k.enum(p+".xdp-mode", d.XDPMode, "auto", "native", "generic")
+		k.enum(p+".xdp-mode", d.XDPMode, enums["Director.xdp-mode"]...)
 		if d.XDPConns != 0 && (d.XDPConns < 1024 || d.XDPConns > 1<<24) {
 			k.bad(p+".xdp-conns", "%d: want 1024..16777216 flows", d.XDPConns)
 		}
@@ -233,15 +263,15 @@ func (k *checker) validate() {
 		if proto == "" {
 			proto = "tcp"
 		}
-		k.enum(p+".protocol", s.Protocol, "tcp", "udp")
+		k.enum(p+".protocol", s.Protocol, enums["Service.protocol"]...)
 		dp := s.Dataplane
 		if dp == "" {
 			dp = "l4"
 		}
-		dpOK := k.enum(p+".dataplane", s.Dataplane, sched.Dataplanes...)
+		dpOK := k.enum(p+".dataplane", s.Dataplane, enums["Service.dataplane"]...)
 		if s.Scheduler != "" {
 			if _, ok := sched.Names[s.Scheduler]; !ok {
-				k.enum(p+".scheduler", s.Scheduler, sortedKeys(sched.Names)...)
+				k.enum(p+".scheduler", s.Scheduler, enums["Service.scheduler"]...)
 			} else if err := sched.Supports(s.Scheduler, dp); err != nil && dpOK {
 				k.bad(p+".scheduler", "%v", err)
 			}
@@ -387,10 +417,10 @@ func (k *checker) validate() {
 		if q.Rate < 0 || math.IsNaN(q.Rate) || math.IsInf(q.Rate, 0) {
 			k.bad(p+".rate", "%v: want requests per second >= 0", q.Rate)
 		}
-		if q.Concurrency < 0 {
-			k.bad(p+".concurrency", "%d: want >= 0", q.Concurrency)
+		if q.Concurrency < 0 || q.Concurrency > 1<<30 {
+			k.bad(p+".concurrency", "%d: want 0 (no limit) .. %d", q.Concurrency, 1<<30)
 		}
-		k.enum(p+".overload", q.Overload, "queue", "reject")
+		k.enum(p+".overload", q.Overload, enums["QoSClass.overload"]...)
 		k.duration(p+".deadline", q.Deadline, true)
 		if q.RetryAfter < 0 || q.RetryAfter > 86400 {
 			k.bad(p+".retry-after", "%d: want 0..86400 seconds", q.RetryAfter)
@@ -426,13 +456,13 @@ func (k *checker) validate() {
 		if l.Replicas < 0 || l.Replicas > 5 {
 			k.bad(p+".replicas", "%d: want 1..5 (0 inherits)", l.Replicas)
 		}
-		k.enum(p+".placement", l.Placement, "striped", "whole")
+		k.enum(p+".placement", l.Placement, enums["Layout.placement"]...)
 	}
 
 	for i, a := range c.Accounts {
 		p := fmt.Sprintf("accounts[%d]", i)
 		if a.Role != "" || k.lines[p+".role"] != 0 {
-			k.enum(p+".role", a.Role, "admin", "webmaster", "read-only")
+			k.enum(p+".role", a.Role, enums["Account.role"]...)
 			if a.Role == "" {
 				k.bad(p+".role", "empty: want admin, webmaster or read-only")
 			}
@@ -449,7 +479,7 @@ func (k *checker) validate() {
 }
 
 func (k *checker) check(p string, ch *Check, proto string) {
-	k.enum(p+".type", ch.Type, "tcp", "http", "exec", "none")
+	k.enum(p+".type", ch.Type, enums["Check.type"]...)
 	k.port(p+".port", ch.Port, true)
 	if ch.Path != "" && !strings.HasPrefix(ch.Path, "/") {
 		k.bad(p+".path", "%q must start with /", clip(ch.Path))
