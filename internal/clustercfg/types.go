@@ -44,7 +44,8 @@ type Cluster struct {
 
 // Node is one web node.
 type Node struct {
-	// Name identifies the node; it is also the name it joins with.
+	// Name identifies the node; it is also the name it joins with
+	// (letters, digits, '-', '_', '.', ':').
 	Name string `yaml:"name" json:"name"`
 	// Address is where the node serves requests (host:port).
 	Address string `yaml:"address" json:"address"`
@@ -62,7 +63,8 @@ type Node struct {
 
 // Director is one director (load balancer).
 type Director struct {
-	// Name identifies the director; it is also the name it joins with.
+	// Name identifies the director; it is also the name it joins with
+	// (letters, digits, '-', '_', '.', ':').
 	Name string `yaml:"name" json:"name"`
 	// Admin is the director's admin API address (keep it on loopback).
 	// Default 127.0.0.1:7500.

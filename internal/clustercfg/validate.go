@@ -74,7 +74,10 @@ func (k *checker) bad(p, format string, a ...any) {
 
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	hostRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+	// memberRE also takes ':' so that a member's default name (its role
+	// and listen address) can be written in the configuration.
+	memberRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$`)
+	hostRE   = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
 
 // names checks one section's names: present, well formed, unique.
@@ -206,8 +209,8 @@ func (k *checker) validate() {
 	services := k.names("services", len(c.Services), func(i int) string { return c.Services[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
 	qos := k.names("qos", len(c.QoS), func(i int) string { return c.QoS[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
 	accounts := k.names("accounts", len(c.Accounts), func(i int) string { return c.Accounts[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
-	k.names("nodes", len(c.Nodes), func(i int) string { return c.Nodes[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
-	k.names("directors", len(c.Directors), func(i int) string { return c.Directors[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	k.names("nodes", len(c.Nodes), func(i int) string { return c.Nodes[i].Name }, memberRE, "name (letters, digits, '-', '_', '.', ':')")
+	k.names("directors", len(c.Directors), func(i int) string { return c.Directors[i].Name }, memberRE, "name (letters, digits, '-', '_', '.', ':')")
 
 	perCluster := map[string]int{}
 	nodeAddr := map[netip.AddrPort]int{}
