@@ -6,7 +6,7 @@
 // It parses with line numbers (every error names its YAML path and line),
 // validates fields against each other, diffs two versions, imports the
 // director's old configuration file, and cuts the part each role applies
-// (DirectorView, NodeView, MetaView). Where the config comes from (a file,
+// (DirectorView, NodeView; meta reads FileSystem). Where it comes from (a file,
 // the station) is not its business.
 package clustercfg
 
