@@ -231,7 +231,8 @@ all errors at once):
 
 - Unknown fields are errors (with a suggestion for a typo); so are wrong
   types, a key given twice, merge keys (` + "`<<`" + `) and a second document.
-- Names are letters, digits, ` + "`-`, `_`, `.`" + ` (domains: host names), unique per section.
+- Names are letters, digits, ` + "`-`, `_`, `.`" + ` (nodes and directors also ` + "`:`" + `;
+  domains: host names), unique per section.
 - References resolve: a service's and a node's ` + "`cluster`" + `, a domain's ` + "`service`" + `,
   a service's ` + "`qos`" + ` classes, a node's ` + "`default-domain`" + `; a domain's
   ` + "`webmaster`" + ` is an account with role webmaster that lists the domain.
@@ -260,9 +261,23 @@ servers.
   cluster at the node's host and the service's ` + "`port`" + ` (default: the node's
   port) with the node's weight; a drained node has weight 0 (no new
   connections). Defaults are the director file's: admin 127.0.0.1:7500,
-  protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s.
+  protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s. Its
+  meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `.
 - A web node takes the docroot (default /www), its default domain, every
   domain's directory (its docroot, default DOCROOT/NAME) and the meta members.
+
+A typo reads like this:
+
+` + "```" + `
+$ corral cfg apply cluster.yaml
+cluster.yaml:13: services[0].vip: missing (required)
+cluster.yaml:14: services[0].vpi: unknown field 'vpi'; did you mean 'vip'?
+` + "```" + `
+
+The schema and this page are
+generated from the Go types and their comments: after changing
+internal/clustercfg/types.go run ` + "`go generate ./internal/clustercfg`" + `; a test
+fails while they are stale.
 
 ## Fields
 `
