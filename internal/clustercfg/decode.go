@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"regexp"
 	"sort"
@@ -57,15 +58,22 @@ func countNodes(n *yaml.Node) int {
 
 // parseDocument turns bytes into the root mapping node (nil: empty
 // document), or a syntax error with its line.
-func parseDocument(file string, data []byte) (*yaml.Node, error) {
+func parseDocument(file string, data []byte) (root *yaml.Node, err error) {
+	// The YAML library has panicked on hostile input in past versions;
+	// bytes from the API must not take the station down.
+	defer func() {
+		if r := recover(); r != nil {
+			root, err = nil, Errors{{File: file, Path: "(syntax)", Line: 1, Msg: fmt.Sprintf("YAML parser failed: %v", r)}}
+		}
+	}()
 	if len(data) > MaxDocument {
 		return nil, Errors{{File: file, Path: "(document)", Line: 1, Msg: fmt.Sprintf("%d bytes: a configuration is at most %d", len(data), MaxDocument)}}
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, errEOF) || err.Error() == "EOF" {
-			return nil, nil
+		if errors.Is(err, io.EOF) {
+			return nil, nil // no document at all: empty
 		}
 		e := syntaxError(file, err)
 		if l := firstBadLine(data); l > e.Line {
@@ -77,20 +85,18 @@ func parseDocument(file string, data []byte) (*yaml.Node, error) {
 	var more yaml.Node
 	if err := dec.Decode(&more); err == nil {
 		return nil, Errors{{File: file, Path: "(document)", Line: more.Line, Msg: "more than one YAML document ('---'); a configuration is one"}}
-	} else if err.Error() != "EOF" {
+	} else if !errors.Is(err, io.EOF) {
 		return nil, Errors{syntaxError(file, err)}
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil
 	}
-	root := doc.Content[0]
+	root = doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 		return nil, nil
 	}
 	return root, nil
 }
-
-var errEOF = errors.New("EOF")
 
 // firstBadLine is the first line whose prefix of the document fails to
 // parse (0: unknown). yaml.v3 names the line where the enclosing block
@@ -245,6 +251,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 			}
 			p := fmt.Sprintf("%s[%d]", path, i)
 			d.lines[p] = e.Line
+			if isNull(e) && s.Index(i).Kind() == reflect.Struct {
+				d.errf(e.Line, p, "an empty item (want a mapping)")
+				continue
+			}
 			d.decode(e, s.Index(i), p)
 		}
 		v.Set(s)
@@ -324,7 +334,11 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		d.lines[p] = k.Line
-		d.decode(val, v.Field(f.index), p)
+		fv := v.Field(f.index)
+		d.decode(val, fv, p)
+		if f.required && fv.Kind() == reflect.String && fv.String() == "" && !d.spent {
+			d.errf(k.Line, p, "empty (required)")
+		}
 	}
 	for _, f := range fields {
 		if _, ok := seen[f.name]; f.required && !ok {

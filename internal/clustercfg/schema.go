@@ -146,6 +146,13 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 		var req []string
 		for _, f := range t.fields {
 			p := jsonType(f.goType)
+			key := t.name + "." + f.yaml
+			if e, ok := enums[key]; ok {
+				p["enum"] = e
+			}
+			if b, ok := bounds[key]; ok {
+				p["minimum"], p["maximum"] = b[0], b[1]
+			}
 			if _, ref := p["$ref"]; ref {
 				p = map[string]any{"allOf": []any{p}} // a $ref beside a description
 			}
@@ -189,7 +196,15 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 			if f.required {
 				def = "(required)"
 			}
-			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, mdType(f.goType), mdCell(def), mdCell(f.doc))
+			typ := mdType(f.goType)
+			key := t.name + "." + f.yaml
+			if e, ok := enums[key]; ok {
+				typ += ": " + strings.Join(e, ", ")
+			}
+			if b, ok := bounds[key]; ok {
+				typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+			}
+			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, typ, mdCell(def), mdCell(f.doc))
 		}
 	}
 	fmt.Fprintf(&md, "\n## A full example\n\nThis is `internal/clustercfg/testdata/good/full.yaml` (the tests parse it).\n\n```yaml\n%s```\n", example)
@@ -216,7 +231,8 @@ all errors at once):
 
 - Unknown fields are errors (with a suggestion for a typo); so are wrong
   types, a key given twice, merge keys (` + "`<<`" + `) and a second document.
-- Names are letters, digits, ` + "`-`, `_`, `.`" + ` (domains: host names), unique per section.
+- Names are letters, digits, ` + "`-`, `_`, `.`" + ` (nodes and directors also ` + "`:`" + `;
+  domains: host names), unique per section.
 - References resolve: a service's and a node's ` + "`cluster`" + `, a domain's ` + "`service`" + `,
   a service's ` + "`qos`" + ` classes, a node's ` + "`default-domain`" + `; a domain's
   ` + "`webmaster`" + ` is an account with role webmaster that lists the domain.
@@ -245,9 +261,23 @@ servers.
   cluster at the node's host and the service's ` + "`port`" + ` (default: the node's
   port) with the node's weight; a drained node has weight 0 (no new
   connections). Defaults are the director file's: admin 127.0.0.1:7500,
-  protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s.
+  protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s. Its
+  meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `.
 - A web node takes the docroot (default /www), its default domain, every
   domain's directory (its docroot, default DOCROOT/NAME) and the meta members.
+
+A typo reads like this:
+
+` + "```" + `
+$ corral cfg apply cluster.yaml
+cluster.yaml:13: services[0].vip: missing (required)
+cluster.yaml:14: services[0].vpi: unknown field 'vpi'; did you mean 'vip'?
+` + "```" + `
+
+The schema and this page are
+generated from the Go types and their comments: after changing
+internal/clustercfg/types.go run ` + "`go generate ./internal/clustercfg`" + `; a test
+fails while they are stale.
 
 ## Fields
 `

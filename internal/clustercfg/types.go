@@ -6,7 +6,7 @@
 // It parses with line numbers (every error names its YAML path and line),
 // validates fields against each other, diffs two versions, imports the
 // director's old configuration file, and cuts the part each role applies
-// (DirectorView, NodeView, MetaView). Where the config comes from (a file,
+// (DirectorView, NodeView; meta reads FileSystem). Where it comes from (a file,
 // the station) is not its business.
 package clustercfg
 
@@ -44,7 +44,8 @@ type Cluster struct {
 
 // Node is one web node.
 type Node struct {
-	// Name identifies the node; it is also the name it joins with.
+	// Name identifies the node; it is also the name it joins with
+	// (letters, digits, '-', '_', '.', ':').
 	Name string `yaml:"name" json:"name"`
 	// Address is where the node serves requests (host:port).
 	Address string `yaml:"address" json:"address"`
@@ -62,15 +63,18 @@ type Node struct {
 
 // Director is one director (load balancer).
 type Director struct {
-	// Name identifies the director; it is also the name it joins with.
+	// Name identifies the director; it is also the name it joins with
+	// (letters, digits, '-', '_', '.', ':').
 	Name string `yaml:"name" json:"name"`
-	// Admin is the director's admin API address (loopback by default).
+	// Admin is the director's admin API address (keep it on loopback).
+	// Default 127.0.0.1:7500.
 	Admin string `yaml:"admin,omitempty" json:"admin,omitempty"`
 	// Interface is the link the XDP dataplane attaches to.
 	Interface string `yaml:"interface,omitempty" json:"interface,omitempty"`
-	// XDPMode is auto, native or generic.
+	// XDPMode is auto, native or generic. Default auto.
 	XDPMode string `yaml:"xdp-mode,omitempty" json:"xdp-mode,omitempty"`
-	// XDPConns is the XDP connection table's size.
+	// XDPConns is the XDP connection table's size (1024..16777216).
+	// Default 262144.
 	XDPConns int `yaml:"xdp-conns,omitempty" json:"xdp-conns,omitempty"`
 }
 
@@ -92,15 +96,18 @@ type Service struct {
 	// Port is the nodes' port for a pool made from the cluster's nodes;
 	// default: the port of each node's Address.
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
-	// Persistence keeps a client on its server this long (Go duration).
+	// Persistence keeps a client on its server this long (Go duration;
+	// not with xdp). Default 0s (off).
 	Persistence string `yaml:"persistence,omitempty" json:"persistence,omitempty"`
-	// UDPTimeout ends an idle UDP flow.
+	// UDPTimeout ends an idle UDP flow. Default 300s.
 	UDPTimeout string `yaml:"udp-timeout,omitempty" json:"udp-timeout,omitempty"`
-	// TCPTimeout ends an idle established TCP flow (xdp).
+	// TCPTimeout ends an idle established TCP flow (xdp). Default 900s.
 	TCPTimeout string `yaml:"tcp-timeout,omitempty" json:"tcp-timeout,omitempty"`
 	// TCPFinTimeout ends a TCP flow after the client's FIN or RST (xdp).
+	// Default 120s.
 	TCPFinTimeout string `yaml:"tcp-fin-timeout,omitempty" json:"tcp-fin-timeout,omitempty"`
-	// InactiveTimeout is how long a closed connection counts as inactive.
+	// InactiveTimeout is how long a closed connection counts as inactive
+	// (lc, wlc). Default 60s.
 	InactiveTimeout string `yaml:"inactive-timeout,omitempty" json:"inactive-timeout,omitempty"`
 	// PassInternal lets the l7 dataplane pass /load, /healthz, /metrics.
 	PassInternal bool `yaml:"pass-internal,omitempty" json:"pass-internal,omitempty"`
@@ -116,7 +123,8 @@ type Service struct {
 type Check struct {
 	// Type is tcp, http, exec or none. Default tcp.
 	Type string `yaml:"type,omitempty" json:"type,omitempty"`
-	// Port, if set, is checked instead of the server's port.
+	// Port, if set, is checked instead of the server's port (a node's
+	// /healthz is on its admin port).
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Path is the http check's request path. Default /healthz.
 	Path string `yaml:"path,omitempty" json:"path,omitempty"`

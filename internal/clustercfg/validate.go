@@ -15,6 +15,36 @@ import (
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
+// enums are the values a field may take ("Type.yaml-name"); validation
+// and the generated schema both use them.
+var enums = map[string][]string{
+	"Director.xdp-mode": {"auto", "native", "generic"},
+	"Service.protocol":  {"tcp", "udp"},
+	"Service.dataplane": sched.Dataplanes,
+	"Service.scheduler": sortedKeys(sched.Names),
+	"Check.type":        {"tcp", "http", "exec", "none"},
+	"QoSClass.overload": {"queue", "reject"},
+	"Layout.placement":  {"striped", "whole"},
+	"Account.role":      {"admin", "webmaster", "read-only"},
+}
+
+// bounds are integer fields' ranges, for the schema (validation says the
+// same in its own words; TestBounds keeps them together).
+var bounds = map[string][2]int{
+	"Node.weight":          {0, 65535},
+	"RealServer.weight":    {0, 65535},
+	"Director.xdp-conns":   {0, 1 << 24},
+	"Service.port":         {0, 65535},
+	"Check.port":           {0, 65535},
+	"Check.status":         {0, 599},
+	"Check.rise":           {0, 100},
+	"Check.fall":           {0, 100},
+	"QoSClass.concurrency": {0, 1 << 30},
+	"QoSClass.retry-after": {0, 86400},
+	"Layout.stripe-count":  {-1, 1 << 16},
+	"Layout.replicas":      {0, 5},
+}
+
 // checker validates a decoded Config; lines places each path.
 type checker struct {
 	c     *Config
@@ -44,7 +74,10 @@ func (k *checker) bad(p, format string, a ...any) {
 
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	hostRE = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+	// memberRE also takes ':' so that a member's default name (its role
+	// and listen address) can be written in the configuration.
+	memberRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$`)
+	hostRE   = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
 
 // names checks one section's names: present, well formed, unique.
@@ -143,8 +176,9 @@ func (k *checker) absPath(p, v string) bool {
 	return true
 }
 
-// parseSize reads a byte count with an optional binary unit (4096, 64K, 1M).
-func parseSize(s string) (int64, error) {
+// ParseSize reads a layout's stripe-size: a byte count with an optional
+// binary unit (4096, 64K, 1M, 1G; "0" inherits), as Parse accepts it.
+func ParseSize(s string) (int64, error) {
 	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(s)), "B"), "I")
 	mult := int64(1)
 	if n := len(t); n > 0 {
@@ -175,8 +209,8 @@ func (k *checker) validate() {
 	services := k.names("services", len(c.Services), func(i int) string { return c.Services[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
 	qos := k.names("qos", len(c.QoS), func(i int) string { return c.QoS[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
 	accounts := k.names("accounts", len(c.Accounts), func(i int) string { return c.Accounts[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
-	k.names("nodes", len(c.Nodes), func(i int) string { return c.Nodes[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
-	k.names("directors", len(c.Directors), func(i int) string { return c.Directors[i].Name }, nameRE, "name (letters, digits, '-', '_', '.')")
+	k.names("nodes", len(c.Nodes), func(i int) string { return c.Nodes[i].Name }, memberRE, "name (letters, digits, '-', '_', '.', ':')")
+	k.names("directors", len(c.Directors), func(i int) string { return c.Directors[i].Name }, memberRE, "name (letters, digits, '-', '_', '.', ':')")
 
 	perCluster := map[string]int{}
 	nodeAddr := map[netip.AddrPort]int{}
@@ -212,7 +246,7 @@ func (k *checker) validate() {
 		if d.Admin != "" {
 			k.addrPort(p+".admin", d.Admin)
 		}
-		k.enum(p+".xdp-mode", d.XDPMode, "auto", "native", "generic")
+		k.enum(p+".xdp-mode", d.XDPMode, enums["Director.xdp-mode"]...)
 		if d.XDPConns != 0 && (d.XDPConns < 1024 || d.XDPConns > 1<<24) {
 			k.bad(p+".xdp-conns", "%d: want 1024..16777216 flows", d.XDPConns)
 		}
@@ -232,15 +266,15 @@ func (k *checker) validate() {
 		if proto == "" {
 			proto = "tcp"
 		}
-		k.enum(p+".protocol", s.Protocol, "tcp", "udp")
+		k.enum(p+".protocol", s.Protocol, enums["Service.protocol"]...)
 		dp := s.Dataplane
 		if dp == "" {
 			dp = "l4"
 		}
-		dpOK := k.enum(p+".dataplane", s.Dataplane, sched.Dataplanes...)
+		dpOK := k.enum(p+".dataplane", s.Dataplane, enums["Service.dataplane"]...)
 		if s.Scheduler != "" {
 			if _, ok := sched.Names[s.Scheduler]; !ok {
-				k.enum(p+".scheduler", s.Scheduler, sortedKeys(sched.Names)...)
+				k.enum(p+".scheduler", s.Scheduler, enums["Service.scheduler"]...)
 			} else if err := sched.Supports(s.Scheduler, dp); err != nil && dpOK {
 				k.bad(p+".scheduler", "%v", err)
 			}
@@ -305,6 +339,18 @@ func (k *checker) validate() {
 				}
 			}
 			k.weight(rp+".weight", r.Weight)
+		}
+		if dp == "xdp" && len(s.Servers) == 0 && vip.IsValid() {
+			for j, n := range c.Nodes {
+				ap, err := netip.ParseAddrPort(n.Address)
+				if s.Cluster == "" || n.Cluster != s.Cluster || err != nil {
+					continue
+				}
+				if port := or(s.Port, int(ap.Port())); port != int(vip.Port()) {
+					k.bad(p+".port", "node %s (nodes[%d]) would serve on port %d: with dataplane xdp (direct routing) servers listen on the VIP's port %d", n.Name, j, port, vip.Port())
+					break
+				}
+			}
 		}
 		if dp == "xdp" && len(s.Servers) > 64 {
 			k.bad(p+".servers", "%d servers: dataplane xdp takes at most 64 per service", len(s.Servers))
@@ -374,10 +420,10 @@ func (k *checker) validate() {
 		if q.Rate < 0 || math.IsNaN(q.Rate) || math.IsInf(q.Rate, 0) {
 			k.bad(p+".rate", "%v: want requests per second >= 0", q.Rate)
 		}
-		if q.Concurrency < 0 {
-			k.bad(p+".concurrency", "%d: want >= 0", q.Concurrency)
+		if q.Concurrency < 0 || q.Concurrency > 1<<30 {
+			k.bad(p+".concurrency", "%d: want 0 (no limit) .. %d", q.Concurrency, 1<<30)
 		}
-		k.enum(p+".overload", q.Overload, "queue", "reject")
+		k.enum(p+".overload", q.Overload, enums["QoSClass.overload"]...)
 		k.duration(p+".deadline", q.Deadline, true)
 		if q.RetryAfter < 0 || q.RetryAfter > 86400 {
 			k.bad(p+".retry-after", "%d: want 0..86400 seconds", q.RetryAfter)
@@ -399,7 +445,7 @@ func (k *checker) validate() {
 			lpaths[l.Path] = i
 		}
 		if l.StripeSize != "" {
-			n, err := parseSize(l.StripeSize)
+			n, err := ParseSize(l.StripeSize)
 			if err == nil && n != 0 {
 				err = layout.ValidStripeSize(n)
 			}
@@ -413,13 +459,13 @@ func (k *checker) validate() {
 		if l.Replicas < 0 || l.Replicas > 5 {
 			k.bad(p+".replicas", "%d: want 1..5 (0 inherits)", l.Replicas)
 		}
-		k.enum(p+".placement", l.Placement, "striped", "whole")
+		k.enum(p+".placement", l.Placement, enums["Layout.placement"]...)
 	}
 
 	for i, a := range c.Accounts {
 		p := fmt.Sprintf("accounts[%d]", i)
 		if a.Role != "" || k.lines[p+".role"] != 0 {
-			k.enum(p+".role", a.Role, "admin", "webmaster", "read-only")
+			k.enum(p+".role", a.Role, enums["Account.role"]...)
 			if a.Role == "" {
 				k.bad(p+".role", "empty: want admin, webmaster or read-only")
 			}
@@ -436,7 +482,7 @@ func (k *checker) validate() {
 }
 
 func (k *checker) check(p string, ch *Check, proto string) {
-	k.enum(p+".type", ch.Type, "tcp", "http", "exec", "none")
+	k.enum(p+".type", ch.Type, enums["Check.type"]...)
 	k.port(p+".port", ch.Port, true)
 	if ch.Path != "" && !strings.HasPrefix(ch.Path, "/") {
 		k.bad(p+".path", "%q must start with /", clip(ch.Path))
@@ -444,7 +490,7 @@ func (k *checker) check(p string, ch *Check, proto string) {
 	if ch.Status != 0 && (ch.Status < 100 || ch.Status > 599) {
 		k.bad(p+".status", "%d: want an HTTP status 100..599", ch.Status)
 	}
-	if ch.Type == "exec" && len(ch.Command) == 0 {
+	if ch.Type == "exec" && (len(ch.Command) == 0 || ch.Command[0] == "") {
 		k.bad(p+".command", "an exec check needs a command")
 	}
 	if ch.Type != "exec" && len(ch.Command) > 0 {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
@@ -163,13 +164,21 @@ func directorView(c *Config, name string, drained []string) (*config.Director, e
 			errs = append(errs, fmt.Errorf("services[%d] (%s): %w", i, s.Name, err))
 			continue
 		}
-		o.Line = i + 1
 		d.Services = append(d.Services, o)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	if err := config.Validate(d); err != nil {
+		// Its errors name a file and lines this view does not have.
+		var ce config.Errors
+		if errors.As(err, &ce) {
+			msgs := make([]string, len(ce))
+			for i, e := range ce {
+				msgs[i] = e.Field + ": " + e.Msg
+			}
+			return nil, fmt.Errorf("director %s would refuse it: %s", name, strings.Join(msgs, "; "))
+		}
 		return nil, fmt.Errorf("director %s would refuse it: %w", name, err)
 	}
 	return d, nil
@@ -282,3 +291,19 @@ func nodeView(c *Config, name string) (*NodeConfig, error) {
 	}
 	return nc, nil
 }
+
+// AdminAddr is the node's admin listener: Admin, or the address's host
+// at port 9080 ("" if Address is not an ip:port).
+func (n Node) AdminAddr() string {
+	if n.Admin != "" {
+		return n.Admin
+	}
+	ap, err := netip.ParseAddrPort(n.Address)
+	if err != nil {
+		return ""
+	}
+	return netip.AddrPortFrom(ap.Addr(), 9080).String()
+}
+
+// AdminAddr is the director's admin API address: Admin or the default.
+func (d Director) AdminAddr() string { return or(d.Admin, defaultAdmin) }
