@@ -241,6 +241,24 @@ func TestUpStation(t *testing.T) {
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)
 	}
+
+	// A member killed is restarted by up and rejoins on the credential
+	// it saved (DATA/state/node1), running the current version again.
+	pid := m.child("node", stationNet+".21:8080")
+	if pid == 0 {
+		t.Fatal("no node1 child of up")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitFor(t, "node1 restarted", 10*time.Second, func() error {
+		if p := m.child("node", stationNet+".21:8080"); p == 0 || p == pid {
+			return errors.New("not restarted")
+		}
+		return nil
+	})
+	m.waitApplied(t, nv, m.members(), 15*time.Second)
+	if _, err := os.Stat(filepath.Join(m.data, "state", "node1")); err != nil {
+		t.Errorf("node1 keeps no credential: %v", err)
+	}
 }
 
 // TestApplyUnderLoad (b): 2,000 requests through both services over about
