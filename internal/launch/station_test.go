@@ -790,19 +790,30 @@ func roleJoins(bin, role string) bool {
 }
 
 // reapUnder kills what a test's cluster left running: processes whose
-// command line names dir (a role that outlived up's SIGKILL, such as one
-// a rollout re-executed), reporting each as an error.
+// command line names dir and that are still there 5 s after up ended
+// (its children die with it, a moment later), reported as errors.
 func reapUnder(t *testing.T, dir string) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
+	left := func() map[int]string {
+		out := map[int]string{}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if strings.Contains(string(b), dir) && alive(pid) {
+				out[pid] = strings.ReplaceAll(string(b), "\x00", " ")
+			}
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(b), dir) && alive(pid) {
-			t.Errorf("pid %d outlived corral up: %s", pid, strings.ReplaceAll(string(b), "\x00", " "))
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+		return out
+	}
+	end := time.Now().Add(5 * time.Second)
+	for len(left()) > 0 && time.Now().Before(end) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for pid, cmd := range left() {
+		t.Errorf("pid %d outlived corral up: %s", pid, cmd)
+		syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
