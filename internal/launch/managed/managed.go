@@ -93,6 +93,7 @@ func Start(ctx context.Context, cfg launch.ClusterConfig, opt Options) (*launch.
 		opt.Log = func(string, ...any) {}
 	}
 	st := &Started{}
+	since := time.Now()
 	cfg.Station = &launch.StationConfig{Listen: opt.Station, EtcdClient: opt.EtcdClient, EtcdPeer: opt.EtcdPeer, Log: opt.Log,
 		Prepare: func(ctx context.Context, c *launch.Cluster) error { return prepare(ctx, c, opt, st) }}
 	c, err := launch.StartCluster(ctx, cfg)
@@ -107,7 +108,7 @@ func Start(ctx context.Context, cfg launch.ClusterConfig, opt Options) (*launch.
 	}
 	cl, err := Client(c)
 	if err == nil {
-		err = WaitApplied(ctx, cl, names, st.Version, 30*time.Second)
+		err = WaitApplied(ctx, cl, names, st.Version, since, 30*time.Second)
 	}
 	if err != nil {
 		opt.Log("warning: %v", err)
@@ -116,9 +117,10 @@ func Start(ctx context.Context, cfg launch.ClusterConfig, opt Options) (*launch.
 }
 
 // WaitApplied waits (at most limit) until every member of names reports
-// version v (or a later one) applied; a member that reports an error for
-// it, or is missing, is named in the error.
-func WaitApplied(ctx context.Context, cl *api.Client, names []string, v int64, limit time.Duration) error {
+// version v (or a later one) applied from a process started after since
+// (the station keeps the last report of a process that died); a member
+// that reports an error for it, or is missing, is named in the error.
+func WaitApplied(ctx context.Context, cl *api.Client, names []string, v int64, since time.Time, limit time.Duration) error {
 	end := time.Now().Add(limit)
 	var last error
 	for {
@@ -135,7 +137,7 @@ func WaitApplied(ctx context.Context, cl *api.Client, names []string, v int64, l
 			for _, n := range names {
 				m, ok := by[n]
 				switch {
-				case !ok:
+				case !ok || m.Started.Before(since):
 					last = fmt.Errorf("%s has not joined the station", n)
 				case m.Version < v && m.Error != "":
 					last = fmt.Errorf("%s runs version %d: it could not apply %d: %s", n, m.Version, v, m.Error)
