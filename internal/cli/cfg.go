@@ -18,6 +18,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/config"
@@ -142,6 +143,9 @@ current version is not the base, nothing is stored and the exit status is 3.
 			if err != nil {
 				return err
 			}
+			if err := sendable(cmd.CommandPath(), file, doc); err != nil {
+				return err
+			}
 			b := base
 			switch {
 			case force:
@@ -195,6 +199,9 @@ current version is not the base, nothing is stored and the exit status is 3.
 			if len(args) == 1 && !isVersionArg(args[0]) {
 				doc, err := readDoc(args[0])
 				if err != nil {
+					return err
+				}
+				if err := sendable(cmd.CommandPath(), args[0], doc); err != nil {
 					return err
 				}
 				if err := call(cmd, args[0], 0, http.MethodPost, api.RouteDiff, api.ApplyRequest{Base: -1, YAML: string(doc)}, &rep); err != nil {
@@ -319,7 +326,8 @@ Runs locally; --apply then stores it at the station as the next version.`,
 					impComment = "import " + args[0]
 				}
 				var rep api.ApplyReply
-				if err := call(cmd, args[0], cur, http.MethodPut, api.RouteConfig, api.ApplyRequest{Base: cur, YAML: string(y), Comment: impComment}, &rep); err != nil {
+				// The errors' lines are the generated YAML's, not FILE's.
+				if err := call(cmd, "", cur, http.MethodPut, api.RouteConfig, api.ApplyRequest{Base: cur, YAML: string(y), Comment: impComment}, &rep); err != nil {
 					return err
 				}
 				printDiff(os.Stdout, rep.Diff, isTTYFile(os.Stdout))
@@ -417,7 +425,8 @@ a stale base exits 3. "-" reads standard input.`,
 				return usageError{fmt.Errorf("--base %d: want a version number", b)}
 			}
 			var rep api.ApplyReply
-			if err := call(cmd, args[0], b, http.MethodPost, api.RouteTx, api.TxRequest{Base: b, Comment: txComment, Ops: ops}, &rep); err != nil {
+			// The errors are the resulting configuration's, not OPS.json's lines.
+			if err := call(cmd, "", b, http.MethodPost, api.RouteTx, api.TxRequest{Base: b, Comment: txComment, Ops: ops}, &rep); err != nil {
 				return err
 			}
 			printDiff(os.Stdout, rep.Diff, isTTYFile(os.Stdout))
@@ -455,7 +464,8 @@ func validationError(w io.Writer, cmdPath string, err error) error {
 	return err
 }
 
-// readDoc reads a configuration file ("-": standard input), at most 64 MiB.
+// readDoc reads a configuration file ("-": standard input), at most
+// clustercfg.MaxDocument bytes.
 func readDoc(file string) ([]byte, error) {
 	var r io.Reader
 	if file == "-" {
@@ -468,15 +478,32 @@ func readDoc(file string) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	const max = 64 << 20
+	const max = clustercfg.MaxDocument
 	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("%s: larger than 64 MiB", file)
+		return nil, fmt.Errorf("%s: larger than %d MiB, the most a configuration may be", file, max>>20)
 	}
 	return b, nil
+}
+
+// sendable refuses, as 'cfg validate' would (FILE:LINE: PATH: message,
+// exit 1), a document that would not reach the station as written: bytes
+// that are not UTF-8 become U+FFFD in the API's JSON, silently.
+func sendable(cmdPath, file string, doc []byte) error {
+	if utf8.Valid(doc) {
+		return nil
+	}
+	if file == "-" {
+		file = "<stdin>"
+	}
+	_, err := clustercfg.Parse(file, doc)
+	if err == nil {
+		err = fmt.Errorf("%s: not UTF-8 text", file)
+	}
+	return validationError(os.Stderr, cmdPath, err)
 }
 
 var versionHeaderRE = regexp.MustCompile(`^#\s*version\s+(\d+)\s*$`)
@@ -686,24 +713,29 @@ func appendStationMembers(w io.Writer, sf *stationFlags) {
 	printStationMembers(w, ms, cur)
 }
 
-var txKinds = []string{"cluster", "node", "director", "service", "domain", "qos", "layout", "account"}
-
 // parseTxOps reads a JSON list of transaction operations (or an object
 // with "ops") and checks each names an op and kind it can be.
 func parseTxOps(doc []byte) ([]api.TxOp, error) {
 	var ops []api.TxOp
 	d := bytes.TrimSpace(doc)
+	// A misspelt field ("nmae", "vaule") is an error, not an empty one.
+	dec := json.NewDecoder(bytes.NewReader(d))
+	dec.DisallowUnknownFields()
 	var err error
 	if len(d) > 0 && d[0] == '{' {
-		var req api.TxRequest
-		err = json.Unmarshal(d, &req)
+		var req api.TxRequest // its base and comment: the flags' business
+		err = dec.Decode(&req)
 		ops = req.Ops
 	} else {
-		err = json.Unmarshal(d, &ops)
+		err = dec.Decode(&ops)
+	}
+	if err == nil && dec.More() {
+		err = errors.New("more after the list")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("not a JSON list of operations: %v", err)
+		return nil, fmt.Errorf("not a JSON list of operations (or {\"ops\": [...]}): %v", err)
 	}
+	txKinds := clustercfg.Kinds()
 	if len(ops) == 0 {
 		return nil, errors.New("no operations")
 	}

@@ -165,7 +165,7 @@ func stationError(cmdPath, file string, base int64, err error) error {
 		fmt.Fprintf(os.Stderr, "%s: the configuration changed since version %d (now %d): corral cfg get, merge your change, apply again\n", cmdPath, base, se.Body.Current)
 		return exitError{exitConflict}
 	case len(se.Body.Errors) > 0:
-		if file == "" || file == "-" {
+		if file == "-" {
 			file = "<stdin>"
 		}
 		fmt.Fprintf(os.Stderr, "%s: %s\n", cmdPath, se.Body.Error)
@@ -181,8 +181,13 @@ func stationError(cmdPath, file string, base int64, err error) error {
 	return fmt.Errorf("station: %s", strings.TrimSpace(se.Body.Error))
 }
 
-// fieldErrorLine is one configuration error as compilers print them.
+// fieldErrorLine is one configuration error as compilers print them;
+// with no file (the errors are not about lines of one the user wrote, as
+// a transaction's) PATH: msg alone.
 func fieldErrorLine(file string, fe api.FieldError) string {
+	if file == "" {
+		return fmt.Sprintf("%s: %s", fe.Path, fe.Msg)
+	}
 	return fmt.Sprintf("%s:%d: %s: %s", file, fe.Line, fe.Path, fe.Msg)
 }
 

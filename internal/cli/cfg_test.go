@@ -1,0 +1,65 @@
+package cli
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+)
+
+// TestCfgApplyNotUTF8: a file that is not UTF-8 would reach the station
+// with its bad bytes turned into U+FFFD by the API's JSON and be stored
+// so; apply and diff refuse it as validate does, naming line and column,
+// and send nothing.
+func TestCfgApplyNotUTF8(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.51")
+	os.WriteFile("l1.yaml", []byte("# version 1\nclusters:\n  - name: a\n    description: caf\xe9\n"), 0o644)
+	want := "l1.yaml:4: (syntax): not UTF-8 text: byte 0xE9 at column 21"
+	for _, args := range [][]string{{"cfg", "apply", "l1.yaml"}, {"cfg", "diff", "l1.yaml"}, {"cfg", "validate", "l1.yaml"}} {
+		code, out, errs := f.run(append(args, "--token-file", tf)...)
+		if code != 1 || out != "" || !strings.Contains(errs, want) {
+			t.Errorf("%s: exit %d %q %q, want 1 and %q", strings.Join(args, " "), code, out, errs, want)
+		}
+	}
+	if n := len(f.versions); n != 1 {
+		t.Errorf("%d versions at the station after refused applies, want 1", n)
+	}
+}
+
+// TestCfgTxErrorsName: a transaction's configuration errors are the
+// resulting configuration's, not lines of OPS.json: they are printed as
+// PATH: message, without a FILE:LINE that points into the wrong file.
+func TestCfgTxErrorsName(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.52")
+	// The fake station refuses a document holding "bad:".
+	os.WriteFile("ops.json", []byte(`[{"op":"delete","kind":"node","name":"bad:x"}]`), 0o644)
+	code, _, errs := f.run("cfg", "tx", "ops.json", "--token-file", tf)
+	if code != 1 || !strings.Contains(errs, "\nservices[0].vip: not an IP address\n") || strings.Contains(errs, "ops.json:") {
+		t.Errorf("tx refused by the station: exit %d %q, want 1 and 'services[0].vip: ...' without ops.json:LINE", code, errs)
+	}
+	if got := fieldErrorLine("c.yaml", api.FieldError{Path: "a", Line: 2, Msg: "m"}); got != "c.yaml:2: a: m" {
+		t.Errorf("fieldErrorLine with a file: %q", got)
+	}
+}
+
+// TestParseTxOpsStrict: a misspelt field or trailing junk is named, not
+// read as an empty field.
+func TestParseTxOpsStrict(t *testing.T) {
+	for in, want := range map[string]string{
+		`[{"op":"delete","kind":"node","nmae":"web1"}]`:                `unknown field "nmae"`,
+		`[{"op":"put","kind":"node","vaule":{"name":"a"}}]`:            `unknown field "vaule"`,
+		`{"opz":[{"op":"delete","kind":"node","name":"a"}]}`:           `unknown field "opz"`,
+		`[{"op":"delete","kind":"node","name":"a"}] [{"op":"delete"}]`: "more after the list",
+		`[{"op":"delete","kind":"nodes","name":"a"}]`:                  "want one of account, cluster, director, domain, layout, node, qos, service",
+	} {
+		if _, err := parseTxOps([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseTxOps(%s): %v, want ...%s...", in, err, want)
+		}
+	}
+	if ops, err := parseTxOps([]byte(`{"base":3,"comment":"c","ops":[{"op":"delete","kind":"node","name":"a"}]}`)); err != nil || len(ops) != 1 {
+		t.Errorf("the object form: %v %v", ops, err)
+	}
+}
