@@ -317,6 +317,21 @@ Runs locally; --apply then stores it at the station as the next version.`,
 			if err != nil {
 				return err
 			}
+			// The director's file takes what the cluster configuration does
+			// not (service names such as "www:80"): say so here, naming the
+			// output's lines, rather than at the next apply.
+			outName := impOut
+			switch {
+			case impApply:
+				outName = "(imported from " + args[0] + ")"
+			case impOut == "" || impOut == "-":
+				outName = "<stdout>"
+			}
+			_, verr := clustercfg.Parse(outName, y)
+			if verr != nil && impApply {
+				fmt.Fprintf(os.Stderr, "%s: %s does not make a valid cluster configuration; nothing sent (import it with -o FILE, edit, apply):\n", cmd.CommandPath(), args[0])
+				return validationError(os.Stderr, cmd.CommandPath(), verr)
+			}
 			if impApply {
 				cur, err := current(cmd)
 				if err != nil {
@@ -335,13 +350,19 @@ Runs locally; --apply then stores it at the station as the next version.`,
 				return nil
 			}
 			if impOut == "" || impOut == "-" {
-				_, err := os.Stdout.Write(y)
-				return err
+				if _, err := os.Stdout.Write(y); err != nil {
+					return err
+				}
+			} else {
+				if err := writeFileAtomic(impOut, y, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "%s imported into %s\n", args[0], impOut)
 			}
-			if err := writeFileAtomic(impOut, y, 0o644); err != nil {
-				return err
+			if verr != nil {
+				fmt.Fprintf(os.Stderr, "%s: the result is not a valid cluster configuration yet: edit %s, then 'corral cfg validate' it:\n", cmd.CommandPath(), outName)
+				return validationError(os.Stderr, cmd.CommandPath(), verr)
 			}
-			fmt.Fprintf(os.Stderr, "%s imported into %s\n", args[0], impOut)
 			return nil
 		},
 	}

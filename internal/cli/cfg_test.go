@@ -63,3 +63,41 @@ func TestParseTxOpsStrict(t *testing.T) {
 		t.Errorf("the object form: %v %v", ops, err)
 	}
 }
+
+// TestCfgImportInvalid: a director's file may name a service "www:80",
+// which the cluster configuration refuses; import says so, naming the
+// output's lines (exit 1), and --apply sends nothing.
+func TestCfgImportInvalid(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.53")
+	os.WriteFile("d.conf", []byte("service www:80 {\n  vip 127.0.0.10:80\n  server 127.0.0.21:8080\n}\n"), 0o644)
+	code, _, errs := f.run("cfg", "import", "d.conf", "-o", "c.yaml")
+	if b, _ := os.ReadFile("c.yaml"); code != 1 || !strings.Contains(errs, `c.yaml:4: services[0].name: "www:80" is not a well-formed name`) || !strings.Contains(string(b), "www:80") {
+		t.Errorf("import -o: exit %d %q (file %q), want 1, the file written and its error named", code, errs, b)
+	}
+	code, _, errs = f.run("cfg", "import", "d.conf", "--apply", "--token-file", tf)
+	if code != 1 || !strings.Contains(errs, "nothing sent") || len(f.versions) != 1 {
+		t.Errorf("import --apply: exit %d %q, %d versions; want 1, nothing sent", code, errs, len(f.versions))
+	}
+	os.WriteFile("ok.conf", []byte("service www {\n  vip 127.0.0.10:80\n  server 127.0.0.21:8080 weight=0\n}\n"), 0o644)
+	if code, out, errs := f.run("cfg", "import", "ok.conf"); code != 0 || !strings.Contains(out, "weight: 0") {
+		t.Errorf("import of a valid file: exit %d %q %q", code, out, errs)
+	}
+}
+
+// TestMgmtBackupToDir: a directory as FILE is named before the download
+// (it used to fetch the whole backup, then fail on "rename FILE.tmp FILE:
+// file exists" and leave nothing).
+func TestMgmtBackupToDir(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.54")
+	f.backup = []byte("snapshot")
+	os.Mkdir("bk", 0o755)
+	code, _, errs := f.run("mgmt", "backup", "bk", "--token-file", tf)
+	if code != 2 || !strings.Contains(errs, "bk is a directory") {
+		t.Errorf("backup into a directory: exit %d %q, want 2 and 'bk is a directory'", code, errs)
+	}
+	if _, err := os.Stat("bk.tmp"); err == nil {
+		t.Error("bk.tmp left behind")
+	}
+}

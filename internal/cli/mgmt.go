@@ -523,6 +523,9 @@ half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
+			if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+				return usageError{fmt.Errorf("%s is a directory: give the backup file's name (%s)", file, filepath.Join(file, "station.bak"))}
+			}
 			cl, err := sf.client(true)
 			if err != nil {
 				return err
