@@ -101,3 +101,27 @@ func TestMgmtBackupToDir(t *testing.T) {
 		t.Error("bk.tmp left behind")
 	}
 }
+
+// TestStationClientErrors: a missing token or CA file, a CA file that is
+// no certificate, a station without the CA and http for https each name
+// the file or say what to do.
+func TestStationClientErrors(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.55")
+	os.WriteFile("notca.pem", []byte("hello\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--station", f.srv.URL, "--ca", f.caFile, "--token-file", "nope.tok"}, "API token file nope.tok: no such file or directory"},
+		{[]string{"--station", f.srv.URL, "--ca", "nope.pem", "--token-file", tf}, "station CA file nope.pem: no such file or directory"},
+		{[]string{"--station", f.srv.URL, "--ca", "notca.pem", "--token-file", tf}, "station CA file notca.pem: no PEM certificate in it"},
+		{[]string{"--station", f.srv.URL, "--token-file", tf}, "(give --ca, the station's DATA/tls/ca.pem)"},
+		{[]string{"--station", strings.Replace(f.srv.URL, "https:", "http:", 1), "--ca", f.caFile, "--token-file", tf}, "(the station speaks HTTPS: give --station https://...)"},
+	} {
+		code, _, errs := runMain(t, append([]string{"cfg", "history"}, c.args...)...)
+		if code != 1 || !strings.Contains(errs, c.want) {
+			t.Errorf("cfg history %v: exit %d %q, want 1 and ...%s...", c.args, code, errs, c.want)
+		}
+	}
+}
