@@ -231,6 +231,8 @@ all errors at once):
 
 - Unknown fields are errors (with a suggestion for a typo); so are wrong
   types, a key given twice, merge keys (` + "`<<`" + `) and a second document.
+  The document is UTF-8 text indented with spaces (a tab or a Latin-1 byte
+  is named with its line).
 - Names are letters, digits, ` + "`-`, `_`, `.`" + ` (nodes and directors also ` + "`:`" + `;
   domains: host names), unique per section.
 - References resolve: a service's and a node's ` + "`cluster`" + `, a domain's ` + "`service`" + `,
@@ -251,8 +253,11 @@ written into a stored version: what you wrote, in a canonical form
 prints and what diffs compare.
 
 ` + "`corral cfg import director.conf`" + ` turns a director's old configuration file
-into this form: one director named ` + "`director1`" + `, its services with their
-servers.
+into this form: one director named ` + "`director1`" + ` (start it with
+` + "`corral director --join STATION --token T --name director1`" + `), its
+services with their servers. It checks what it made: a director's file
+takes service names this form refuses (` + "`www:80`" + `); import then names
+the output's bad lines and exits 1.
 
 ## What each member takes
 
@@ -270,6 +275,7 @@ A typo reads like this:
 
 ` + "```" + `
 $ corral cfg apply cluster.yaml
+corral cfg apply: configuration invalid: 2 errors
 cluster.yaml:13: services[0].vip: missing (required)
 cluster.yaml:14: services[0].vpi: unknown field 'vpi'; did you mean 'vip'?
 ` + "```" + `
