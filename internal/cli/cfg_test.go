@@ -125,3 +125,26 @@ func TestStationClientErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMgmtStartUsage: a bad address is a usage error before anything is
+// made under --data; an unwritable --data names the flag.
+func TestMgmtStartUsage(t *testing.T) {
+	mgmtTestEnv(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"mgmt", "--data", "d1", "--listen", "nonsense"}, 2, `--listen "nonsense": want HOST:PORT`},
+		{[]string{"mgmt", "--data", "d1", "--etcd-peer", "127.0.63.56"}, 2, `--etcd-peer "127.0.63.56": want HOST:PORT`},
+		{[]string{"mgmt", "--data", "/proc/nope/d", "--listen", "127.0.63.56:0"}, 1, "--data /proc/nope/d: no such file or directory"},
+	} {
+		code, _, errs := runMain(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d %q, want %d and ...%s...", c.args, code, errs, c.code, c.want)
+		}
+	}
+	if _, err := os.Stat("d1"); err == nil {
+		t.Error("d1 made for a command line that was refused")
+	}
+}

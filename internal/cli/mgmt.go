@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -65,6 +66,11 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			return errors.New(msg + " (see 'corral mgmt --help')")
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, a := range []struct{ flag, v string }{{"listen", opt.Listen}, {"etcd-peer", opt.EtcdPeer}, {"etcd-client", opt.EtcdClient}} {
+				if _, port, err := net.SplitHostPort(a.v); err != nil || port == "" {
+					return usageError{fmt.Errorf("--%s %q: want HOST:PORT, such as 127.0.0.1:7600", a.flag, a.v)}
+				}
+			}
 			for _, e := range splitList(etcd) {
 				if u, err := url.Parse(e); err != nil || u.Host == "" {
 					return usageError{fmt.Errorf("--etcd %q: want endpoint URLs such as http://127.0.0.1:2379", e)}
@@ -91,7 +97,7 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 				}
 			}
 			if err := os.MkdirAll(opt.Data, 0o700); err != nil {
-				return err
+				return fileError("--data", opt.Data, err)
 			}
 			// The station tags its own records with role=mgmt.
 			opt.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
