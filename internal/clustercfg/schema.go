@@ -265,7 +265,8 @@ the output's bad lines and exits 1.
   every service. A service's pool is its ` + "`servers`" + `, or every node of its
   cluster at the node's host and the service's ` + "`port`" + ` (default: the node's
   port) with the node's weight; a drained node has weight 0 (no new
-  connections). Defaults are the director file's: admin 127.0.0.1:7500,
+  connections), also where a pool lists it by address (its address, or
+  any port on its IP when no other node has that IP). Defaults are the director file's: admin 127.0.0.1:7500,
   protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s. Its
   meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `.
 - A web node takes the docroot (default /www), its default domain, every
