@@ -64,11 +64,7 @@ func (j *joinFlags) metaJoin(args []string) (raft bool, err error) {
 // defState are the role's defaults.
 func (j *joinFlags) options(role, defName, defState string, log *slog.Logger) (agent.Options, error) {
 	o := agent.Options{Role: role, Name: j.name, State: j.state, CAFile: j.ca, Token: strings.TrimSpace(j.token), Log: log}
-	for _, s := range strings.Split(j.join, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.Stations = append(o.Stations, s)
-		}
-	}
+	o.Stations = splitList(j.join)
 	if j.tokenFile != "" {
 		if o.Token != "" {
 			return o, usageError{errors.New("--token and the token file exclude each other")}

@@ -62,11 +62,7 @@ func (f *stationFlags) addNamed(fs *pflag.FlagSet, station, tokenFile, ca string
 // stations is the --station list.
 func (f *stationFlags) stations() ([]string, error) {
 	var out []string
-	for _, s := range strings.Split(f.station, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
+	for _, s := range splitList(f.station) {
 		if !strings.Contains(s, "://") {
 			s = "https://" + s
 		}
