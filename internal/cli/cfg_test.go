@@ -148,3 +148,26 @@ func TestMgmtStartUsage(t *testing.T) {
 		t.Error("d1 made for a command line that was refused")
 	}
 }
+
+// TestMgmtRestoreErrors: each refusal names the backup file or --data.
+func TestMgmtRestoreErrors(t *testing.T) {
+	mgmtTestEnv(t)
+	os.WriteFile("afile", nil, 0o644)
+	os.WriteFile("junk.bak", []byte("junk"), 0o644)
+	os.Mkdir("adir", 0o755)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"nope.bak", "--data", "n1"}, 1, "backup file nope.bak: no such file or directory"},
+		{[]string{"adir", "--data", "n1"}, 2, "backup file adir is a directory"},
+		{[]string{"junk.bak", "--data", "afile"}, 2, "--data afile is a file"},
+		{[]string{"junk.bak", "--data", "n1"}, 1, "restore junk.bak into n1: junk.bak: not a corral station backup"},
+	} {
+		code, _, errs := runMain(t, append([]string{"mgmt", "restore"}, c.args...)...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("restore %v: exit %d %q, want %d and ...%s...", c.args, code, errs, c.code, c.want)
+		}
+	}
+}

@@ -584,11 +584,18 @@ members reconnect to it with their credentials as before.`,
 			if data == "" {
 				return usageError{errors.New("--data is required: the new station's directory")}
 			}
-			if _, err := os.Stat(args[0]); err != nil {
-				return err
+			if fi, err := os.Stat(args[0]); err != nil {
+				return fileError("backup file", args[0], err)
+			} else if fi.IsDir() {
+				return usageError{fmt.Errorf("backup file %s is a directory: give the file 'corral mgmt backup' wrote", args[0])}
+			}
+			if fi, err := os.Stat(data); err == nil && !fi.IsDir() {
+				return usageError{fmt.Errorf("--data %s is a file: give a new (or empty) directory", data)}
 			}
 			if err := mgmt.Restore(args[0], data); err != nil {
-				return fmt.Errorf("restore %s into %s: %w", args[0], data, err)
+				// %v: the root's printing would cut a wrapped path error
+				// down to its path, dropping which restore and where.
+				return fmt.Errorf("restore %s into %s: %v", args[0], data, strings.TrimPrefix(err.Error(), "restore: "))
 			}
 			fmt.Printf("restored %s into %s; start the station with:\n  corral mgmt --data %s\n", args[0], data, data)
 			return nil
