@@ -171,3 +171,18 @@ func TestMgmtRestoreErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCfgGetToDir: -o naming a directory says so (it said "rename
+// d.tmp d: file exists").
+func TestCfgGetToDir(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.57")
+	os.Mkdir("d", 0o755)
+	code, _, errs := f.run("cfg", "get", "-o", "d", "--token-file", tf)
+	if code != 1 || !strings.Contains(errs, "d is a directory") {
+		t.Errorf("get -o DIR: exit %d %q", code, errs)
+	}
+	if _, err := os.Stat("d.tmp"); err == nil {
+		t.Error("d.tmp left behind")
+	}
+}

@@ -236,6 +236,9 @@ func printJSONTo(w io.Writer, v any) error {
 // writeFileAtomic writes b to path through path.tmp and a rename, so a
 // reader never sees half a file.
 func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory: give a file name", path)
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, mode); err != nil {
 		return err
