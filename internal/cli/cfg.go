@@ -161,7 +161,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 					if b, err = current(cmd); err != nil {
 						return err
 					}
-					fmt.Fprintf(os.Stderr, "%s has no \"# version N\" line: applying on the current version %d\n", file, b)
+					fmt.Fprintf(os.Stderr, "%s has no \"# version N\" line: applying on the current version %d\n", docName(file), b)
 				}
 			}
 			var rep api.ApplyReply
@@ -382,10 +382,7 @@ Runs locally; --apply then stores it at the station as the next version.`,
 			if err != nil {
 				return err
 			}
-			name := args[0]
-			if name == "-" {
-				name = "<stdin>"
-			}
+			name := docName(args[0])
 			if _, err := clustercfg.Parse(name, doc); err != nil {
 				return validationError(os.Stderr, cmd.CommandPath(), err)
 			}
@@ -435,7 +432,7 @@ a stale base exits 3. "-" reads standard input.`,
 			}
 			ops, err := parseTxOps(doc)
 			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return fmt.Errorf("%s: %w", docName(args[0]), err)
 			}
 			b := txBase
 			if !cmd.Flags().Changed("base") {
@@ -485,6 +482,14 @@ func validationError(w io.Writer, cmdPath string, err error) error {
 	return err
 }
 
+// docName is FILE as messages name it: "-" is <stdin>.
+func docName(file string) string {
+	if file == "-" {
+		return "<stdin>"
+	}
+	return file
+}
+
 // readDoc reads a configuration file ("-": standard input), at most
 // clustercfg.MaxDocument bytes.
 func readDoc(file string) ([]byte, error) {
@@ -505,7 +510,7 @@ func readDoc(file string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("%s: larger than %d MiB, the most a configuration may be", file, max>>20)
+		return nil, fmt.Errorf("%s: larger than %d MiB, the most a configuration may be", docName(file), max>>20)
 	}
 	return b, nil
 }
@@ -517,9 +522,7 @@ func sendable(cmdPath, file string, doc []byte) error {
 	if utf8.Valid(doc) {
 		return nil
 	}
-	if file == "-" {
-		file = "<stdin>"
-	}
+	file = docName(file)
 	_, err := clustercfg.Parse(file, doc)
 	if err == nil {
 		err = fmt.Errorf("%s: not UTF-8 text", file)

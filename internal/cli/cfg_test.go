@@ -186,3 +186,21 @@ func TestCfgGetToDir(t *testing.T) {
 		t.Error("d.tmp left behind")
 	}
 }
+
+// TestCfgStdinNamed: standard input is <stdin> in messages, not "-".
+func TestCfgStdinNamed(t *testing.T) {
+	mgmtTestEnv(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("[")
+	w.Close()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old }()
+	code, _, errs := runMain(t, "cfg", "tx", "-", "--token-file", "x")
+	if code != 1 || !strings.Contains(errs, "<stdin>: not a JSON list") {
+		t.Errorf("tx -: exit %d %q", code, errs)
+	}
+}

@@ -200,9 +200,7 @@ func stationError(cmdPath, file string, base int64, err error) error {
 		fmt.Fprintf(os.Stderr, "%s: the configuration changed since version %d (now %d): corral cfg get, merge your change, apply again\n", cmdPath, base, se.Body.Current)
 		return exitError{exitConflict}
 	case len(se.Body.Errors) > 0:
-		if file == "-" {
-			file = "<stdin>"
-		}
+		file = docName(file)
 		fmt.Fprintf(os.Stderr, "%s: %s\n", cmdPath, se.Body.Error)
 		for _, fe := range se.Body.Errors {
 			fmt.Fprintln(os.Stderr, fieldErrorLine(file, fe))
