@@ -2,6 +2,8 @@ package clustercfg
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,10 +91,41 @@ func TestBounds(t *testing.T) {
 			}
 		}
 	}
+	// Fields where 0 is the default and small values are refused: the
+	// schema and docs say so, and Parse refuses the value just below.
+	for key, z := range zeroOr {
+		_, field, _ := strings.Cut(key, ".")
+		if err := set(key, z-1); !atField(err, field) {
+			t.Errorf("%s = %d: want an error at it, got %v", key, z-1, err)
+		}
+		if err := set(key, 0); err != nil {
+			t.Errorf("%s = 0 (the default): %v", key, err)
+		}
+		if md := string(mdOf(t)); !strings.Contains(md, fmt.Sprintf("0 or %d..", z)) {
+			t.Errorf("docs/config.md does not say %s is 0 or %d..", key, z)
+		}
+	}
 	for key := range enums {
 		_, field, _ := strings.Cut(key, ".")
 		if err := set(key, "bogus"); !atField(err, field) {
 			t.Errorf("%s = bogus: want an error at it, got %v", key, err)
 		}
 	}
+}
+
+func mdOf(t *testing.T) []byte {
+	t.Helper()
+	src, err := os.ReadFile("types.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := os.ReadFile("testdata/good/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, md, err := GenerateDocs(src, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
 }

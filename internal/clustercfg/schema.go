@@ -152,6 +152,9 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 			}
 			if b, ok := bounds[key]; ok {
 				p["minimum"], p["maximum"] = b[0], b[1]
+				if z, ok := zeroOr[key]; ok {
+					p["anyOf"] = []any{map[string]any{"const": 0}, map[string]any{"minimum": z}}
+				}
 			}
 			if _, ref := p["$ref"]; ref {
 				p = map[string]any{"allOf": []any{p}} // a $ref beside a description
@@ -202,7 +205,11 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 				typ += ": " + strings.Join(e, ", ")
 			}
 			if b, ok := bounds[key]; ok {
-				typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+				if z, ok := zeroOr[key]; ok {
+					typ += fmt.Sprintf(" 0 or %d..%d", z, b[1])
+				} else {
+					typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+				}
 			}
 			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, typ, mdCell(def), mdCell(f.doc))
 		}

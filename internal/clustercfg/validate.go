@@ -45,6 +45,14 @@ var bounds = map[string][2]int{
 	"Layout.replicas":      {0, 5},
 }
 
+// zeroOr are integer fields where 0 means the default and a value below
+// the given one is refused: the schema says "0, or N..max" (its plain
+// range would let an editor pass a value Parse refuses).
+var zeroOr = map[string]int{
+	"Director.xdp-conns": 1024,
+	"Check.status":       100,
+}
+
 // checker validates a decoded Config; lines places each path.
 type checker struct {
 	c     *Config
