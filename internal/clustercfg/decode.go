@@ -259,7 +259,11 @@ func kindName(n *yaml.Node) string {
 
 func clip(s string) string {
 	if len(s) > 40 {
-		return s[:40] + "..."
+		n := 40
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // not inside a character: messages stay UTF-8
+		}
+		return s[:n] + "..."
 	}
 	return s
 }
