@@ -305,7 +305,15 @@ Runs locally; --apply then stores it at the station as the next version.`,
   corral cfg import corral-data/director.conf --apply`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := config.Load(args[0])
+			src, err := os.ReadFile(args[0])
+			if err != nil {
+				return fileError("director configuration", args[0], err)
+			}
+			if line, ok := binaryLine(src); ok {
+				// The director's parser would echo every line of it.
+				return fmt.Errorf("%s:%d: not a text file: a director's configuration (docs/director.md) is text", args[0], line)
+			}
+			d, err := config.Parse(args[0], src)
 			if err != nil {
 				return err
 			}
@@ -480,6 +488,23 @@ func validationError(w io.Writer, cmdPath string, err error) error {
 		return exitError{1}
 	}
 	return err
+}
+
+// binaryLine is the line of the first byte no text file has (NUL, a
+// control character other than tab, CR, LF, FF, or invalid UTF-8).
+func binaryLine(b []byte) (int, bool) {
+	line := 1
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1, r < 0x20 && r != '\t' && r != '\r' && r != '\n' && r != '\f', r == 0x7f:
+			return line, true
+		case r == '\n':
+			line++
+		}
+		i += n
+	}
+	return 0, false
 }
 
 // docName is FILE as messages name it: "-" is <stdin>.

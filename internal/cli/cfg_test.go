@@ -204,3 +204,18 @@ func TestCfgStdinNamed(t *testing.T) {
 		t.Errorf("tx -: exit %d %q", code, errs)
 	}
 }
+
+// TestCfgImportBinary: a binary file is refused in one line naming where,
+// not echoed line by line as unknown statements.
+func TestCfgImportBinary(t *testing.T) {
+	mgmtTestEnv(t)
+	os.WriteFile("bin.conf", []byte("admin 127.0.0.1:7500\n\x00\x1b[2J\xff\xfe\n"), 0o644)
+	code, out, errs := runMain(t, "cfg", "import", "bin.conf")
+	if code != 1 || out != "" || !strings.Contains(errs, "bin.conf:2: not a text file") || strings.Contains(errs, "\x1b") {
+		t.Errorf("import of a binary file: exit %d %q %q", code, out, errs)
+	}
+	code, _, errs = runMain(t, "cfg", "import", "nope.conf")
+	if code != 1 || !strings.Contains(errs, "director configuration nope.conf: no such file or directory") {
+		t.Errorf("import of a missing file: exit %d %q", code, errs)
+	}
+}
