@@ -304,6 +304,9 @@ func (k *checker) validate() {
 			}
 		}
 		k.port(p+".port", s.Port, true)
+		if s.Port != 0 && len(s.Servers) > 0 {
+			k.bad(p+".port", "%d: port is for a pool made from the cluster's nodes; with servers listed it would be ignored (each server's address has its port)", s.Port)
+		}
 		persist, _ := k.duration(p+".persistence", s.Persistence, false)
 		k.duration(p+".udp-timeout", s.UDPTimeout, false)
 		k.duration(p+".tcp-timeout", s.TCPTimeout, false)
