@@ -251,6 +251,9 @@ all errors at once):
   its ` + "`servers`" + `, or else every node of its cluster, and may not be empty.
 - The scheduler must be one the dataplane has (` + "`mwlc`" + ` only with ` + "`l7`" + `);
   ` + "`xdp`" + ` needs each director's ` + "`interface`" + `, servers on the VIP's port, no persistence.
+- A check's ` + "`path`, `status` and `body`" + ` need ` + "`type: http`" + ` (the default
+  is a tcp check); its ` + "`command`" + ` needs ` + "`type: exec`" + `. A service's ` + "`port`" + `
+  is for a pool of cluster nodes, not with ` + "`servers`" + `.
 - Paths (docroots, layouts) are absolute and clean; layout paths unique.
 - A document is at most 16 MiB; aliases may not blow it up.
 

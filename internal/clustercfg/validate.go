@@ -507,6 +507,19 @@ func (k *checker) check(p string, ch *Check, proto string) {
 	if ch.Type != "exec" && len(ch.Command) > 0 {
 		k.bad(p+".command", "only an exec check runs a command")
 	}
+	if ch.Type != "http" {
+		// Else silently a tcp check: path: /healthz alone reads like an
+		// http check (keepalived's HTTP_GET) but would not be one.
+		typ := or(ch.Type, "tcp")
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"path", ch.Path != ""}, {"status", ch.Status != 0}, {"body", ch.Body != ""}} {
+			if f.set {
+				k.bad(p+"."+f.name, "only an http check has a %s (this one is type %s; add type: http)", f.name, typ)
+			}
+		}
+	}
 	if ch.Type == "http" && proto == "udp" {
 		k.bad(p+".type", "an http check on a udp service")
 	}
