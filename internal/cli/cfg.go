@@ -207,6 +207,9 @@ current version is not the base, nothing is stored and the exit status is 3.
 				if err := call(cmd, args[0], 0, http.MethodPost, api.RouteDiff, api.ApplyRequest{Base: -1, YAML: string(doc)}, &rep); err != nil {
 					return err
 				}
+				if hv, ok := versionHeader(doc); ok && hv != rep.Version && rep.Diff != "" {
+					fmt.Fprintf(os.Stderr, "%s was edited from version %d, the current is %d: the diff undoes the changes made since, and apply would be refused (exit 3)\n", docName(args[0]), hv, rep.Version)
+				}
 			} else {
 				from, err := parseVersionArg(args[0])
 				if err != nil {

@@ -219,3 +219,24 @@ func TestCfgImportBinary(t *testing.T) {
 		t.Errorf("import of a missing file: exit %d %q", code, errs)
 	}
 }
+
+// TestCfgDiffStale: diff of a file edited from an older version says so:
+// its diff also undoes the changes made since.
+func TestCfgDiffStale(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.58")
+	os.WriteFile("c.yaml", []byte("# version 1\nnodes:\n  - name: web2\n"), 0o644)
+	if code, _, errs := f.run("cfg", "apply", "c.yaml", "--token-file", tf); code != 0 {
+		t.Fatalf("apply: %d %q", code, errs)
+	}
+	os.WriteFile("old.yaml", []byte("# version 1\nnodes:\n  - name: web3\n"), 0o644)
+	code, _, errs := f.run("cfg", "diff", "old.yaml", "--token-file", tf)
+	if code != 0 || !strings.Contains(errs, "old.yaml was edited from version 1, the current is 2") {
+		t.Errorf("diff of a stale file: exit %d %q", code, errs)
+	}
+	os.WriteFile("new.yaml", []byte("# version 2\nnodes:\n  - name: web4\n"), 0o644)
+	code, _, errs = f.run("cfg", "diff", "new.yaml", "--token-file", tf)
+	if code != 0 || strings.Contains(errs, "edited from") {
+		t.Errorf("diff of a file on a current header said it was stale? exit %d %q", code, errs)
+	}
+}
