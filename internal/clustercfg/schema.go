@@ -254,6 +254,9 @@ all errors at once):
 - A check's ` + "`path`, `status` and `body`" + ` need ` + "`type: http`" + ` (the default
   is a tcp check); its ` + "`command`" + ` needs ` + "`type: exec`" + `. A service's ` + "`port`" + `
   is for a pool of cluster nodes, not with ` + "`servers`" + `.
+- Domain names are unique ignoring case (host names ignore it); meta
+  members unique. An account named ` + "`admin`" + ` is the station's own and has
+  role admin.
 - Paths (docroots, layouts) are absolute and clean; layout paths unique.
 - A document is at most 16 MiB; aliases may not blow it up.
 

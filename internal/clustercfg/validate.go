@@ -380,6 +380,17 @@ func (k *checker) validate() {
 		}
 	}
 
+	// Host names are case-insensitive (nodes look a Host up in lower
+	// case): two that differ only in case would be one domain at random.
+	lower := map[string]int{}
+	for i, d := range c.Domains {
+		l := strings.ToLower(d.Name)
+		if j, dup := lower[l]; dup && d.Name != c.Domains[j].Name {
+			k.bad(fmt.Sprintf("domains[%d].name", i), "%q is domains[%d]'s %q in other case (host names ignore case)", d.Name, j, c.Domains[j].Name)
+		} else if !dup {
+			lower[l] = i
+		}
+	}
 	for i, d := range c.Domains {
 		p := fmt.Sprintf("domains[%d]", i)
 		if d.Service != "" {
@@ -442,8 +453,15 @@ func (k *checker) validate() {
 	}
 
 	fs := c.FileSystem
+	metas := map[netip.AddrPort]int{}
 	for j, m := range fs.Meta {
-		k.addrPort(fmt.Sprintf("filesystem.meta[%d]", j), m)
+		p := fmt.Sprintf("filesystem.meta[%d]", j)
+		if ap, ok := k.addrPort(p, m); ok {
+			if o, dup := metas[ap]; dup {
+				k.bad(p, "%s is also meta[%d]", ap, o)
+			}
+			metas[ap] = j
+		}
 	}
 	k.absPath("filesystem.docroot", fs.Docroot)
 	lpaths := map[string]int{}
@@ -480,6 +498,10 @@ func (k *checker) validate() {
 			if a.Role == "" {
 				k.bad(p+".role", "empty: want admin, webmaster or read-only")
 			}
+		}
+		if a.Name == "admin" && a.Role != "" && a.Role != "admin" {
+			// The station's bootstrap account: always an admin there.
+			k.bad(p+".role", "%q: the account admin is the station's own and always an admin; give this one another name", a.Role)
 		}
 		if len(a.Domains) > 0 && a.Role != "webmaster" && a.Role != "" {
 			k.bad(p+".domains", "only a webmaster has domains")
