@@ -431,8 +431,10 @@ Runs locally; --apply then stores it at the station as the next version.`,
 each {"op": "put", "kind": K, "value": ITEM} (add, or replace by name) or
 {"op": "delete", "kind": K, "name": NAME}; K is cluster, node, director,
 service, domain, qos, layout (named by its path) or account; ITEM has the
-YAML field names. The base is --base, else the current version (read first);
-a stale base exits 3. "-" reads standard input.`,
+YAML field names; a misspelt field is an error. The base is --base, else the
+current version (read first); a stale base exits 3. "-" reads standard input.
+The station's errors about the result print as PATH: message (exit 1): they
+are not lines of OPS.json.`,
 		Example: `  corral cfg tx ops.json --comment swap-web1
   echo '[{"op":"delete","kind":"node","name":"web1"}]' | corral cfg tx -`,
 		Args: cobra.ExactArgs(1),
