@@ -116,9 +116,9 @@ since the version you edited.`,
 	// apply
 	var base int64
 	var comment string
-	var dryRun, force bool
+	var dryRun, force, allowEmpty bool
 	apply := &cobra.Command{
-		Use:   "apply FILE [--base N] [--comment C] [--dry-run] [--force]",
+		Use:   "apply FILE [--base N] [--comment C] [--dry-run] [--force] [--allow-empty]",
 		Short: "Store FILE as the next version (prints the diff); refused (exit 3) if the configuration changed since",
 		Long: `Validate FILE at the station and store it as the next version; members apply
 it live. The diff from the current version is printed, then "applied:
@@ -128,7 +128,9 @@ The base version (the one you edited) is --base, else the "# version N"
 comment 'corral cfg get' put on FILE's first line, else the current version
 (read first; then nothing guards against a change made meanwhile). If the
 current version is not the base, nothing is stored and the exit status is 3.
---force applies whatever the current version. FILE "-" is standard input.`,
+--force applies whatever the current version. FILE "-" is standard input.
+A FILE with no configuration in it (empty, or comments only) is refused
+(exit 2) unless --allow-empty: it would remove every service.`,
 		Example: `  corral cfg apply cluster.yaml
   corral cfg apply cluster.yaml --dry-run
   corral cfg apply cluster.yaml --base 12
@@ -145,6 +147,11 @@ current version is not the base, nothing is stored and the exit status is 3.
 			}
 			if err := sendable(cmd.CommandPath(), file, doc); err != nil {
 				return err
+			}
+			if !allowEmpty && emptyConfig(doc) {
+				// A failed 'cfg get > FILE' leaves an empty FILE: applying it
+				// would take every service off every director.
+				return usageError{fmt.Errorf("%s holds no configuration: applying it would remove every service, node and director; give --allow-empty if that is what you want", docName(file))}
 			}
 			b := base
 			switch {
@@ -185,6 +192,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 	apply.Flags().StringVar(&comment, "comment", "", "why: kept in the history")
 	apply.Flags().BoolVar(&dryRun, "dry-run", false, "validate and print the diff, store nothing")
 	apply.Flags().BoolVar(&force, "force", false, "apply whatever the current version (no stale-version check)")
+	apply.Flags().BoolVar(&allowEmpty, "allow-empty", false, "apply a file that holds no configuration (removes everything)")
 
 	// diff
 	diff := &cobra.Command{
@@ -510,6 +518,17 @@ func binaryLine(b []byte) (int, bool) {
 		i += n
 	}
 	return 0, false
+}
+
+// emptyConfig says whether doc is a valid configuration with nothing in
+// it (only comments, "{}", or nothing at all).
+func emptyConfig(doc []byte) bool {
+	c, err := clustercfg.Parse("", doc)
+	if err != nil {
+		return false // the station will say what is wrong
+	}
+	y, err := c.Marshal()
+	return err == nil && strings.TrimSpace(string(y)) == "{}"
 }
 
 // docName is FILE as messages name it: "-" is <stdin>.

@@ -240,3 +240,21 @@ func TestCfgDiffStale(t *testing.T) {
 		t.Errorf("diff of a file on a current header said it was stale? exit %d %q", code, errs)
 	}
 }
+
+// TestCfgApplyEmpty: an empty file (what a failed 'cfg get > FILE'
+// leaves) would remove every service: refused unless --allow-empty.
+func TestCfgApplyEmpty(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.59")
+	for _, doc := range []string{"", "# version 1\n", "{}\n", "---\n"} {
+		os.WriteFile("e.yaml", []byte(doc), 0o644)
+		code, _, errs := f.run("cfg", "apply", "e.yaml", "--token-file", tf)
+		if code != 2 || !strings.Contains(errs, "e.yaml holds no configuration") || len(f.versions) != 1 {
+			t.Errorf("apply %q: exit %d %q, %d versions; want 2 and nothing stored", doc, code, errs, len(f.versions))
+		}
+	}
+	os.WriteFile("e.yaml", []byte("# version 1\n"), 0o644)
+	if code, out, errs := f.run("cfg", "apply", "e.yaml", "--allow-empty", "--token-file", tf); code != 0 || !strings.Contains(out, "applied: version 2") {
+		t.Errorf("apply --allow-empty: exit %d %q %q", code, out, errs)
+	}
+}
