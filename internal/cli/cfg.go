@@ -305,17 +305,23 @@ A FILE with no configuration in it (empty, or comments only) is refused
 
 	// import
 	var impOut, impComment string
-	var impApply bool
+	var impApply, impReplace bool
 	imp := &cobra.Command{
-		Use:   "import DIRECTOR.CONF [-o FILE] [--apply]",
+		Use:   "import DIRECTOR.CONF [-o FILE] [--apply [--replace]]",
 		Short: "Turn a director's configuration file into the cluster configuration (YAML); --apply sends it",
 		Long: `Read a director's configuration file (docs/director.md) and print the cluster
 configuration that says the same (services, real servers, weights, checks).
-Runs locally; --apply then stores it at the station as the next version.`,
+Runs locally; --apply then stores it at the station as the next version,
+on a station with no configuration yet: the import is a whole configuration
+and would replace everything else (nodes, domains, accounts) unless that is
+what --replace says you want.`,
 		Example: `  corral cfg import /etc/corral/director.conf -o cluster.yaml
   corral cfg import corral-data/director.conf --apply`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if impReplace && !impApply {
+				return usageError{errors.New("--replace goes with --apply")}
+			}
 			src, err := os.ReadFile(args[0])
 			if err != nil {
 				return fileError("director configuration", args[0], err)
@@ -352,9 +358,15 @@ Runs locally; --apply then stores it at the station as the next version.`,
 				return validationError(os.Stderr, cmd.CommandPath(), verr)
 			}
 			if impApply {
-				cur, err := current(cmd)
-				if err != nil {
+				var v api.Version
+				if err := call(cmd, "", 0, http.MethodGet, api.RouteConfig, nil, &v); err != nil {
 					return err
+				}
+				cur := v.Version
+				if !impReplace && cur > 0 && !emptyConfig([]byte(v.YAML)) {
+					// The import is a whole configuration: nodes, domains,
+					// accounts and all else would go.
+					return fmt.Errorf("the station already holds a configuration (version %d): --apply would replace all of it with %s's services; import with -o FILE, merge it into 'corral cfg get', apply that; or give --replace", cur, args[0])
 				}
 				if impComment == "" {
 					impComment = "import " + args[0]
@@ -386,7 +398,8 @@ Runs locally; --apply then stores it at the station as the next version.`,
 		},
 	}
 	imp.Flags().StringVarP(&impOut, "output", "o", "", "write to FILE instead of standard output")
-	imp.Flags().BoolVar(&impApply, "apply", false, "store it at the station as the next version")
+	imp.Flags().BoolVar(&impApply, "apply", false, "store it at the station as the next version (only on a station with no configuration yet, unless --replace)")
+	imp.Flags().BoolVar(&impReplace, "replace", false, "with --apply: replace the station's whole configuration with the import")
 	imp.Flags().StringVar(&impComment, "comment", "", "with --apply: why (default: import FILE)")
 
 	// validate

@@ -258,3 +258,23 @@ func TestCfgApplyEmpty(t *testing.T) {
 		t.Errorf("apply --allow-empty: exit %d %q %q", code, out, errs)
 	}
 }
+
+// TestCfgImportApplyReplaces: import --apply on a station that has a
+// configuration would replace all of it (nodes, domains, accounts) with
+// the director's services: refused unless --replace.
+func TestCfgImportApplyReplaces(t *testing.T) {
+	tf := mgmtTestEnv(t)
+	f := newCfgStation(t, "127.0.63.60")
+	os.WriteFile("ok.conf", []byte("service www {\n  vip 127.0.0.10:80\n  server 127.0.0.21:8080\n}\n"), 0o644)
+	code, _, errs := f.run("cfg", "import", "ok.conf", "--apply", "--token-file", tf)
+	if code != 1 || !strings.Contains(errs, "already holds a configuration (version 1)") || len(f.versions) != 1 {
+		t.Errorf("import --apply over a configuration: exit %d %q, %d versions", code, errs, len(f.versions))
+	}
+	if code, _, errs = f.run("cfg", "import", "ok.conf", "--replace"); code != 2 {
+		t.Errorf("--replace without --apply: exit %d %q", code, errs)
+	}
+	code, out, errs := f.run("cfg", "import", "ok.conf", "--apply", "--replace", "--token-file", tf)
+	if code != 0 || !strings.Contains(out, "applied: version 2") {
+		t.Errorf("import --apply --replace: exit %d %q %q", code, out, errs)
+	}
+}
