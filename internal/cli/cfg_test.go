@@ -278,3 +278,12 @@ func TestCfgImportApplyReplaces(t *testing.T) {
 		t.Errorf("import --apply --replace: exit %d %q %q", code, out, errs)
 	}
 }
+
+// TestMgmtSecretFileMissing: a missing --secret-file names the flag.
+func TestMgmtSecretFileMissing(t *testing.T) {
+	mgmtTestEnv(t)
+	code, _, errs := runMain(t, "mgmt", "--data", "d", "--listen", "127.0.63.61:0", "--secret-file", "nope.secret")
+	if code != 1 || !strings.Contains(errs, "--secret-file nope.secret: no such file or directory") {
+		t.Errorf("exit %d %q", code, errs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +88,10 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			if secretFile != "" {
 				cred, err := proto.LoadCredential(secretFile)
 				if err != nil {
+					var pe *fs.PathError
+					if errors.As(err, &pe) {
+						return fileError("--secret-file", secretFile, err)
+					}
 					return err
 				}
 				if cred.Kind() != proto.KindFull {
