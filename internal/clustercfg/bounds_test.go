@@ -1,6 +1,7 @@
 package clustercfg
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -103,6 +104,28 @@ func TestBounds(t *testing.T) {
 		}
 		if md := string(mdOf(t)); !strings.Contains(md, fmt.Sprintf("0 or %d..", z)) {
 			t.Errorf("docs/config.md does not say %s is 0 or %d..", key, z)
+		}
+	}
+	// Name patterns: the schema publishes each, and Parse refuses what
+	// it does not match.
+	for key, re := range patterns {
+		_, field, _ := strings.Cut(key, ".")
+		if err := set(key, "_not a name"); !atField(err, field) {
+			t.Errorf("%s = '_not a name': want an error at it, got %v", key, err)
+		}
+		typ, _, _ := strings.Cut(key, ".")
+		var sc struct {
+			Defs map[string]struct {
+				Properties map[string]struct {
+					Pattern string `json:"pattern"`
+				} `json:"properties"`
+			} `json:"$defs"`
+		}
+		if err := json.Unmarshal(Schema(), &sc); err != nil {
+			t.Fatal(err)
+		}
+		if got := sc.Defs[typ].Properties[field].Pattern; got != re.String() {
+			t.Errorf("the schema's pattern for %s is %q, want %q", key, got, re.String())
 		}
 	}
 	for key := range enums {

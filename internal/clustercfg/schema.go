@@ -156,6 +156,9 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 					p["anyOf"] = []any{map[string]any{"const": 0}, map[string]any{"minimum": z}}
 				}
 			}
+			if re, ok := patterns[key]; ok {
+				p["pattern"] = re.String()
+			}
 			if _, ref := p["$ref"]; ref {
 				p = map[string]any{"allOf": []any{p}} // a $ref beside a description
 			}

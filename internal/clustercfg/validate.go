@@ -88,6 +88,18 @@ var (
 	hostRE   = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
 
+// patterns are the names' forms, for the schema (an editor then flags
+// "www:80" as a service name, as Parse does).
+var patterns = map[string]*regexp.Regexp{
+	"Cluster.name":  nameRE,
+	"Service.name":  nameRE,
+	"QoSClass.name": nameRE,
+	"Account.name":  nameRE,
+	"Node.name":     memberRE,
+	"Director.name": memberRE,
+	"Domain.name":   hostRE,
+}
+
 // names checks one section's names: present, well formed, unique.
 func (k *checker) names(section string, n int, name func(i int) string, re *regexp.Regexp, what string) map[string]int {
 	idx := map[string]int{}
