@@ -536,6 +536,15 @@ func binaryLine(b []byte) (int, bool) {
 // emptyConfig says whether doc is a valid configuration with nothing in
 // it (only comments, "{}", or nothing at all).
 func emptyConfig(doc []byte) bool {
+	for _, l := range strings.Split(string(doc), "\n") {
+		switch l = strings.TrimSpace(l); {
+		case l == "", l == "---", l == "...", l == "{}", l == "~", l == "null", strings.HasPrefix(l, "#"):
+		default:
+			if len(doc) > 1<<16 {
+				return false // content; no need to parse a large file twice
+			}
+		}
+	}
 	c, err := clustercfg.Parse("", doc)
 	if err != nil {
 		return false // the station will say what is wrong
