@@ -171,6 +171,9 @@ func firstBadLine(data []byte) int {
 	return lo
 }
 
+// digitsRE is an integer too large for the YAML library to call one.
+var digitsRE = regexp.MustCompile(`^[-+]?[0-9]{19,}$`)
+
 var lineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 func syntaxError(file string, err error) *Error {
@@ -315,6 +318,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	case reflect.Int:
 		var i int64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+			if n.Kind == yaml.ScalarNode && digitsRE.MatchString(n.Value) {
+				d.errf(n.Line, path, "%s: out of range", clip(n.Value))
+				return
+			}
 			d.errf(n.Line, path, "want an integer, got %s", kindName(n))
 			return
 		}
