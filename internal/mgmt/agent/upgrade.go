@@ -53,7 +53,7 @@ const (
 	// check does not see the member revert on its own.
 	trialSlack      = 3 * time.Second
 	defaultTrial    = 30 * time.Second
-	upMaxFetch        = 512 << 20
+	upMaxFetch      = 512 << 20
 	trialMarkerFile = "trial.json"
 )
 
