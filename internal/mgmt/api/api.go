@@ -303,6 +303,14 @@ type Token struct {
 	Revoked   bool      `json:"revoked,omitempty"`
 }
 
+// FileReply answers a PUT or DELETE of RouteFiles: the file's domain,
+// its path inside the domain's directory, and the bytes written.
+type FileReply struct {
+	Domain string `json:"domain"`
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+}
+
 // RolloutRequest starts a rolling upgrade to the binary with SHA256
 // (uploaded to RouteBinary first), over Members (default: every member,
 // nodes first, directors last).
