@@ -68,6 +68,8 @@ type upgrader struct {
 	build      string           // sha256 of the running binary, computed once
 	trial      string           // sha256 on trial in this process ("": none)
 	id         string           // the trial's rollout
+	path       string           // the installed binary (CORRAL_ROLLOUT_PATH)
+	rollback   string           // the binary to go back to (CORRAL_ROLLBACK)
 	check      time.Duration
 	timer      *time.Timer
 	confirming bool
@@ -81,8 +83,9 @@ var upg = newUpgrader()
 
 func newUpgrader() *upgrader {
 	u := &upgrader{log: slog.Default()}
+	u.path = os.Getenv(EnvRolloutPath)
 	if sha := os.Getenv(EnvRollout); sha != "" {
-		u.trial, u.id = sha, os.Getenv(EnvRolloutID)
+		u.trial, u.id, u.rollback = sha, os.Getenv(EnvRolloutID), os.Getenv(EnvRollback)
 		u.check = defaultTrial
 		if d, err := time.ParseDuration(os.Getenv(EnvRolloutCheck)); err == nil && d > 0 {
 			u.check = d
@@ -92,6 +95,11 @@ func newUpgrader() *upgrader {
 		u.timer = time.AfterFunc(u.check+trialSlack, func() {
 			u.revert(fmt.Sprintf("trial of %s not confirmed within %v", upShort(sha), u.check+trialSlack))
 		})
+	}
+	// Programs this process starts (exec health checks, corral
+	// commands) must not take themselves for a trial.
+	for _, v := range []string{EnvRollout, EnvRollback, EnvRolloutPath, EnvRolloutID, EnvRolloutCheck} {
+		os.Unsetenv(v)
 	}
 	return u
 }
@@ -167,7 +175,9 @@ func (u *upgrader) handle(ctx context.Context, a *Agent, o *api.BinaryOrder) err
 // the old one) and execs bin.
 func (u *upgrader) start(state, bin string, o *api.BinaryOrder) error {
 	self := upRunning()
-	path := os.Getenv(EnvRolloutPath)
+	u.mu.Lock()
+	path := u.path
+	u.mu.Unlock()
 	if path == "" {
 		path = self // the first trial: what the supervisor runs is us
 	}
@@ -228,7 +238,7 @@ func (u *upgrader) install(sha, id string) {
 		return // the trial's time ran out: it is reverting
 	}
 	u.confirmed = true
-	path := os.Getenv(EnvRolloutPath)
+	path := u.path
 	if err := upInstall(upRunning(), path); err != nil {
 		// It keeps running; a restart would run the old binary again.
 		u.log.Error("rollout: the new binary runs but could not be installed", "rollout", id, "path", path, "err", err)
@@ -246,18 +256,21 @@ func (u *upgrader) revert(why string) {
 	if u.timer != nil {
 		u.timer.Stop()
 	}
-	installed := u.installed
+	installed, path, back := u.installed, u.path, u.rollback
 	u.mu.Unlock()
-	path := os.Getenv(EnvRolloutPath)
 	if installed && path != "" {
 		if err := os.Rename(path+".prev", path); err != nil {
 			u.log.Error("rollout: putting the old binary back", "path", path, "err", err)
 		}
 	}
-	back := os.Getenv(EnvRollback)
 	u.log.Warn("rollout: going back to the old binary", "why", why, "binary", back)
 	if back != "" {
-		err := execFn(back, os.Args, upCleanEnv(os.Environ()))
+		env := upCleanEnv(os.Environ())
+		if path != "" {
+			// Kept, so a later rollout installs where the supervisor runs.
+			env = append(env, EnvRolloutPath+"="+path)
+		}
+		err := execFn(back, os.Args, env)
 		u.log.Error("rollout: exec of the old binary failed; exiting so the supervisor restarts it", "binary", back, "err", err)
 	}
 	os.Exit(1)

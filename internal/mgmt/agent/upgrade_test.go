@@ -45,6 +45,7 @@ type childReport struct {
 	Healthy bool   `json:"healthy"`
 	Trial   string `json:"trial"`
 	Error   string `json:"error,omitempty"`
+	Leak    bool   `json:"leak,omitempty"` // the trial's variables reach programs it starts
 }
 
 // childMain is a member's agent loop in miniature (what the agent core
@@ -81,7 +82,8 @@ func childMain() {
 				}
 			}
 		}
-		r := childReport{PID: os.Getpid(), Build: build, Healthy: health() == nil, Trial: os.Getenv(EnvRollout), Error: lastErr}
+		r := childReport{PID: os.Getpid(), Build: build, Healthy: health() == nil, Trial: upg.trial, Error: lastErr,
+			Leak: os.Getenv(EnvRollout) != "" || os.Getenv(EnvRollback) != ""}
 		b, _ := json.Marshal(r)
 		if resp, err := http.Post(station+"/test/report", "application/json", bytes.NewReader(b)); err == nil {
 			resp.Body.Close()
@@ -249,8 +251,8 @@ func TestUpgradeExecConfirmInstallRevert(t *testing.T) {
 	first, n := e.wait("from the old binary", 0, 20*time.Second, func(r childReport) bool { return r.Build == e.oldSHA })
 	e.setOrder(&api.BinaryOrder{SHA256: newSHA, Rollout: "r1", Check: 10 * time.Second})
 	r, n := e.wait("from the new binary", n, 30*time.Second, func(r childReport) bool { return r.Build == newSHA })
-	if r.PID != first.PID || r.Trial != newSHA {
-		t.Errorf("new binary: pid %d (was %d), trial %q", r.PID, first.PID, r.Trial)
+	if r.PID != first.PID || r.Trial != newSHA || r.Leak {
+		t.Errorf("new binary: pid %d (was %d), trial %q, variables left for children %v", r.PID, first.PID, r.Trial, r.Leak)
 	}
 	end := time.Now().Add(20 * time.Second)
 	for e.installedSHA() != newSHA && time.Now().Before(end) {
