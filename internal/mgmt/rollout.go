@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,7 @@ const (
 // methods of store.go); tests give it fake members.
 type rolloutStore interface {
 	members(ctx context.Context) ([]api.MemberStatus, error)
+	drained(ctx context.Context) ([]string, error)
 	setDrain(ctx context.Context, node string, drain bool, who string) error
 	setBinary(ctx context.Context, member string, o *api.BinaryOrder) error
 	audit(ctx context.Context, e api.AuditEntry) error
@@ -503,11 +505,34 @@ func (rs *rolloutState) upgradeOne(id string, i int, req api.RolloutRequest, m a
 	ctx, cancel := context.WithTimeout(context.Background(), req.Drain+2*req.Check+time.Minute)
 	defer cancel()
 	who := "rollout " + id
+	// Its state now, not when the rollout began.
+	ms, err := rs.st.members(ctx)
+	if err != nil {
+		rs.step(i, "failed", err.Error())
+		return err
+	}
+	found := false
+	for _, cur := range ms {
+		if cur.Name == m.Name {
+			m, found = cur, true
+		}
+	}
+	if !found || !m.Up {
+		rs.step(i, "failed", "down before its turn; nothing changed on it")
+		return errors.New("down before its turn; nothing changed on it")
+	}
 	if m.Build == req.SHA256 {
 		rs.step(i, "done", "")
 		return nil // already runs it
 	}
 	node := m.Role == api.RoleNode
+	if node {
+		// A node the operator drained stays drained: the rollout neither
+		// drains nor undrains it.
+		if dr, err := rs.st.drained(ctx); err == nil && slices.Contains(dr, m.Name) {
+			node = false
+		}
+	}
 	undrain := func() error {
 		if !node {
 			return nil

@@ -24,18 +24,19 @@ type fakeMember struct {
 	// healthy; otherwise it stays on (reports) its old build.
 	comesBack bool
 	old       string
+	downWhen  string // goes down when this member gets its order
 }
 
 // fakeStore is a station store with fake members that obey orders at
 // once; it records what the coordinator did.
 type fakeStore struct {
-	mu      sync.Mutex
-	ms      []*fakeMember
-	orders  []string // "member sha revert?"
-	drains  []string // "member true|false"
-	drained map[string]bool
-	events  []api.Event
-	audits  []api.AuditEntry
+	mu         sync.Mutex
+	ms         []*fakeMember
+	orders     []string // "member sha revert?"
+	drains     []string // "member true|false"
+	drainedSet map[string]bool
+	events     []api.Event
+	audits     []api.AuditEntry
 }
 
 func (f *fakeStore) members(ctx context.Context) ([]api.MemberStatus, error) {
@@ -48,14 +49,26 @@ func (f *fakeStore) members(ctx context.Context) ([]api.MemberStatus, error) {
 	return out, nil
 }
 
+func (f *fakeStore) drained(ctx context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for n, d := range f.drainedSet {
+		if d {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeStore) setDrain(ctx context.Context, node string, drain bool, who string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.drains = append(f.drains, node+" "+map[bool]string{true: "drain", false: "undrain"}[drain])
-	if f.drained == nil {
-		f.drained = map[string]bool{}
+	if f.drainedSet == nil {
+		f.drainedSet = map[string]bool{}
 	}
-	f.drained[node] = drain
+	f.drainedSet[node] = drain
 	return nil
 }
 
@@ -72,6 +85,9 @@ func (f *fakeStore) setBinary(ctx context.Context, member string, o *api.BinaryO
 	}
 	f.orders = append(f.orders, member+" "+o.SHA256[:8]+rev)
 	for _, m := range f.ms {
+		if m.downWhen == member {
+			m.Up = false
+		}
 		if m.Name != member {
 			continue
 		}
@@ -194,6 +210,7 @@ func TestRolloutAllGood(t *testing.T) {
 	f.member("node1", api.RoleNode, true)
 	f.member("down", api.RoleNode, true)
 	f.ms[2].Up = false
+	f.drainedSet = map[string]bool{"node1": true} // by the operator: stays so
 	dir := t.TempDir()
 	rs := newRolloutState(f, filepath.Join(dir, "binaries"), "")
 	sha := putTestBinary(t, rs, []byte("new corral 2"))
@@ -216,6 +233,35 @@ func TestRolloutAllGood(t *testing.T) {
 	for _, s := range ro.Steps {
 		if s.State != "done" {
 			t.Errorf("step %+v", s)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.drains) != 0 || !f.drainedSet["node1"] {
+		t.Errorf("a node drained before the rollout: drains %v, drained %v", f.drains, f.drainedSet)
+	}
+}
+
+func TestRolloutMemberDownAtItsTurn(t *testing.T) {
+	f := &fakeStore{}
+	f.member("node1", api.RoleNode, true)
+	f.member("node2", api.RoleNode, true)
+	dir := t.TempDir()
+	rs := newRolloutState(f, filepath.Join(dir, "binaries"), "")
+	sha := putTestBinary(t, rs, []byte("new corral 3"))
+	f.ms[1].downWhen = "node1" // node2 goes down once node1 has its order
+	if _, _, err := rs.begin(context.Background(), api.RolloutRequest{SHA256: sha, Check: time.Second, Drain: 50 * time.Millisecond}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	ro := waitRollout(t, rs)
+	if ro.State != "failed" || ro.Steps[0].State != "done" || ro.Steps[1].State != "failed" || !strings.Contains(ro.Error, "node2") {
+		t.Errorf("rollout: %+v", ro)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, o := range f.orders {
+		if strings.HasPrefix(o, "node2") {
+			t.Errorf("node2 got an order while down: %v", f.orders)
 		}
 	}
 }
