@@ -156,17 +156,22 @@ func (u *upgrader) handle(ctx context.Context, a *Agent, o *api.BinaryOrder) err
 	}
 	u.fetching = true
 	u.mu.Unlock()
-	defer func() { u.mu.Lock(); u.fetching = false; u.mu.Unlock() }()
 
 	bin, err := upFetch(ctx, a, state, o.SHA256)
+	u.mu.Lock()
+	u.fetching = false
+	latest := u.order
+	u.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("rollout %s: %w", o.Rollout, err)
 	}
-	u.mu.Lock()
-	still := u.order != nil && *u.order == *o
-	u.mu.Unlock()
-	if !still {
-		return nil // the order changed meanwhile
+	if latest == nil || *latest != *o {
+		// The order changed meanwhile; the agent core hands over only
+		// changes, so the newest is carried out here.
+		if latest != nil && !latest.Revert && ctx.Err() == nil {
+			return u.handle(ctx, a, latest)
+		}
+		return nil
 	}
 	return u.start(state, bin, o)
 }
