@@ -324,3 +324,21 @@ func TestRolloutRecoverAfterRestart(t *testing.T) {
 		t.Errorf("orders|drains: %s", got)
 	}
 }
+
+// The routes register on one mux without clashing (ServeMux panics on
+// conflicting patterns).
+func TestRolloutUploadRoutesRegister(t *testing.T) {
+	s := &Station{opt: Options{Data: t.TempDir()}}
+	mux := http.NewServeMux()
+	s.routesRollout(mux)
+	s.routesUpload(mux)
+	for _, r := range []struct{ method, path string }{
+		{"PUT", api.RouteBinary + strings.Repeat("a", 64)}, {"GET", api.RouteBinary + strings.Repeat("a", 64)},
+		{"POST", api.RouteRollout}, {"GET", api.RouteRollout},
+		{"PUT", api.RouteFiles + "a.test/x/y.html"}, {"DELETE", api.RouteFiles + "a.test/x"},
+	} {
+		if _, pat := mux.Handler(httptest.NewRequest(r.method, r.path, nil)); pat == "" {
+			t.Errorf("%s %s: no route", r.method, r.path)
+		}
+	}
+}
