@@ -277,7 +277,7 @@ func (rs *rolloutState) recover(ctx context.Context) error {
 		if err := rs.st.setBinary(ctx, m, nil); err != nil {
 			errs = append(errs, err)
 		}
-		if role := memberRole(ctx, rs.st, m); role == api.RoleNode {
+		if role := rolloutMemberRole(ctx, rs.st, m); role == api.RoleNode {
 			if err := rs.st.setDrain(ctx, m, false, "rollout "+id); err != nil {
 				errs = append(errs, err)
 			}
@@ -286,8 +286,8 @@ func (rs *rolloutState) recover(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// memberRole is the role member last reported ("" unknown).
-func memberRole(ctx context.Context, st rolloutStore, name string) string {
+// rolloutMemberRole is the role member last reported ("" unknown).
+func rolloutMemberRole(ctx context.Context, st rolloutStore, name string) string {
 	ms, err := st.members(ctx)
 	if err != nil {
 		return ""
