@@ -594,7 +594,14 @@ func (rs *rolloutState) waitBuild(ctx context.Context, member, build string, d t
 	t := time.NewTicker(rolloutPoll)
 	defer t.Stop()
 	for {
-		if ms, err := rs.st.members(ctx); err == nil {
+		// Its own bound, so the last look before the deadline still
+		// reads the member (and the reason names what it saw).
+		qctx, qcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ms, err := rs.st.members(qctx)
+		qcancel()
+		if err != nil {
+			why = "station: " + err.Error()
+		} else {
 			why = "not known to the station"
 			for _, m := range ms {
 				if m.Name != member {
@@ -614,12 +621,10 @@ func (rs *rolloutState) waitBuild(ctx context.Context, member, build string, d t
 					return ""
 				}
 			}
-		} else {
-			why = err.Error()
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Sprintf("not back healthy on build %s within %v (%s)", short(build), d, why)
+			return fmt.Sprintf("not back healthy on build %s within %v (last seen: %s)", short(build), d, why)
 		case <-t.C:
 		}
 	}

@@ -204,6 +204,7 @@ func e2eSupervise(t *testing.T, ctx context.Context, m *e2eMember, url, token, c
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -224,6 +225,7 @@ func e2eSupervise(t *testing.T, ctx context.Context, m *e2eMember, url, token, c
 		}
 	}()
 	t.Cleanup(func() {
+		cancel()
 		<-done
 		log.Close()
 		if t.Failed() {
