@@ -246,8 +246,8 @@ func (rs *rolloutState) save() {
 }
 
 // recover marks a rollout the station was running when it stopped as
-// failed, clears its member's order (an unconfirmed trial then reverts
-// by itself) and undrains it.
+// failed, orders its member in progress back to its old binary and
+// undrains it.
 func (rs *rolloutState) recover(ctx context.Context) error {
 	rs.mu.Lock()
 	rs.load()
@@ -268,13 +268,15 @@ func (rs *rolloutState) recover(ctx context.Context) error {
 	ro.State, ro.Error, ro.Ended = "failed", "the station restarted during the rollout", time.Now()
 	rs.save()
 	steps := append([]api.RolloutStep(nil), ro.Steps...)
-	id := ro.ID
+	id, sha := ro.ID, ro.SHA256
 	rs.mu.Unlock()
 	rs.st.event(api.Event{Time: time.Now(), Kind: "rollout", Msg: "rollout " + id + " failed: the station restarted during it"})
 	var errs []error
 	for _, i := range busy {
 		m := steps[i].Member
-		if err := rs.st.setBinary(ctx, m, nil); err != nil {
+		// Revert (not a cleared order, which an agent may ignore): a
+		// trial goes back, a member still on its old build stays.
+		if err := rs.st.setBinary(ctx, m, &api.BinaryOrder{SHA256: sha, Rollout: id, Revert: true}); err != nil {
 			errs = append(errs, err)
 		}
 		if role := rolloutMemberRole(ctx, rs.st, m); role == api.RoleNode {

@@ -310,7 +310,7 @@ func TestRolloutRecoverAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "rollout.json")
 	rs := newRolloutState(f, dir, file)
-	rs.cur = &api.Rollout{ID: "r1", State: "running", Steps: []api.RolloutStep{{Member: "node1", State: "checking"}, {Member: "node2", State: "waiting"}}}
+	rs.cur = &api.Rollout{ID: "r1", SHA256: strings.Repeat("c", 64), State: "running", Steps: []api.RolloutStep{{Member: "node1", State: "checking"}, {Member: "node2", State: "waiting"}}}
 	rs.save()
 	rs2 := newRolloutState(f, dir, file)
 	if err := rs2.recover(context.Background()); err != nil {
@@ -320,7 +320,7 @@ func TestRolloutRecoverAfterRestart(t *testing.T) {
 	if ro.State != "failed" || !strings.Contains(ro.Error, "restarted") || ro.Steps[0].State != "failed" || ro.Steps[1].State != "waiting" {
 		t.Errorf("recovered: %+v", ro)
 	}
-	if got := strings.Join(f.orders, ";") + "|" + strings.Join(f.drains, ";"); got != "node1 clear|node1 undrain" {
+	if got := strings.Join(f.orders, ";") + "|" + strings.Join(f.drains, ";"); got != "node1 cccccccc revert|node1 undrain" {
 		t.Errorf("orders|drains: %s", got)
 	}
 }
