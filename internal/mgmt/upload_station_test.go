@@ -51,7 +51,8 @@ func TestUploadThroughStation(t *testing.T) {
 		t.Skip("starts a file system and a station")
 	}
 	dir := t.TempDir()
-	probe, err := New(Options{Data: filepath.Join(dir, "probe")})
+	probe, err := New(Options{Data: filepath.Join(dir, "probe"), Listen: "127.0.56.3:27620",
+		EtcdClient: "127.0.56.3:27621", EtcdPeer: "127.0.56.3:27622"})
 	if err == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
