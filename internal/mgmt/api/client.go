@@ -141,3 +141,59 @@ func (c *Client) send(ctx context.Context, method, url, ctype string, body []byt
 	}
 	return c.HTTP.Do(req)
 }
+
+// DoFile is DoRaw with the body streamed from the file at path (opened
+// anew for each station tried), for uploads too big to hold in memory.
+func (c *Client) DoFile(ctx context.Context, method, route, path string, out any) error {
+	if len(c.Stations) == 0 {
+		return errors.New("no station: give --station URL")
+	}
+	var errs []string
+	for _, st := range c.Stations {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(st, "/")+route, f)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		req.ContentLength = fi.Size()
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
+		resp, err := c.HTTP.Do(req) // closes f
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Sprintf("%s: %v", st, err))
+			continue
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			se := &StatusError{Status: resp.StatusCode}
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
+				se.Body.Error = strings.TrimSpace(string(b))
+			}
+			return se
+		}
+		if out == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			return err
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s: bad answer: %w", st, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("no station answered: %s", strings.Join(errs, "; "))
+}
