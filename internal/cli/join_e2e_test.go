@@ -17,7 +17,6 @@ import (
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
-	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -43,7 +42,7 @@ func newMiniStation(t *testing.T) *miniStation {
 	m := &miniStation{}
 	m.Server = httptest.NewTLSServer(http.HandlerFunc(m.serve))
 	t.Cleanup(m.Close)
-	m.token = "tok1.secret." + agent.CAHash(m.Certificate().Raw)
+	m.token = "tok1.secret." + api.CAHash(m.Certificate().Raw)
 	return m
 }
 

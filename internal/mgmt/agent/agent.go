@@ -9,6 +9,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -270,8 +271,8 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 		if !pin.insecure() {
 			// The CA handed over must be the one the token names, or
 			// later calls would trust another.
-			if h, ok := pemHash(ca); !ok || h != tok.CAHash {
-				return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, reply: %s)", tok.CAHash, h)
+			if h := api.CAHashPEM(ca); h != tok.CAHash {
+				return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, reply: %s)", tok.CAHash, cmp.Or(h, "no certificate"))
 			}
 		}
 	}
