@@ -109,12 +109,20 @@ func joinSecret(state string, secret []byte) (*proto.Credential, string, error) 
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, "", err
 	}
-	if old, err := os.ReadFile(p); err != nil || !bytes.Equal(old, secret) {
-		if err := os.WriteFile(p, secret, 0o600); err != nil {
+	// Written whole (a crash leaves the old file or the new one) and 0600
+	// even when an earlier file holds the same text with another mode.
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 || !sameFile(p, secret) {
+		if err := writeFileAtomic(p, secret, 0o600); err != nil {
 			return nil, "", fmt.Errorf("join: %w", err)
 		}
 	}
 	return c, p, nil
+}
+
+// sameFile says whether the file at p holds b.
+func sameFile(p string, b []byte) bool {
+	old, err := os.ReadFile(p)
+	return err == nil && bytes.Equal(old, b)
 }
 
 // runAgent runs a in the background; the returned wait stops nothing

@@ -121,3 +121,32 @@ func TestApplyLayouts(t *testing.T) {
 		}
 	}
 }
+
+// The credential the join hands over is kept 0600, whatever file was
+// there: one with the same text but readable by all is tightened, one
+// with other text replaced whole.
+func TestJoinSecretMode(t *testing.T) {
+	c, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := proto.NewSecret()
+	for name, old := range map[string][]byte{"same": c.Marshal(), "other": other.Marshal()} {
+		state := t.TempDir()
+		p := filepath.Join(state, "fs.secret")
+		if err := os.WriteFile(p, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o644)
+		if _, got, err := joinSecret(state, c.Marshal()); err != nil || got != p {
+			t.Fatalf("%s: joinSecret: %q %v", name, got, err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %s mode %v (%v), want 0600", name, p, fi.Mode(), err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != string(c.Marshal()) {
+			t.Errorf("%s: %s holds %q", name, p, b)
+		}
+	}
+}

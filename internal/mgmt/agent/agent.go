@@ -293,14 +293,38 @@ func (a *Agent) save(sv *saved) error {
 		return fmt.Errorf("join: --state: %w", err)
 	}
 	b, _ := json.MarshalIndent(sv, "", "  ")
-	tmp := a.statePath() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("join: saving the credential: %w", err)
-	}
-	if err := os.Rename(tmp, a.statePath()); err != nil {
+	if err := writeSecret(a.statePath(), b); err != nil {
 		return fmt.Errorf("join: saving the credential: %w", err)
 	}
 	return nil
+}
+
+// writeSecret writes b to path, mode 0600, through path.tmp (made afresh:
+// one left behind keeps neither its mode nor its content), synced and
+// renamed, so a crash leaves the old file or the new one.
+func writeSecret(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // mergeStations is first, then those of more not in it, as URLs.
