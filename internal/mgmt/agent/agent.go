@@ -2,7 +2,9 @@
 // with a token (or the credential saved by an earlier join), long-polls the
 // station for what it should run, hands each new configuration to the
 // role's Apply (an Apply that fails leaves the old configuration running
-// and reports the error), reports every second (version applied, health,
+// and reports the error; the last one applied is kept in the state
+// directory and applied again by a member restarted while the station is
+// away), reports every second (version applied, health,
 // build, a role-specific report) and carries out rolling-upgrade orders.
 // Used by `corral director|node|meta|iod --join STATION --token T`.
 package agent
@@ -22,6 +24,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +43,8 @@ type Options struct {
 	Token string
 	// State is the directory where the join's credential, the station's CA
 	// and the file-system credential are kept (0600), so a restart does
-	// not need the token again.
+	// not need the token again, and the configuration last applied
+	// (AppliedFile), which a restart applies while the station is away.
 	State string
 	// CAFile, if set, is the station's CA (else the join reply's, pinned
 	// on first join by the token's CA hash; see docs/mgmt.md).
@@ -83,6 +87,19 @@ var parse = clustercfg.Parse
 // StateFile is the saved credential's file name in Options.State.
 const StateFile = "member.json"
 
+// AppliedFile is the configuration last applied, in Options.State: a
+// member restarted while the station is away runs it rather than nothing.
+const AppliedFile = "applied.json"
+
+// kept is State/applied.json.
+type kept struct {
+	Role    string   `json:"role"`
+	Member  string   `json:"member"`
+	Version int64    `json:"version"`
+	YAML    string   `json:"yaml"`
+	Drained []string `json:"drained"`
+}
+
 // saved is State/member.json: what a restart needs instead of the token.
 type saved struct {
 	Stations   []string `json:"stations"`
@@ -108,6 +125,7 @@ type Agent struct {
 	tried    string // version and drained list last handed to Apply
 	binary   string // last rolling-upgrade order carried out (its JSON)
 	kick     chan struct{}
+	away     bool // the station did not answer the saved credential's check
 }
 
 // Join joins (or reuses the saved credential) and returns the agent and
@@ -223,6 +241,7 @@ func (a *Agent) useSaved(ctx context.Context, sv *saved, ca []byte) (bool, error
 	}
 	if err != nil {
 		a.log.Warn("station not reachable; starting on the saved credential", "err", err)
+		a.away = true
 	}
 	a.cl = cl
 	a.reply = &api.JoinReply{Member: sv.Member, Credential: sv.Credential, CA: string(ca), Secret: sv.Secret, Meta: sv.Meta, Stations: sv.Stations}
@@ -369,6 +388,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	down := false
 	var last *api.Desired
 	var tried time.Time
+	if a.away {
+		a.applyKept(ctx)
+	}
 	for ctx.Err() == nil {
 		wait := pollWait
 		if _, e := a.Applied(); e != "" {
@@ -382,6 +404,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			if !down {
 				a.log.Warn("station not reachable; running on the last configuration", "err", err)
 				down = true
+				if v, _ := a.Applied(); v == 0 {
+					a.applyKept(ctx)
+				}
 			}
 			select {
 			case <-ctx.Done():
@@ -469,6 +494,9 @@ func (a *Agent) handle(ctx context.Context, d *api.Desired) {
 				a.log.Info("configuration applied", "version", d.Version, "drained", len(drained))
 			}
 			a.mu.Unlock()
+			if err == nil {
+				a.keep(d, drained)
+			}
 			select {
 			case a.kick <- struct{}{}:
 			default:
@@ -484,6 +512,43 @@ func (a *Agent) handle(ctx context.Context, d *api.Desired) {
 			}
 		}
 	}
+}
+
+// keep saves the configuration just applied as State/applied.json.
+func (a *Agent) keep(d *api.Desired, drained []string) {
+	if a.opt.State == "" {
+		return
+	}
+	b, _ := json.Marshal(kept{Role: a.opt.Role, Member: a.opt.Name, Version: d.Version, YAML: d.YAML, Drained: drained})
+	if err := writeSecret(filepath.Join(a.opt.State, AppliedFile), b); err != nil {
+		a.log.Warn("could not keep the configuration applied (a restart while the station is away starts without it)", "err", err)
+	}
+}
+
+// applyKept applies the configuration kept in State/applied.json, if
+// any and nothing else has been: the station is away.
+func (a *Agent) applyKept(ctx context.Context) {
+	if a.opt.State == "" {
+		return
+	}
+	p := filepath.Join(a.opt.State, AppliedFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var k kept
+	if err == nil {
+		err = json.Unmarshal(b, &k)
+	}
+	if err != nil || k.Version <= 0 {
+		a.log.Warn("the configuration kept from the station is unreadable; waiting for the station", "file", p, "err", err)
+		return
+	}
+	if k.Role != a.opt.Role || k.Member != a.opt.Name {
+		return
+	}
+	a.log.Info("station away: applying the configuration kept from it", "version", k.Version, "file", p)
+	a.handle(ctx, &api.Desired{Version: k.Version, YAML: k.YAML, Drained: k.Drained})
 }
 
 func (a *Agent) apply(ctx context.Context, d *api.Desired, drained []string) (err error) {

@@ -32,3 +32,44 @@ func TestSavedCredentialMode(t *testing.T) {
 		t.Fatalf("the temporary file stays: %v", err)
 	}
 }
+
+// A member restarted while the station is away runs the configuration it
+// last applied (kept in State), not nothing: a director would otherwise
+// serve no service until the station is back.
+func TestRestartStationAway(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.62")
+	f.set(3, doc("three"), "web9")
+	state := t.TempDir()
+	a, _, err := Join(context.Background(), opts(f, state, f.token("t1", ""), &applier{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, a)
+	waitFor(t, "version 3", reported(f, 3, ""))
+	stop()
+	f.down()
+
+	p := &applier{}
+	a2, _, err := Join(context.Background(), opts(f, state, "", p))
+	if err != nil {
+		t.Fatalf("restart on the saved credential, station away: %v", err)
+	}
+	run(t, a2)
+	waitFor(t, "the kept version 3 applied", func() bool { n, v := p.state(); return n == "three" && v == 3 })
+	p.mu.Lock()
+	drained := p.drained
+	p.mu.Unlock()
+	if v, e := a2.Applied(); v != 3 || e != "" || len(drained) != 1 || drained[0] != "web9" {
+		t.Fatalf("applied %d %q, drained %v; want 3, no error, [web9]", v, e, drained)
+	}
+	// The station back with the same version: not applied again.
+	f.up()
+	waitFor(t, "a report of version 3", reported(f, 3, ""))
+	p.mu.Lock()
+	calls := p.calls
+	p.mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("%d applies, want 1", calls)
+	}
+}
