@@ -237,6 +237,7 @@ func (a *Agent) useSaved(ctx context.Context, sv *saved, ca []byte) (bool, error
 	err = cl.Do(cctx, http.MethodGet, api.RouteDesired+"?after=-1&wait=0s", nil, &d)
 	var se *api.StatusError
 	if errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+		cl.HTTP.CloseIdleConnections()
 		return false, err
 	}
 	if err != nil {
@@ -382,6 +383,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reportLoop(ctx) }()
+	defer a.cl.HTTP.CloseIdleConnections() // after the loops: nothing uses them then
 	defer wg.Wait()
 	rev := int64(-1)
 	backoff := 100 * time.Millisecond

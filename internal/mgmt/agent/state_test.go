@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -72,4 +74,21 @@ func TestRestartStationAway(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("%d applies, want 1", calls)
 	}
+}
+
+// Run leaves no goroutine behind once stopped: its loops end and its
+// connections to the station are closed.
+func TestRunNoLeak(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.63")
+	f.set(1, doc("one"))
+	before := runtime.NumGoroutine()
+	a, _, err := Join(context.Background(), opts(f, t.TempDir(), f.token("t1", ""), &applier{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, a)
+	waitFor(t, "version 1", reported(f, 1, ""))
+	stop()
+	waitFor(t, fmt.Sprintf("goroutines back to %d", before), func() bool { return runtime.NumGoroutine() <= before })
 }
