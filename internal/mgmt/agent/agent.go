@@ -276,10 +276,12 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	err = cl.Do(cctx, http.MethodPost, api.RouteJoin, api.JoinRequest{Role: a.opt.Role, Name: a.opt.Name, Addr: a.opt.Addr}, &r)
 	var se *api.StatusError
 	switch {
-	case pin.mismatch() != "":
-		return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, station: %s): a wrong station, or one that is not who it says", tok.CAHash, pin.mismatch())
 	case errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden):
 		return fmt.Errorf("join: %s (make a new one: corral mgmt token create --role %s)", se.Body.Error, a.opt.Role)
+	case err != nil && pin.mismatch() != "":
+		// Only when no station took the join: one that showed another
+		// CA was skipped for the next.
+		return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, station: %s): a wrong station, or one that is not who it says", tok.CAHash, pin.mismatch())
 	case err != nil:
 		return fmt.Errorf("join: %w", err)
 	case r.Credential == "":

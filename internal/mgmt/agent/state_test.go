@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -91,4 +92,27 @@ func TestRunNoLeak(t *testing.T) {
 	waitFor(t, "version 1", reported(f, 1, ""))
 	stop()
 	waitFor(t, fmt.Sprintf("goroutines back to %d", before), func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// Of several stations, one that shows another CA is skipped, not a reason
+// to throw away the credential the right one then hands over (a
+// single-use token would be spent for nothing).
+func TestJoinSkipsForeignStation(t *testing.T) {
+	fast(t)
+	foreign := newFakeStation(t, "127.0.62.64")
+	f := newFakeStation(t, "127.0.62.65")
+	o := opts(f, t.TempDir(), f.token("t1", ""), &applier{})
+	o.Stations = []string{foreign.url(), f.url()}
+	if _, _, err := Join(context.Background(), o); err != nil {
+		t.Fatalf("join past a foreign station: %v", err)
+	}
+	if foreign.joined() != 0 || f.joined() != 1 {
+		t.Fatalf("joins: foreign %d, right %d", foreign.joined(), f.joined())
+	}
+	// The foreign station alone: refused, and said why.
+	o = opts(f, t.TempDir(), f.token("t2", ""), &applier{})
+	o.Stations = []string{foreign.url()}
+	if _, _, err := Join(context.Background(), o); err == nil || !strings.Contains(err.Error(), "does not match the token's hash") {
+		t.Fatalf("foreign station alone: %v", err)
+	}
 }
