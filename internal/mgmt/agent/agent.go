@@ -175,6 +175,20 @@ func Join(ctx context.Context, opt Options) (*Agent, *api.JoinReply, error) {
 			ca = caFile
 		}
 		ok, err := a.useSaved(ctx, sv, ca)
+		if ok && a.away && opt.Token != "" {
+			// The station did not answer the saved credential: away, or
+			// one with another CA now (made anew), which a token
+			// (pinning its CA by hash) joins. Away, the join fails too
+			// and the saved credential serves.
+			cl, reply := a.cl, a.reply
+			jerr := a.joinToken(ctx, caFile)
+			if jerr == nil {
+				a.away = false
+				return a, a.reply, nil
+			}
+			a.log.Warn("the token did not join either; starting on the saved credential", "err", jerr)
+			a.cl, a.reply = cl, reply
+		}
 		if ok {
 			return a, a.reply, nil
 		}

@@ -116,3 +116,34 @@ func TestJoinSkipsForeignStation(t *testing.T) {
 		t.Fatalf("foreign station alone: %v", err)
 	}
 }
+
+// A station made anew (another CA) refuses nothing but is not trusted
+// with the saved CA: a member restarted with a token from it joins it,
+// rather than waiting for the old station for ever.
+func TestRejoinNewStation(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.66")
+	state := t.TempDir()
+	if _, _, err := Join(context.Background(), opts(f, state, f.token("t1", ""), &applier{})); err != nil {
+		t.Fatal(err)
+	}
+	f.down()
+	g := newFakeStation(t, "127.0.62.67")
+	g.set(1, doc("new"))
+	p := &applier{}
+	o := opts(g, state, g.token("t2", ""), p)
+	a, _, err := Join(context.Background(), o)
+	if err != nil {
+		t.Fatalf("restart with a token of a new station: %v", err)
+	}
+	if g.joined() != 1 {
+		t.Fatalf("the new station saw %d joins, want 1", g.joined())
+	}
+	run(t, a)
+	waitFor(t, "the new station's version", func() bool { n, v := p.state(); return n == "new" && v == 1 })
+	// Both away: the token fails, the saved credential serves.
+	g.down()
+	if _, _, err := Join(context.Background(), opts(g, state, g.token("t3", ""), &applier{})); err != nil {
+		t.Fatalf("restart, stations away, a token: %v", err)
+	}
+}
