@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,10 +55,19 @@ func (j *joinFlags) metaJoin(args []string) (raft bool, err error) {
 	case j.join == raftJoin && len(args) == 1 && (strings.HasPrefix(args[0], "https://") || strings.HasPrefix(args[0], "http://")):
 		j.join = args[0]
 		return false, nil
+	case j.join == raftJoin && len(args) == 1 && looksHostPort(args[0]):
+		return false, usageError{fmt.Errorf("--join %s: want a station URL such as https://%s (without one, --join enters a Raft group)", args[0], args[0])}
 	case len(args) > 0:
 		return false, usageError{fmt.Errorf("unexpected argument(s) %q", args)}
 	}
 	return j.join == raftJoin, nil
+}
+
+// looksHostPort says whether s is HOST:PORT (a station's address given
+// without https://).
+func looksHostPort(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	return err == nil && port != ""
 }
 
 // options builds the agent's options from the flags; defName and

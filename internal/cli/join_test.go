@@ -42,6 +42,7 @@ func TestMetaJoinFlag(t *testing.T) {
 		raft    bool
 		station string
 		bad     bool
+		msg     string // in the error of a bad one
 	}{
 		{args: []string{"--id", "4", "--join", "--listen", "x:1"}, raft: true},
 		{args: []string{"--id", "4", "--listen", "x:1", "--join"}, raft: true},
@@ -50,6 +51,8 @@ func TestMetaJoinFlag(t *testing.T) {
 		{args: []string{"--listen", "x:1"}},
 		{args: []string{"--join", "https://127.0.0.1:7600", "extra"}, bad: true},
 		{args: []string{"stray"}, bad: true},
+		// A station without its scheme: not a stray argument, a URL to mend.
+		{args: []string{"--join", "127.0.0.1:7600", "--token", "a.b.c"}, bad: true, msg: "--join 127.0.0.1:7600: want a station URL such as https://127.0.0.1:7600"},
 	} {
 		var jf joinFlags
 		fs := pflag.NewFlagSet("meta", pflag.ContinueOnError)
@@ -62,8 +65,8 @@ func TestMetaJoinFlag(t *testing.T) {
 		raft, err := jf.metaJoin(fs.Args())
 		switch {
 		case tc.bad:
-			if err == nil {
-				t.Errorf("%q: accepted", tc.args)
+			if err == nil || (tc.msg != "" && !strings.Contains(err.Error(), tc.msg)) {
+				t.Errorf("%q: %v, want an error saying %q", tc.args, err, tc.msg)
 			}
 		case err != nil || raft != tc.raft || jf.enabled() != (tc.station != "") || (tc.station != "" && jf.join != tc.station):
 			t.Errorf("%q: raft %v, station %v %q, err %v", tc.args, raft, jf.enabled(), jf.join, err)
