@@ -404,10 +404,21 @@ func (a *Agent) Run(ctx context.Context) error {
 	rev := int64(-1)
 	backoff := 100 * time.Millisecond
 	down := false
-	var last *api.Desired
+	var last *api.Desired // the desired state last handled
 	var tried time.Time
+	// retry applies last again if it was refused retryEvery ago (the
+	// cause may have passed), the station answering or not.
+	retry := func() {
+		if _, e := a.Applied(); e != "" && last != nil && time.Since(tried) >= retryEvery {
+			a.mu.Lock()
+			a.tried = "" // the same version again
+			a.mu.Unlock()
+			tried = time.Now()
+			a.handle(ctx, last)
+		}
+	}
 	if a.away {
-		a.applyKept(ctx)
+		last, tried = a.applyKept(ctx), time.Now()
 	}
 	for ctx.Err() == nil {
 		wait := pollWait
@@ -422,10 +433,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			if !down {
 				a.log.Warn("station not reachable; running on the last configuration", "err", err)
 				down = true
-				if v, _ := a.Applied(); v == 0 {
-					a.applyKept(ctx)
+				if v, _ := a.Applied(); v == 0 && last == nil {
+					last, tried = a.applyKept(ctx), time.Now()
 				}
 			}
+			retry()
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -439,13 +451,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		if d == nil || d.Rev == rev {
-			if _, e := a.Applied(); e != "" && last != nil && time.Since(tried) >= retryEvery {
-				a.mu.Lock()
-				a.tried = "" // the same version again
-				a.mu.Unlock()
-				tried = time.Now()
-				a.handle(ctx, last)
-			}
+			retry()
 			continue
 		}
 		rev, last, tried = d.Rev, d, time.Now()
@@ -544,15 +550,16 @@ func (a *Agent) keep(d *api.Desired, drained []string) {
 }
 
 // applyKept applies the configuration kept in State/applied.json, if
-// any and nothing else has been: the station is away.
-func (a *Agent) applyKept(ctx context.Context) {
+// any and nothing else has been: the station is away. It returns what it
+// handled (nil: nothing).
+func (a *Agent) applyKept(ctx context.Context) *api.Desired {
 	if a.opt.State == "" {
-		return
+		return nil
 	}
 	p := filepath.Join(a.opt.State, AppliedFile)
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
-		return
+		return nil
 	}
 	var k kept
 	if err == nil {
@@ -560,13 +567,15 @@ func (a *Agent) applyKept(ctx context.Context) {
 	}
 	if err != nil || k.Version <= 0 {
 		a.log.Warn("the configuration kept from the station is unreadable; waiting for the station", "file", p, "err", err)
-		return
+		return nil
 	}
 	if k.Role != a.opt.Role || k.Member != a.opt.Name {
-		return
+		return nil
 	}
 	a.log.Info("station away: applying the configuration kept from it", "version", k.Version, "file", p)
-	a.handle(ctx, &api.Desired{Version: k.Version, YAML: k.YAML, Drained: k.Drained})
+	d := &api.Desired{Version: k.Version, YAML: k.YAML, Drained: k.Drained}
+	a.handle(ctx, d)
+	return d
 }
 
 func (a *Agent) apply(ctx context.Context, d *api.Desired, drained []string) (err error) {

@@ -147,3 +147,30 @@ func TestRejoinNewStation(t *testing.T) {
 		t.Fatalf("restart, stations away, a token: %v", err)
 	}
 }
+
+// A version refused for a passing cause is tried again while the station
+// is away too: here the kept one, at a restart.
+func TestKeptRetriedStationAway(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.68")
+	f.set(2, doc("two"))
+	state := t.TempDir()
+	a, _, err := Join(context.Background(), opts(f, state, f.token("t1", ""), &applier{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, a)
+	waitFor(t, "version 2", reported(f, 2, ""))
+	stop()
+	f.down()
+	p := &applier{failFor: 1}
+	a2, _, err := Join(context.Background(), opts(f, state, "", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a2)
+	waitFor(t, "the kept version applied at the second try", func() bool { n, v := p.state(); return n == "two" && v == 2 })
+	if v, e := a2.Applied(); v != 2 || e != "" {
+		t.Fatalf("applied %d %q", v, e)
+	}
+}
