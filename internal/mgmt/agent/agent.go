@@ -228,7 +228,11 @@ func (a *Agent) load() (*saved, error) {
 	}
 	var sv saved
 	if err := json.Unmarshal(b, &sv); err != nil || sv.Credential == "" {
-		return nil, fmt.Errorf("join: %s is damaged (%v): remove it and join again with --token", a.statePath(), err)
+		if a.opt.Token != "" {
+			a.log.Warn("saved credential damaged; joining with the token (which replaces it)", "file", a.statePath(), "err", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("join: %s is damaged (%v): join again with --token (it replaces the file)", a.statePath(), err)
 	}
 	if sv.Role != a.opt.Role || sv.Member != a.opt.Name {
 		a.log.Warn("saved credential is of another member; joining again", "file", a.statePath(), "saved", sv.Role+" "+sv.Member)

@@ -174,3 +174,23 @@ func TestKeptRetriedStationAway(t *testing.T) {
 		t.Fatalf("applied %d %q", v, e)
 	}
 }
+
+// A damaged member.json: with a token the member joins again (the join
+// replaces it); without one the error says what to do.
+func TestDamagedState(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.69")
+	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(state, StateFile), nil, 0o600); err != nil { // a crash's empty file
+		t.Fatal(err)
+	}
+	if _, _, err := Join(context.Background(), opts(f, state, "", &applier{})); err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), "--token") {
+		t.Fatalf("damaged, no token: %v", err)
+	}
+	if _, _, err := Join(context.Background(), opts(f, state, f.token("t1", ""), &applier{})); err != nil || f.joined() != 1 {
+		t.Fatalf("damaged, a token: %v (joins %d)", err, f.joined())
+	}
+	if _, _, err := Join(context.Background(), opts(f, state, "", &applier{})); err != nil {
+		t.Fatalf("after the join, no token: %v", err)
+	}
+}
