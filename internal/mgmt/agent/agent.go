@@ -435,7 +435,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			if !down {
-				a.log.Warn("station not reachable; running on the last configuration", "err", err)
+				var se *api.StatusError
+				if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+					a.log.Error("the station refuses this member's credential (revoked?); running on the last configuration: restart with --token to join again", "err", err)
+				} else {
+					a.log.Warn("station not reachable; running on the last configuration", "err", err)
+				}
 				down = true
 				if v, _ := a.Applied(); v == 0 && last == nil {
 					last, tried = a.applyKept(ctx), time.Now()

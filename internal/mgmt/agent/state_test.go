@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -193,4 +196,46 @@ func TestDamagedState(t *testing.T) {
 	if _, _, err := Join(context.Background(), opts(f, state, "", &applier{})); err != nil {
 		t.Fatalf("after the join, no token: %v", err)
 	}
+}
+
+// A credential revoked while the member runs: it keeps running, and the
+// log says the station refuses it (not that the station is away).
+func TestRevokedWhileRunning(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.70")
+	f.set(1, doc("one"))
+	var logBuf syncBuffer
+	o := opts(f, t.TempDir(), f.token("t1", ""), &applier{})
+	o.Log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	a, _, err := Join(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, a)
+	waitFor(t, "version 1", reported(f, 1, ""))
+	f.revoke()
+	waitFor(t, "the refusal logged", func() bool { return strings.Contains(logBuf.String(), "refuses this member's credential") })
+	if strings.Contains(logBuf.String(), "not reachable") {
+		t.Fatalf("a refused credential logged as a station away:\n%s", logBuf.String())
+	}
+	if v, _ := a.Applied(); v != 1 {
+		t.Fatalf("applied %d after the revocation, want 1", v)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
