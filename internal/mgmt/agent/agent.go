@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -78,6 +79,10 @@ var (
 	// tried again while it is the one wanted (the cause may pass: meta
 	// electing a leader, a VIP not yet free).
 	retryEvery = 10 * time.Second
+	// dialTimeout bounds connecting to one station and the TLS handshake:
+	// a station that takes the connection and never answers (its host
+	// hung) must leave the call time to try the next.
+	dialTimeout = 5 * time.Second
 )
 
 // parse reads a version's YAML (a var so that tests can stand in for a
@@ -245,7 +250,7 @@ func (a *Agent) load() (*saved, error) {
 // station that does not answer is no reason to give up the credential: the
 // member starts and Run keeps trying. Only a 401 sends it back to the token.
 func (a *Agent) useSaved(ctx context.Context, sv *saved, ca []byte) (bool, error) {
-	cl, err := api.NewClient(mergeStations(a.opt.Stations, sv.Stations), sv.Credential, ca)
+	cl, err := newClient(mergeStations(a.opt.Stations, sv.Stations), sv.Credential, ca)
 	if err != nil {
 		return false, err
 	}
@@ -278,7 +283,7 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	pin := &pinned{hash: tok.CAHash}
 	switch {
 	case caFile != nil:
-		cl, err := api.NewClient(nil, "", caFile)
+		cl, err := newClient(nil, "", caFile)
 		if err != nil {
 			return fmt.Errorf("join: --station-ca %s: %w", a.opt.CAFile, err)
 		}
@@ -317,7 +322,7 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 		}
 	}
 	stations := mergeStations(a.opt.Stations, r.Stations)
-	if a.cl, err = api.NewClient(stations, r.Credential, ca); err != nil {
+	if a.cl, err = newClient(stations, r.Credential, ca); err != nil {
 		return fmt.Errorf("join: station CA in the reply: %w", err)
 	}
 	r.CA = string(ca)
@@ -365,6 +370,20 @@ func writeSecret(path string, b []byte) error {
 		os.Remove(tmp)
 	}
 	return err
+}
+
+// newClient is api.NewClient with connecting and the TLS handshake
+// bounded by dialTimeout.
+func newClient(stations []string, token string, ca []byte) (*api.Client, error) {
+	cl, err := api.NewClient(stations, token, ca)
+	if err != nil {
+		return nil, err
+	}
+	if tr, ok := cl.HTTP.Transport.(*http.Transport); ok {
+		tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		tr.TLSHandshakeTimeout = dialTimeout
+	}
+	return cl, nil
 }
 
 // mergeStations is first, then those of more not in it, as URLs.

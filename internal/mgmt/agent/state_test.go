@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The saved credential is 0600 whatever lay in the way: a temporary file
@@ -238,4 +240,50 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A station that takes the connection and never answers (a hung host)
+// costs a call a few seconds, not the whole call: the next station
+// serves the join, the polls and the reports.
+func TestHungStationSkipped(t *testing.T) {
+	fast(t)
+	d := dialTimeout
+	dialTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { dialTimeout = d })
+	hung, err := net.Listen("tcp", "127.0.62.71:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		hung.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	f := newFakeStation(t, "127.0.62.72")
+	f.set(1, doc("one"))
+	p := &applier{}
+	o := opts(f, t.TempDir(), f.token("t1", ""), p)
+	o.Stations = []string{"https://" + hung.Addr().String(), f.url()}
+	a, _, err := Join(context.Background(), o)
+	if err != nil {
+		t.Fatalf("join past a hung station: %v", err)
+	}
+	run(t, a)
+	waitFor(t, "version 1 applied and reported past the hung station", reported(f, 1, ""))
 }

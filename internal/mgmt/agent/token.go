@@ -71,8 +71,12 @@ func (p *pinned) transport() *http.Transport {
 		if err != nil {
 			return nil, err
 		}
+		// Connecting and the handshake bounded: a hung station leaves
+		// the call time to try the next.
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
 		d := tls.Dialer{Config: p.config(host)}
-		return d.DialContext(ctx, network, addr)
+		return d.DialContext(dctx, network, addr)
 	}}
 }
 
