@@ -70,7 +70,9 @@ With --join the director takes its configuration from a management station
 instead of FILE: it joins with the token (once; the credential is kept in
 --state), starts with no services, and applies every version the station
 hands out (atomic swap, connections kept; a version it refuses leaves the
-running one and the error shows at the station). Its admin API is on --admin.`,
+running one and the error shows at the station). Restarted while the station
+is away, it runs the version it last applied (kept in --state) until the
+station answers. Its admin API is on --admin.`,
 		Example: `  corral director --config /etc/corral/director.conf
   corral director --check /etc/corral/director.conf.new   # validate only
   corral director --join https://127.0.0.1:7600 --token "$(cat director.token)" --name director1`,

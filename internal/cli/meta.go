@@ -100,9 +100,6 @@ The leader applies filesystem.layouts of every configuration version, as
 			if reserve == 0 {
 				reserve = -1 // meta.Config: 0 means the default, negative none
 			}
-			if reserve == 0 {
-				reserve = -1 // Config's 0 means the default
-			}
 			if lostAfter <= 0 {
 				return usageError{fmt.Errorf("--lost-after %s: want a positive duration such as 30m", lostAfter)}
 			}
@@ -219,7 +216,7 @@ func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data strin
 	p := filepath.Join(data, proto.SecretFileName)
 	switch old, err := os.ReadFile(p); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.WriteFile(p, cred.Marshal(), 0o600); err != nil {
+		if err := writeFileAtomic(p, cred.Marshal(), 0o600); err != nil {
 			return nil, err
 		}
 	case err != nil:
