@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -23,6 +24,9 @@ type Client struct {
 	HTTP     *http.Client
 }
 
+// DialTimeout bounds connecting to a station and the TLS handshake.
+const DialTimeout = 5 * time.Second
+
 // NewClient makes a client trusting the CA in caPEM (nil: the system's).
 func NewClient(stations []string, token string, caPEM []byte) (*Client, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -33,7 +37,15 @@ func NewClient(stations []string, token string, caPEM []byte) (*Client, error) {
 		}
 		tc.RootCAs = pool
 	}
-	tr := &http.Transport{TLSClientConfig: tc, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+	// Bounded connect and handshake: a hung station (accepts, never
+	// answers) must not hold a caller that could try the next one.
+	tr := &http.Transport{
+		TLSClientConfig:     tc,
+		DialContext:         (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: DialTimeout,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	}
 	return &Client{Stations: stations, Token: token, HTTP: &http.Client{Transport: tr}}, nil
 }
 
