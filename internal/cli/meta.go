@@ -80,7 +80,7 @@ The leader applies filesystem.layouts of every configuration version, as
   # a fourth member, after 'corral fs meta add 4 127.0.0.4:7400':
   corral meta --id 4 --listen 127.0.0.4:7400 --data m4 --join
   # taking the secret and layouts from a management station:
-  corral meta --listen 127.0.0.1:7400 --data m1 --join https://127.0.0.1:7600 --token "$(cat meta.token)"`,
+  corral meta --listen 127.0.0.1:7400 --data m1 --join https://127.0.0.1:7600 --token-file meta.token`,
 		Args: cobra.ArbitraryArgs, // meta's --join: see joinFlags.metaJoin
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
