@@ -18,6 +18,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/config"
@@ -115,9 +116,9 @@ since the version you edited.`,
 	// apply
 	var base int64
 	var comment string
-	var dryRun, force bool
+	var dryRun, force, allowEmpty bool
 	apply := &cobra.Command{
-		Use:   "apply FILE [--base N] [--comment C] [--dry-run] [--force]",
+		Use:   "apply FILE [--base N] [--comment C] [--dry-run] [--force] [--allow-empty]",
 		Short: "Store FILE as the next version (prints the diff); refused (exit 3) if the configuration changed since",
 		Long: `Validate FILE at the station and store it as the next version; members apply
 it live. The diff from the current version is printed, then "applied:
@@ -127,7 +128,9 @@ The base version (the one you edited) is --base, else the "# version N"
 comment 'corral cfg get' put on FILE's first line, else the current version
 (read first; then nothing guards against a change made meanwhile). If the
 current version is not the base, nothing is stored and the exit status is 3.
---force applies whatever the current version. FILE "-" is standard input.`,
+--force applies whatever the current version. FILE "-" is standard input.
+A FILE with no configuration in it (empty, or comments only) is refused
+(exit 2) unless --allow-empty: it would remove every service.`,
 		Example: `  corral cfg apply cluster.yaml
   corral cfg apply cluster.yaml --dry-run
   corral cfg apply cluster.yaml --base 12
@@ -141,6 +144,14 @@ current version is not the base, nothing is stored and the exit status is 3.
 			doc, err := readDoc(file)
 			if err != nil {
 				return err
+			}
+			if err := sendable(cmd.CommandPath(), file, doc); err != nil {
+				return err
+			}
+			if !allowEmpty && emptyConfig(doc) {
+				// A failed 'cfg get > FILE' leaves an empty FILE: applying it
+				// would take every service off every director.
+				return usageError{fmt.Errorf("%s holds no configuration: applying it would remove every service, node and director; give --allow-empty if that is what you want", docName(file))}
 			}
 			b := base
 			switch {
@@ -157,7 +168,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 					if b, err = current(cmd); err != nil {
 						return err
 					}
-					fmt.Fprintf(os.Stderr, "%s has no \"# version N\" line: applying on the current version %d\n", file, b)
+					fmt.Fprintf(os.Stderr, "%s has no \"# version N\" line: applying on the current version %d\n", docName(file), b)
 				}
 			}
 			var rep api.ApplyReply
@@ -181,6 +192,7 @@ current version is not the base, nothing is stored and the exit status is 3.
 	apply.Flags().StringVar(&comment, "comment", "", "why: kept in the history")
 	apply.Flags().BoolVar(&dryRun, "dry-run", false, "validate and print the diff, store nothing")
 	apply.Flags().BoolVar(&force, "force", false, "apply whatever the current version (no stale-version check)")
+	apply.Flags().BoolVar(&allowEmpty, "allow-empty", false, "apply a file that holds no configuration (removes everything)")
 
 	// diff
 	diff := &cobra.Command{
@@ -197,8 +209,14 @@ current version is not the base, nothing is stored and the exit status is 3.
 				if err != nil {
 					return err
 				}
+				if err := sendable(cmd.CommandPath(), args[0], doc); err != nil {
+					return err
+				}
 				if err := call(cmd, args[0], 0, http.MethodPost, api.RouteDiff, api.ApplyRequest{Base: -1, YAML: string(doc)}, &rep); err != nil {
 					return err
+				}
+				if hv, ok := versionHeader(doc); ok && hv != rep.Version && rep.Diff != "" {
+					fmt.Fprintf(os.Stderr, "%s was edited from version %d, the current is %d: the diff undoes the changes made since, and apply would be refused (exit 3)\n", docName(args[0]), hv, rep.Version)
 				}
 			} else {
 				from, err := parseVersionArg(args[0])
@@ -287,18 +305,32 @@ current version is not the base, nothing is stored and the exit status is 3.
 
 	// import
 	var impOut, impComment string
-	var impApply bool
+	var impApply, impReplace bool
 	imp := &cobra.Command{
-		Use:   "import DIRECTOR.CONF [-o FILE] [--apply]",
+		Use:   "import DIRECTOR.CONF [-o FILE] [--apply [--replace]]",
 		Short: "Turn a director's configuration file into the cluster configuration (YAML); --apply sends it",
 		Long: `Read a director's configuration file (docs/director.md) and print the cluster
 configuration that says the same (services, real servers, weights, checks).
-Runs locally; --apply then stores it at the station as the next version.`,
+Runs locally; --apply then stores it at the station as the next version,
+on a station with no configuration yet: the import is a whole configuration
+and would replace everything else (nodes, domains, accounts) unless that is
+what --replace says you want.`,
 		Example: `  corral cfg import /etc/corral/director.conf -o cluster.yaml
   corral cfg import corral-data/director.conf --apply`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := config.Load(args[0])
+			if impReplace && !impApply {
+				return usageError{errors.New("--replace goes with --apply")}
+			}
+			src, err := os.ReadFile(args[0])
+			if err != nil {
+				return fileError("director configuration", args[0], err)
+			}
+			if line, ok := binaryLine(src); ok {
+				// The director's parser would echo every line of it.
+				return fmt.Errorf("%s:%d: not a text file: a director's configuration (docs/director.md) is text", args[0], line)
+			}
+			d, err := config.Parse(args[0], src)
 			if err != nil {
 				return err
 			}
@@ -310,16 +342,38 @@ Runs locally; --apply then stores it at the station as the next version.`,
 			if err != nil {
 				return err
 			}
+			// The director's file takes what the cluster configuration does
+			// not (service names such as "www:80"): say so here, naming the
+			// output's lines, rather than at the next apply.
+			outName := impOut
+			switch {
+			case impApply:
+				outName = "(imported from " + args[0] + ")"
+			case impOut == "" || impOut == "-":
+				outName = "<stdout>"
+			}
+			_, verr := clustercfg.Parse(outName, y)
+			if verr != nil && impApply {
+				fmt.Fprintf(os.Stderr, "%s: %s does not make a valid cluster configuration; nothing sent (import it with -o FILE, edit, apply):\n", cmd.CommandPath(), args[0])
+				return validationError(os.Stderr, cmd.CommandPath(), verr)
+			}
 			if impApply {
-				cur, err := current(cmd)
-				if err != nil {
+				var v api.Version
+				if err := call(cmd, "", 0, http.MethodGet, api.RouteConfig, nil, &v); err != nil {
 					return err
+				}
+				cur := v.Version
+				if !impReplace && cur > 0 && !emptyConfig([]byte(v.YAML)) {
+					// The import is a whole configuration: nodes, domains,
+					// accounts and all else would go.
+					return fmt.Errorf("the station already holds a configuration (version %d): --apply would replace all of it with %s's services; import with -o FILE, merge it into 'corral cfg get', apply that; or give --replace", cur, args[0])
 				}
 				if impComment == "" {
 					impComment = "import " + args[0]
 				}
 				var rep api.ApplyReply
-				if err := call(cmd, args[0], cur, http.MethodPut, api.RouteConfig, api.ApplyRequest{Base: cur, YAML: string(y), Comment: impComment}, &rep); err != nil {
+				// The errors' lines are the generated YAML's, not FILE's.
+				if err := call(cmd, "", cur, http.MethodPut, api.RouteConfig, api.ApplyRequest{Base: cur, YAML: string(y), Comment: impComment}, &rep); err != nil {
 					return err
 				}
 				printDiff(os.Stdout, rep.Diff, isTTYFile(os.Stdout))
@@ -327,18 +381,25 @@ Runs locally; --apply then stores it at the station as the next version.`,
 				return nil
 			}
 			if impOut == "" || impOut == "-" {
-				_, err := os.Stdout.Write(y)
-				return err
+				if _, err := os.Stdout.Write(y); err != nil {
+					return err
+				}
+			} else {
+				if err := writeFileAtomic(impOut, y, 0o644); err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "%s imported into %s\n", args[0], impOut)
 			}
-			if err := writeFileAtomic(impOut, y, 0o644); err != nil {
-				return err
+			if verr != nil {
+				fmt.Fprintf(os.Stderr, "%s: the result is not a valid cluster configuration yet: edit %s, then 'corral cfg validate' it:\n", cmd.CommandPath(), outName)
+				return validationError(os.Stderr, cmd.CommandPath(), verr)
 			}
-			fmt.Fprintf(os.Stderr, "%s imported into %s\n", args[0], impOut)
 			return nil
 		},
 	}
 	imp.Flags().StringVarP(&impOut, "output", "o", "", "write to FILE instead of standard output")
-	imp.Flags().BoolVar(&impApply, "apply", false, "store it at the station as the next version")
+	imp.Flags().BoolVar(&impApply, "apply", false, "store it at the station as the next version (only on a station with no configuration yet, unless --replace)")
+	imp.Flags().BoolVar(&impReplace, "replace", false, "with --apply: replace the station's whole configuration with the import")
 	imp.Flags().StringVar(&impComment, "comment", "", "with --apply: why (default: import FILE)")
 
 	// validate
@@ -353,10 +414,7 @@ Runs locally; --apply then stores it at the station as the next version.`,
 			if err != nil {
 				return err
 			}
-			name := args[0]
-			if name == "-" {
-				name = "<stdin>"
-			}
+			name := docName(args[0])
 			if _, err := clustercfg.Parse(name, doc); err != nil {
 				return validationError(os.Stderr, cmd.CommandPath(), err)
 			}
@@ -394,8 +452,10 @@ Runs locally; --apply then stores it at the station as the next version.`,
 each {"op": "put", "kind": K, "value": ITEM} (add, or replace by name) or
 {"op": "delete", "kind": K, "name": NAME}; K is cluster, node, director,
 service, domain, qos, layout (named by its path) or account; ITEM has the
-YAML field names. The base is --base, else the current version (read first);
-a stale base exits 3. "-" reads standard input.`,
+YAML field names; a misspelt field is an error. The base is --base, else the
+current version (read first); a stale base exits 3. "-" reads standard input.
+The station's errors about the result print as PATH: message (exit 1): they
+are not lines of OPS.json.`,
 		Example: `  corral cfg tx ops.json --comment swap-web1
   echo '[{"op":"delete","kind":"node","name":"web1"}]' | corral cfg tx -`,
 		Args: cobra.ExactArgs(1),
@@ -406,7 +466,7 @@ a stale base exits 3. "-" reads standard input.`,
 			}
 			ops, err := parseTxOps(doc)
 			if err != nil {
-				return fmt.Errorf("%s: %w", args[0], err)
+				return fmt.Errorf("%s: %w", docName(args[0]), err)
 			}
 			b := txBase
 			if !cmd.Flags().Changed("base") {
@@ -417,7 +477,8 @@ a stale base exits 3. "-" reads standard input.`,
 				return usageError{fmt.Errorf("--base %d: want a version number", b)}
 			}
 			var rep api.ApplyReply
-			if err := call(cmd, args[0], b, http.MethodPost, api.RouteTx, api.TxRequest{Base: b, Comment: txComment, Ops: ops}, &rep); err != nil {
+			// The errors are the resulting configuration's, not OPS.json's lines.
+			if err := call(cmd, "", b, http.MethodPost, api.RouteTx, api.TxRequest{Base: b, Comment: txComment, Ops: ops}, &rep); err != nil {
 				return err
 			}
 			printDiff(os.Stdout, rep.Diff, isTTYFile(os.Stdout))
@@ -455,7 +516,53 @@ func validationError(w io.Writer, cmdPath string, err error) error {
 	return err
 }
 
-// readDoc reads a configuration file ("-": standard input), at most 64 MiB.
+// binaryLine is the line of the first byte no text file has (NUL, a
+// control character other than tab, CR, LF, FF, or invalid UTF-8).
+func binaryLine(b []byte) (int, bool) {
+	line := 1
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1, r < 0x20 && r != '\t' && r != '\r' && r != '\n' && r != '\f', r == 0x7f:
+			return line, true
+		case r == '\n':
+			line++
+		}
+		i += n
+	}
+	return 0, false
+}
+
+// emptyConfig says whether doc is a valid configuration with nothing in
+// it (only comments, "{}", or nothing at all).
+func emptyConfig(doc []byte) bool {
+	for _, l := range strings.Split(string(doc), "\n") {
+		switch l = strings.TrimSpace(l); {
+		case l == "", l == "---", l == "...", l == "{}", l == "~", l == "null", strings.HasPrefix(l, "#"):
+		default:
+			if len(doc) > 1<<16 {
+				return false // content; no need to parse a large file twice
+			}
+		}
+	}
+	c, err := clustercfg.Parse("", doc)
+	if err != nil {
+		return false // the station will say what is wrong
+	}
+	y, err := c.Marshal()
+	return err == nil && strings.TrimSpace(string(y)) == "{}"
+}
+
+// docName is FILE as messages name it: "-" is <stdin>.
+func docName(file string) string {
+	if file == "-" {
+		return "<stdin>"
+	}
+	return file
+}
+
+// readDoc reads a configuration file ("-": standard input), at most
+// clustercfg.MaxDocument bytes.
 func readDoc(file string) ([]byte, error) {
 	var r io.Reader
 	if file == "-" {
@@ -468,15 +575,30 @@ func readDoc(file string) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	const max = 64 << 20
+	const max = clustercfg.MaxDocument
 	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(b) > max {
-		return nil, fmt.Errorf("%s: larger than 64 MiB", file)
+		return nil, fmt.Errorf("%s: larger than %d MiB, the most a configuration may be", docName(file), max>>20)
 	}
 	return b, nil
+}
+
+// sendable refuses, as 'cfg validate' would (FILE:LINE: PATH: message,
+// exit 1), a document that would not reach the station as written: bytes
+// that are not UTF-8 become U+FFFD in the API's JSON, silently.
+func sendable(cmdPath, file string, doc []byte) error {
+	if utf8.Valid(doc) {
+		return nil
+	}
+	file = docName(file)
+	_, err := clustercfg.Parse(file, doc)
+	if err == nil {
+		err = fmt.Errorf("%s: not UTF-8 text", file)
+	}
+	return validationError(os.Stderr, cmdPath, err)
 }
 
 var versionHeaderRE = regexp.MustCompile(`^#\s*version\s+(\d+)\s*$`)
@@ -686,24 +808,29 @@ func appendStationMembers(w io.Writer, sf *stationFlags) {
 	printStationMembers(w, ms, cur)
 }
 
-var txKinds = []string{"cluster", "node", "director", "service", "domain", "qos", "layout", "account"}
-
 // parseTxOps reads a JSON list of transaction operations (or an object
 // with "ops") and checks each names an op and kind it can be.
 func parseTxOps(doc []byte) ([]api.TxOp, error) {
 	var ops []api.TxOp
 	d := bytes.TrimSpace(doc)
+	// A misspelt field ("nmae", "vaule") is an error, not an empty one.
+	dec := json.NewDecoder(bytes.NewReader(d))
+	dec.DisallowUnknownFields()
 	var err error
 	if len(d) > 0 && d[0] == '{' {
-		var req api.TxRequest
-		err = json.Unmarshal(d, &req)
+		var req api.TxRequest // its base and comment: the flags' business
+		err = dec.Decode(&req)
 		ops = req.Ops
 	} else {
-		err = json.Unmarshal(d, &ops)
+		err = dec.Decode(&ops)
+	}
+	if err == nil && dec.More() {
+		err = errors.New("more after the list")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("not a JSON list of operations: %v", err)
+		return nil, fmt.Errorf("not a JSON list of operations (or {\"ops\": [...]}): %v", err)
 	}
+	txKinds := clustercfg.Kinds()
 	if len(ops) == 0 {
 		return nil, errors.New("no operations")
 	}

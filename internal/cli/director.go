@@ -70,10 +70,12 @@ With --join the director takes its configuration from a management station
 instead of FILE: it joins with the token (once; the credential is kept in
 --state), starts with no services, and applies every version the station
 hands out (atomic swap, connections kept; a version it refuses leaves the
-running one and the error shows at the station). Its admin API is on --admin.`,
+running one and the error shows at the station). Restarted while the station
+is away, it runs the version it last applied (kept in --state) until the
+station answers. Its admin API is on --admin.`,
 		Example: `  corral director --config /etc/corral/director.conf
   corral director --check /etc/corral/director.conf.new   # validate only
-  corral director --join https://127.0.0.1:7600 --token "$(cat director.token)" --name director1`,
+  corral director --join https://127.0.0.1:7600 --join-token-file director.token --name director1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if check != "" {
@@ -208,7 +210,7 @@ start after the change.`,
   corral node --listen 127.0.0.21:8080 --admin 127.0.0.1:9121 --write-timeout 30s
   corral node --listen 127.0.0.21:8080 --data-cache 256M --cache-file-max 128K
   corral node --listen 10.77.0.21:80 --dr 10.77.0.100 --meta 10.77.0.10:7400
-  corral node --listen 127.0.0.21:8080 --join https://127.0.0.1:7600 --token "$(cat node.token)" --name node1`,
+  corral node --listen 127.0.0.21:8080 --join https://127.0.0.1:7600 --token-file node.token --name node1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			budget, err := parseSize(raBudget)

@@ -64,7 +64,7 @@ credential is kept in --state, default DIR-agent beside the first --data): the
 join hands over the cluster secret and the metadata members (no --secret-file
 or --meta needed), and the station shows it among the members.`,
 		Example: `  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --meta 127.0.0.1:7400
-  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --join https://127.0.0.1:7600 --token "$(cat iod.token)"`,
+  corral iod --listen 127.0.0.11:7410 --data /var/lib/corral/iod1 --join https://127.0.0.1:7600 --token-file iod.token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dirs := strings.Split(data, ",")

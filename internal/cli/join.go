@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,21 +55,26 @@ func (j *joinFlags) metaJoin(args []string) (raft bool, err error) {
 	case j.join == raftJoin && len(args) == 1 && (strings.HasPrefix(args[0], "https://") || strings.HasPrefix(args[0], "http://")):
 		j.join = args[0]
 		return false, nil
+	case j.join == raftJoin && len(args) == 1 && looksHostPort(args[0]):
+		return false, usageError{fmt.Errorf("--join %s: want a station URL such as https://%s (without one, --join enters a Raft group)", args[0], args[0])}
 	case len(args) > 0:
 		return false, usageError{fmt.Errorf("unexpected argument(s) %q", args)}
 	}
 	return j.join == raftJoin, nil
 }
 
+// looksHostPort says whether s is HOST:PORT (a station's address given
+// without https://).
+func looksHostPort(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	return err == nil && port != ""
+}
+
 // options builds the agent's options from the flags; defName and
 // defState are the role's defaults.
 func (j *joinFlags) options(role, defName, defState string, log *slog.Logger) (agent.Options, error) {
 	o := agent.Options{Role: role, Name: j.name, State: j.state, CAFile: j.ca, Token: strings.TrimSpace(j.token), Log: log}
-	for _, s := range strings.Split(j.join, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			o.Stations = append(o.Stations, s)
-		}
-	}
+	o.Stations = splitList(j.join)
 	if j.tokenFile != "" {
 		if o.Token != "" {
 			return o, usageError{errors.New("--token and the token file exclude each other")}
@@ -109,12 +115,20 @@ func joinSecret(state string, secret []byte) (*proto.Credential, string, error) 
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return nil, "", err
 	}
-	if old, err := os.ReadFile(p); err != nil || !bytes.Equal(old, secret) {
-		if err := os.WriteFile(p, secret, 0o600); err != nil {
+	// Written whole (a crash leaves the old file or the new one) and 0600
+	// even when an earlier file holds the same text with another mode.
+	if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o600 || !sameFile(p, secret) {
+		if err := writeFileAtomic(p, secret, 0o600); err != nil {
 			return nil, "", fmt.Errorf("join: %w", err)
 		}
 	}
 	return c, p, nil
+}
+
+// sameFile says whether the file at p holds b.
+func sameFile(p string, b []byte) bool {
+	old, err := os.ReadFile(p)
+	return err == nil && bytes.Equal(old, b)
 }
 
 // runAgent runs a in the background; the returned wait stops nothing

@@ -17,7 +17,6 @@ import (
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
-	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -43,7 +42,11 @@ func newMiniStation(t *testing.T) *miniStation {
 	m := &miniStation{}
 	m.Server = httptest.NewTLSServer(http.HandlerFunc(m.serve))
 	t.Cleanup(m.Close)
-	m.token = "tok1.secret." + agent.CAHash(m.Certificate().Raw)
+	// Under the lock serve takes: a request reaches serve through a
+	// socket, which the race detector does not see as ordering.
+	m.mu.Lock()
+	m.token = "tok1.secret." + api.CAHash(m.Certificate().Raw)
+	m.mu.Unlock()
 	return m
 }
 
@@ -108,8 +111,10 @@ func TestNodeJoinsStation(t *testing.T) {
 		}
 	}
 	st := newMiniStation(t)
+	st.mu.Lock()
 	st.secret, st.meta = cred.ReadOnly().Marshal(), []string{fsys.Meta.Addr}
 	st.version, st.yaml = 1, "filesystem:\n  docroot: /site2\nnodes:\n  - name: node1\n    address: 127.0.0.1:8080\n"
+	st.mu.Unlock()
 	// The node must not fall back on the environment's credential.
 	t.Setenv(proto.SecretEnv, filepath.Join(t.TempDir(), "none"))
 	dir := t.TempDir()
@@ -193,9 +198,11 @@ func TestDirectorJoinsStation(t *testing.T) {
 	}
 	vip := vl.Addr().String()
 	vl.Close()
+	st.mu.Lock()
 	st.version = 1
 	st.yaml = "clusters:\n  - name: web\nnodes:\n  - name: n1\n    address: " + backend.Addr().String() + "\n    cluster: web\n" +
 		"directors:\n  - name: d1\nservices:\n  - name: www\n    cluster: web\n    vip: " + vip + "\n    check:\n      type: none\n"
+	st.mu.Unlock()
 	p, err := launch.Start(context.Background(), "director", pfstest.Binary(t), filepath.Join(dir, "director.log"),
 		"director", "--join", st.URL, "--token", st.token, "--name", "d1", "--admin", "127.0.0.1:0",
 		"--token-file", filepath.Join(dir, "admin.token"), "--state", filepath.Join(dir, "state"))

@@ -42,6 +42,7 @@ func TestMetaJoinFlag(t *testing.T) {
 		raft    bool
 		station string
 		bad     bool
+		msg     string // in the error of a bad one
 	}{
 		{args: []string{"--id", "4", "--join", "--listen", "x:1"}, raft: true},
 		{args: []string{"--id", "4", "--listen", "x:1", "--join"}, raft: true},
@@ -50,6 +51,8 @@ func TestMetaJoinFlag(t *testing.T) {
 		{args: []string{"--listen", "x:1"}},
 		{args: []string{"--join", "https://127.0.0.1:7600", "extra"}, bad: true},
 		{args: []string{"stray"}, bad: true},
+		// A station without its scheme: not a stray argument, a URL to mend.
+		{args: []string{"--join", "127.0.0.1:7600", "--token", "a.b.c"}, bad: true, msg: "--join 127.0.0.1:7600: want a station URL such as https://127.0.0.1:7600"},
 	} {
 		var jf joinFlags
 		fs := pflag.NewFlagSet("meta", pflag.ContinueOnError)
@@ -62,8 +65,8 @@ func TestMetaJoinFlag(t *testing.T) {
 		raft, err := jf.metaJoin(fs.Args())
 		switch {
 		case tc.bad:
-			if err == nil {
-				t.Errorf("%q: accepted", tc.args)
+			if err == nil || (tc.msg != "" && !strings.Contains(err.Error(), tc.msg)) {
+				t.Errorf("%q: %v, want an error saying %q", tc.args, err, tc.msg)
 			}
 		case err != nil || raft != tc.raft || jf.enabled() != (tc.station != "") || (tc.station != "" && jf.join != tc.station):
 			t.Errorf("%q: raft %v, station %v %q, err %v", tc.args, raft, jf.enabled(), jf.join, err)
@@ -118,6 +121,35 @@ func TestApplyLayouts(t *testing.T) {
 		err := applyLayouts(ctx, fsys.Meta.Addr, sec, []clustercfg.Layout{bad}, slog.Default())
 		if err == nil || !strings.Contains(err.Error(), "filesystem.layouts[0] (/x)") {
 			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
+// The credential the join hands over is kept 0600, whatever file was
+// there: one with the same text but readable by all is tightened, one
+// with other text replaced whole.
+func TestJoinSecretMode(t *testing.T) {
+	c, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := proto.NewSecret()
+	for name, old := range map[string][]byte{"same": c.Marshal(), "other": other.Marshal()} {
+		state := t.TempDir()
+		p := filepath.Join(state, "fs.secret")
+		if err := os.WriteFile(p, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, 0o644)
+		if _, got, err := joinSecret(state, c.Marshal()); err != nil || got != p {
+			t.Fatalf("%s: joinSecret: %q %v", name, got, err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %s mode %v (%v), want 0600", name, p, fi.Mode(), err)
+		}
+		if b, _ := os.ReadFile(p); string(b) != string(c.Marshal()) {
+			t.Errorf("%s: %s holds %q", name, p, b)
 		}
 	}
 }

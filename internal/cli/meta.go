@@ -80,7 +80,7 @@ The leader applies filesystem.layouts of every configuration version, as
   # a fourth member, after 'corral fs meta add 4 127.0.0.4:7400':
   corral meta --id 4 --listen 127.0.0.4:7400 --data m4 --join
   # taking the secret and layouts from a management station:
-  corral meta --listen 127.0.0.1:7400 --data m1 --join https://127.0.0.1:7600 --token "$(cat meta.token)"`,
+  corral meta --listen 127.0.0.1:7400 --data m1 --join https://127.0.0.1:7600 --token-file meta.token`,
 		Args: cobra.ArbitraryArgs, // meta's --join: see joinFlags.metaJoin
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -99,9 +99,6 @@ The leader applies filesystem.layouts of every configuration version, as
 			}
 			if reserve == 0 {
 				reserve = -1 // meta.Config: 0 means the default, negative none
-			}
-			if reserve == 0 {
-				reserve = -1 // Config's 0 means the default
 			}
 			if lostAfter <= 0 {
 				return usageError{fmt.Errorf("--lost-after %s: want a positive duration such as 30m", lostAfter)}
@@ -219,7 +216,7 @@ func metaJoin(ctx context.Context, jf *joinFlags, listen, httpListen, data strin
 	p := filepath.Join(data, proto.SecretFileName)
 	switch old, err := os.ReadFile(p); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.WriteFile(p, cred.Marshal(), 0o600); err != nil {
+		if err := writeFileAtomic(p, cred.Marshal(), 0o600); err != nil {
 			return nil, err
 		}
 	case err != nil:

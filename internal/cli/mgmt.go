@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -65,6 +67,11 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			return errors.New(msg + " (see 'corral mgmt --help')")
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, a := range []struct{ flag, v string }{{"listen", opt.Listen}, {"etcd-peer", opt.EtcdPeer}, {"etcd-client", opt.EtcdClient}} {
+				if _, port, err := net.SplitHostPort(a.v); err != nil || port == "" {
+					return usageError{fmt.Errorf("--%s %q: want HOST:PORT, such as 127.0.0.1:7600", a.flag, a.v)}
+				}
+			}
 			for _, e := range splitList(etcd) {
 				if u, err := url.Parse(e); err != nil || u.Host == "" {
 					return usageError{fmt.Errorf("--etcd %q: want endpoint URLs such as http://127.0.0.1:2379", e)}
@@ -81,6 +88,10 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			if secretFile != "" {
 				cred, err := proto.LoadCredential(secretFile)
 				if err != nil {
+					var pe *fs.PathError
+					if errors.As(err, &pe) {
+						return fileError("--secret-file", secretFile, err)
+					}
 					return err
 				}
 				if cred.Kind() != proto.KindFull {
@@ -91,7 +102,7 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 				}
 			}
 			if err := os.MkdirAll(opt.Data, 0o700); err != nil {
-				return err
+				return fileError("--data", opt.Data, err)
 			}
 			// The station tags its own records with role=mgmt.
 			opt.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -523,6 +534,9 @@ half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file := args[0]
+			if fi, err := os.Stat(file); err == nil && fi.IsDir() {
+				return usageError{fmt.Errorf("%s is a directory: give the backup file's name (%s)", file, filepath.Join(file, "station.bak"))}
+			}
 			cl, err := sf.client(true)
 			if err != nil {
 				return err
@@ -575,11 +589,18 @@ members reconnect to it with their credentials as before.`,
 			if data == "" {
 				return usageError{errors.New("--data is required: the new station's directory")}
 			}
-			if _, err := os.Stat(args[0]); err != nil {
-				return err
+			if fi, err := os.Stat(args[0]); err != nil {
+				return fileError("backup file", args[0], err)
+			} else if fi.IsDir() {
+				return usageError{fmt.Errorf("backup file %s is a directory: give the file 'corral mgmt backup' wrote", args[0])}
+			}
+			if fi, err := os.Stat(data); err == nil && !fi.IsDir() {
+				return usageError{fmt.Errorf("--data %s is a file: give a new (or empty) directory", data)}
 			}
 			if err := mgmt.Restore(args[0], data); err != nil {
-				return fmt.Errorf("restore %s into %s: %w", args[0], data, err)
+				// %v: the root's printing would cut a wrapped path error
+				// down to its path, dropping which restore and where.
+				return fmt.Errorf("restore %s into %s: %v", args[0], data, strings.TrimPrefix(err.Error(), "restore: "))
 			}
 			fmt.Printf("restored %s into %s; start the station with:\n  corral mgmt --data %s\n", args[0], data, data)
 			return nil

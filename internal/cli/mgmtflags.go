@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -61,11 +62,7 @@ func (f *stationFlags) addNamed(fs *pflag.FlagSet, station, tokenFile, ca string
 // stations is the --station list.
 func (f *stationFlags) stations() ([]string, error) {
 	var out []string
-	for _, s := range strings.Split(f.station, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
+	for _, s := range splitList(f.station) {
 		if !strings.Contains(s, "://") {
 			s = "https://" + s
 		}
@@ -132,7 +129,7 @@ func (f *stationFlags) client(needToken bool) (*api.Client, error) {
 	if p := f.tokenPath(); p != "" {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("API token: %w", err)
+			return nil, fileError("API token file", p, err)
 		}
 		tok = strings.TrimSpace(string(b))
 		if tok == "" {
@@ -141,7 +138,42 @@ func (f *stationFlags) client(needToken bool) (*api.Client, error) {
 	} else if needToken {
 		return nil, errors.New("no API token: give --token-file (the station's DATA/admin.token), or run 'corral mgmt login --user NAME' first")
 	}
-	return api.NewClientCAFile(st, tok, f.caPath())
+	var ca []byte
+	if p := f.caPath(); p != "" {
+		if ca, err = os.ReadFile(p); err != nil {
+			return nil, fileError("station CA file", p, err)
+		}
+		if blk, _ := pem.Decode(ca); blk == nil || blk.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("station CA file %s: no PEM certificate in it (give --ca the station's DATA/tls/ca.pem)", p)
+		}
+	}
+	return api.NewClient(st, tok, ca)
+}
+
+// fileError names a file the user gave (or a default picked) and what it
+// is for; the root's error printing would keep only the path of a
+// *fs.PathError and drop the what.
+func fileError(what, path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s %s: %v", what, path, err)
+}
+
+// connectHint is what to do about a station that could not be reached
+// for a reason the user can fix ("" if none).
+func connectHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "certificate signed by unknown authority"),
+		strings.Contains(msg, "certificate is not trusted"):
+		return " (give --ca, the station's DATA/tls/ca.pem)"
+	case strings.Contains(msg, "HTTP request to an HTTPS server"):
+		return " (the station speaks HTTPS: give --station https://...)"
+	case strings.Contains(msg, "connection refused"):
+		return " (is 'corral mgmt' running there? --station names it)"
+	}
+	return ""
 }
 
 // mgmtCtx is the context of one call: ends on a signal or after the
@@ -158,6 +190,9 @@ func mgmtCtx() (context.Context, context.CancelFunc) {
 func stationError(cmdPath, file string, base int64, err error) error {
 	var se *api.StatusError
 	if !errors.As(err, &se) {
+		if h := connectHint(err.Error()); h != "" {
+			return fmt.Errorf("%w%s", err, h)
+		}
 		return err
 	}
 	switch {
@@ -165,9 +200,7 @@ func stationError(cmdPath, file string, base int64, err error) error {
 		fmt.Fprintf(os.Stderr, "%s: the configuration changed since version %d (now %d): corral cfg get, merge your change, apply again\n", cmdPath, base, se.Body.Current)
 		return exitError{exitConflict}
 	case len(se.Body.Errors) > 0:
-		if file == "" || file == "-" {
-			file = "<stdin>"
-		}
+		file = docName(file)
 		fmt.Fprintf(os.Stderr, "%s: %s\n", cmdPath, se.Body.Error)
 		for _, fe := range se.Body.Errors {
 			fmt.Fprintln(os.Stderr, fieldErrorLine(file, fe))
@@ -178,11 +211,16 @@ func stationError(cmdPath, file string, base int64, err error) error {
 	case se.Status == http.StatusForbidden:
 		return fmt.Errorf("refused: %s", se.Body.Error)
 	}
-	return fmt.Errorf("station: %s", strings.TrimSpace(se.Body.Error))
+	return fmt.Errorf("station: %s%s", strings.TrimSpace(se.Body.Error), connectHint(se.Body.Error))
 }
 
-// fieldErrorLine is one configuration error as compilers print them.
+// fieldErrorLine is one configuration error as compilers print them;
+// with no file (the errors are not about lines of one the user wrote, as
+// a transaction's) PATH: msg alone.
 func fieldErrorLine(file string, fe api.FieldError) string {
+	if file == "" {
+		return fmt.Sprintf("%s: %s", fe.Path, fe.Msg)
+	}
 	return fmt.Sprintf("%s:%d: %s: %s", file, fe.Line, fe.Path, fe.Msg)
 }
 
@@ -196,6 +234,9 @@ func printJSONTo(w io.Writer, v any) error {
 // writeFileAtomic writes b to path through path.tmp and a rename, so a
 // reader never sees half a file.
 func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory: give a file name", path)
+	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, mode); err != nil {
 		return err

@@ -106,6 +106,9 @@ func (c *Config) ApplyOp(op, kind, name string, value []byte) error {
 	return applyOp(c, op, kind, name, value)
 }
 
+// Kinds are the item kinds ApplyOp takes, sorted.
+func Kinds() []string { return sectionNames() }
+
 // Import turns the director's configuration file into a cluster
 // configuration (`corral cfg import FILE`).
 func Import(d *config.Director) (*Config, error) { return importDirector(d) }

@@ -1,7 +1,10 @@
 package clustercfg
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,10 +92,63 @@ func TestBounds(t *testing.T) {
 			}
 		}
 	}
+	// Fields where 0 is the default and small values are refused: the
+	// schema and docs say so, and Parse refuses the value just below.
+	for key, z := range zeroOr {
+		_, field, _ := strings.Cut(key, ".")
+		if err := set(key, z-1); !atField(err, field) {
+			t.Errorf("%s = %d: want an error at it, got %v", key, z-1, err)
+		}
+		if err := set(key, 0); err != nil {
+			t.Errorf("%s = 0 (the default): %v", key, err)
+		}
+		if md := string(mdOf(t)); !strings.Contains(md, fmt.Sprintf("0 or %d..", z)) {
+			t.Errorf("docs/config.md does not say %s is 0 or %d..", key, z)
+		}
+	}
+	// Name patterns: the schema publishes each, and Parse refuses what
+	// it does not match.
+	for key, re := range patterns {
+		_, field, _ := strings.Cut(key, ".")
+		if err := set(key, "_not a name"); !atField(err, field) {
+			t.Errorf("%s = '_not a name': want an error at it, got %v", key, err)
+		}
+		typ, _, _ := strings.Cut(key, ".")
+		var sc struct {
+			Defs map[string]struct {
+				Properties map[string]struct {
+					Pattern string `json:"pattern"`
+				} `json:"properties"`
+			} `json:"$defs"`
+		}
+		if err := json.Unmarshal(Schema(), &sc); err != nil {
+			t.Fatal(err)
+		}
+		if got := sc.Defs[typ].Properties[field].Pattern; got != re.String() {
+			t.Errorf("the schema's pattern for %s is %q, want %q", key, got, re.String())
+		}
+	}
 	for key := range enums {
 		_, field, _ := strings.Cut(key, ".")
 		if err := set(key, "bogus"); !atField(err, field) {
 			t.Errorf("%s = bogus: want an error at it, got %v", key, err)
 		}
 	}
+}
+
+func mdOf(t *testing.T) []byte {
+	t.Helper()
+	src, err := os.ReadFile("types.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := os.ReadFile("testdata/good/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, md, err := GenerateDocs(src, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -69,6 +70,9 @@ func parseDocument(file string, data []byte) (root *yaml.Node, err error) {
 	if len(data) > MaxDocument {
 		return nil, Errors{{File: file, Path: "(document)", Line: 1, Msg: fmt.Sprintf("%d bytes: a configuration is at most %d", len(data), MaxDocument)}}
 	}
+	if e := notUTF8(file, data); e != nil {
+		return nil, Errors{e}
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -78,6 +82,9 @@ func parseDocument(file string, data []byte) (root *yaml.Node, err error) {
 		e := syntaxError(file, err)
 		if l := firstBadLine(data); l > e.Line {
 			e.Line = l
+		}
+		if tabIndented(data, e.Line) {
+			e.Msg += " (a tab: YAML indents with spaces)"
 		}
 		return nil, Errors{e}
 	}
@@ -96,6 +103,43 @@ func parseDocument(file string, data []byte) (root *yaml.Node, err error) {
 		return nil, nil
 	}
 	return root, nil
+}
+
+// notUTF8 refuses a document that is not UTF-8 text, naming the line
+// and column of the first bad byte (nil: valid). The YAML parser's own
+// words for it ("incomplete UTF-8 octet sequence") say less, and the
+// station's JSON API would turn such bytes into U+FFFD silently.
+func notUTF8(file string, data []byte) *Error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	line, col := 1, 1
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return &Error{File: file, Path: "(syntax)", Line: line,
+				Msg: fmt.Sprintf("not UTF-8 text: byte 0x%02X at column %d (a configuration is UTF-8; convert it, e.g. iconv -f latin1 -t utf-8)", data[i], col)}
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		i += n
+	}
+	return nil
+}
+
+// tabIndented says whether line (1-based) of data has a tab in its
+// indentation: what YAML forbids and its parser names obscurely.
+func tabIndented(data []byte, line int) bool {
+	lines := bytes.Split(data, []byte("\n"))
+	if line < 1 || line > len(lines) {
+		return false
+	}
+	l := lines[line-1]
+	indent := l[:len(l)-len(bytes.TrimLeft(l, " \t"))]
+	return bytes.IndexByte(indent, '\t') >= 0
 }
 
 // firstBadLine is the first line whose prefix of the document fails to
@@ -126,6 +170,9 @@ func firstBadLine(data []byte) int {
 	}
 	return lo
 }
+
+// digitsRE is an integer too large for the YAML library to call one.
+var digitsRE = regexp.MustCompile(`^[-+]?[0-9]{19,}$`)
 
 var lineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
@@ -215,7 +262,11 @@ func kindName(n *yaml.Node) string {
 
 func clip(s string) string {
 	if len(s) > 40 {
-		return s[:40] + "..."
+		n := 40
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // not inside a character: messages stay UTF-8
+		}
+		return s[:n] + "..."
 	}
 	return s
 }
@@ -267,6 +318,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	case reflect.Int:
 		var i int64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+			if n.Kind == yaml.ScalarNode && digitsRE.MatchString(n.Value) {
+				d.errf(n.Line, path, "%s: out of range", clip(n.Value))
+				return
+			}
 			d.errf(n.Line, path, "want an integer, got %s", kindName(n))
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var wantRE = regexp.MustCompile(`^# want: (\d+): (\S+): (.*)$`)
@@ -157,5 +158,19 @@ func TestAliasBomb(t *testing.T) {
 	_, err := Parse("bomb.yaml", []byte(b.String()))
 	if err == nil || !strings.Contains(err.Error(), "expands too much") {
 		t.Fatalf("want the alias budget error, got %.300v", err)
+	}
+}
+
+// TestClipUTF8: a long value quoted in an error is cut between
+// characters, so the message stays UTF-8 (the API's JSON would turn half
+// a character into U+FFFD).
+func TestClipUTF8(t *testing.T) {
+	s := strings.Repeat("a", 39) + "éééé"
+	if c := clip(s); !utf8.ValidString(c) || c != strings.Repeat("a", 39)+"..." {
+		t.Errorf("clip(%q) = %q", s, c)
+	}
+	_, err := Parse("c.yaml", []byte("clusters:\n  - name: "+strings.Repeat("x", 39)+"ü€\n"))
+	if err == nil || !utf8.ValidString(err.Error()) {
+		t.Errorf("error not UTF-8: %q", err)
 	}
 }

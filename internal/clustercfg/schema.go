@@ -152,6 +152,12 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 			}
 			if b, ok := bounds[key]; ok {
 				p["minimum"], p["maximum"] = b[0], b[1]
+				if z, ok := zeroOr[key]; ok {
+					p["anyOf"] = []any{map[string]any{"const": 0}, map[string]any{"minimum": z}}
+				}
+			}
+			if re, ok := patterns[key]; ok {
+				p["pattern"] = re.String()
 			}
 			if _, ref := p["$ref"]; ref {
 				p = map[string]any{"allOf": []any{p}} // a $ref beside a description
@@ -202,7 +208,11 @@ func GenerateDocs(typesSrc, example []byte) (schema, markdown []byte, err error)
 				typ += ": " + strings.Join(e, ", ")
 			}
 			if b, ok := bounds[key]; ok {
-				typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+				if z, ok := zeroOr[key]; ok {
+					typ += fmt.Sprintf(" 0 or %d..%d", z, b[1])
+				} else {
+					typ += fmt.Sprintf(" %d..%d", b[0], b[1])
+				}
 			}
 			fmt.Fprintf(&md, "| `%s` | %s | %s | %s |\n", f.yaml, typ, mdCell(def), mdCell(f.doc))
 		}
@@ -231,6 +241,8 @@ all errors at once):
 
 - Unknown fields are errors (with a suggestion for a typo); so are wrong
   types, a key given twice, merge keys (` + "`<<`" + `) and a second document.
+  The document is UTF-8 text indented with spaces (a tab or a Latin-1 byte
+  is named with its line).
 - Names are letters, digits, ` + "`-`, `_`, `.`" + ` (nodes and directors also ` + "`:`" + `;
   domains: host names), unique per section.
 - References resolve: a service's and a node's ` + "`cluster`" + `, a domain's ` + "`service`" + `,
@@ -242,6 +254,12 @@ all errors at once):
   its ` + "`servers`" + `, or else every node of its cluster, and may not be empty.
 - The scheduler must be one the dataplane has (` + "`mwlc`" + ` only with ` + "`l7`" + `);
   ` + "`xdp`" + ` needs each director's ` + "`interface`" + `, servers on the VIP's port, no persistence.
+- A check's ` + "`path`, `status` and `body`" + ` need ` + "`type: http`" + ` (the default
+  is a tcp check); its ` + "`command`" + ` needs ` + "`type: exec`" + `. A service's ` + "`port`" + `
+  is for a pool of cluster nodes, not with ` + "`servers`" + `.
+- Domain names are unique ignoring case (host names ignore it); meta
+  members unique. An account named ` + "`admin`" + ` is the station's own and has
+  role admin.
 - Paths (docroots, layouts) are absolute and clean; layout paths unique.
 - A document is at most 16 MiB; aliases may not blow it up.
 
@@ -251,8 +269,11 @@ written into a stored version: what you wrote, in a canonical form
 prints and what diffs compare.
 
 ` + "`corral cfg import director.conf`" + ` turns a director's old configuration file
-into this form: one director named ` + "`director1`" + `, its services with their
-servers.
+into this form: one director named ` + "`director1`" + ` (start it with
+` + "`corral director --join STATION --token T --name director1`" + `), its
+services with their servers. It checks what it made: a director's file
+takes service names this form refuses (` + "`www:80`" + `); import then names
+the output's bad lines and exits 1.
 
 ## What each member takes
 
@@ -260,7 +281,8 @@ servers.
   every service. A service's pool is its ` + "`servers`" + `, or every node of its
   cluster at the node's host and the service's ` + "`port`" + ` (default: the node's
   port) with the node's weight; a drained node has weight 0 (no new
-  connections). Defaults are the director file's: admin 127.0.0.1:7500,
+  connections), also where a pool lists it by address (its address, or
+  any port on its IP when no other node has that IP). Defaults are the director file's: admin 127.0.0.1:7500,
   protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s. Its
   meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `.
 - A web node takes the docroot (default /www), its default domain, every
@@ -270,6 +292,7 @@ A typo reads like this:
 
 ` + "```" + `
 $ corral cfg apply cluster.yaml
+corral cfg apply: configuration invalid: 2 errors
 cluster.yaml:13: services[0].vip: missing (required)
 cluster.yaml:14: services[0].vpi: unknown field 'vpi'; did you mean 'vip'?
 ` + "```" + `

@@ -93,8 +93,8 @@ type Service struct {
 	Dataplane string `yaml:"dataplane,omitempty" json:"dataplane,omitempty"`
 	// Scheduler is rr, wrr, lc, wlc, sed, nq, sh, mh, or mwlc (l7). Default wlc.
 	Scheduler string `yaml:"scheduler,omitempty" json:"scheduler,omitempty"`
-	// Port is the nodes' port for a pool made from the cluster's nodes;
-	// default: the port of each node's Address.
+	// Port is the nodes' port for a pool made from the cluster's nodes
+	// (not with Servers); default: the port of each node's Address.
 	Port int `yaml:"port,omitempty" json:"port,omitempty"`
 	// Persistence keeps a client on its server this long (Go duration;
 	// not with xdp). Default 0s (off).

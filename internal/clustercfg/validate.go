@@ -45,6 +45,14 @@ var bounds = map[string][2]int{
 	"Layout.replicas":      {0, 5},
 }
 
+// zeroOr are integer fields where 0 means the default and a value below
+// the given one is refused: the schema says "0, or N..max" (its plain
+// range would let an editor pass a value Parse refuses).
+var zeroOr = map[string]int{
+	"Director.xdp-conns": 1024,
+	"Check.status":       100,
+}
+
 // checker validates a decoded Config; lines places each path.
 type checker struct {
 	c     *Config
@@ -79,6 +87,18 @@ var (
 	memberRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,62}$`)
 	hostRE   = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 )
+
+// patterns are the names' forms, for the schema (an editor then flags
+// "www:80" as a service name, as Parse does).
+var patterns = map[string]*regexp.Regexp{
+	"Cluster.name":  nameRE,
+	"Service.name":  nameRE,
+	"QoSClass.name": nameRE,
+	"Account.name":  nameRE,
+	"Node.name":     memberRE,
+	"Director.name": memberRE,
+	"Domain.name":   hostRE,
+}
 
 // names checks one section's names: present, well formed, unique.
 func (k *checker) names(section string, n int, name func(i int) string, re *regexp.Regexp, what string) map[string]int {
@@ -296,6 +316,9 @@ func (k *checker) validate() {
 			}
 		}
 		k.port(p+".port", s.Port, true)
+		if s.Port != 0 && len(s.Servers) > 0 {
+			k.bad(p+".port", "%d: port is for a pool made from the cluster's nodes; with servers listed it would be ignored (each server's address has its port)", s.Port)
+		}
 		persist, _ := k.duration(p+".persistence", s.Persistence, false)
 		k.duration(p+".udp-timeout", s.UDPTimeout, false)
 		k.duration(p+".tcp-timeout", s.TCPTimeout, false)
@@ -369,6 +392,17 @@ func (k *checker) validate() {
 		}
 	}
 
+	// Host names are case-insensitive (nodes look a Host up in lower
+	// case): two that differ only in case would be one domain at random.
+	lower := map[string]int{}
+	for i, d := range c.Domains {
+		l := strings.ToLower(d.Name)
+		if j, dup := lower[l]; dup && d.Name != c.Domains[j].Name {
+			k.bad(fmt.Sprintf("domains[%d].name", i), "%q is domains[%d]'s %q in other case (host names ignore case)", d.Name, j, c.Domains[j].Name)
+		} else if !dup {
+			lower[l] = i
+		}
+	}
 	for i, d := range c.Domains {
 		p := fmt.Sprintf("domains[%d]", i)
 		if d.Service != "" {
@@ -431,8 +465,15 @@ func (k *checker) validate() {
 	}
 
 	fs := c.FileSystem
+	metas := map[netip.AddrPort]int{}
 	for j, m := range fs.Meta {
-		k.addrPort(fmt.Sprintf("filesystem.meta[%d]", j), m)
+		p := fmt.Sprintf("filesystem.meta[%d]", j)
+		if ap, ok := k.addrPort(p, m); ok {
+			if o, dup := metas[ap]; dup {
+				k.bad(p, "%s is also meta[%d]", ap, o)
+			}
+			metas[ap] = j
+		}
 	}
 	k.absPath("filesystem.docroot", fs.Docroot)
 	lpaths := map[string]int{}
@@ -470,6 +511,10 @@ func (k *checker) validate() {
 				k.bad(p+".role", "empty: want admin, webmaster or read-only")
 			}
 		}
+		if a.Name == "admin" && a.Role != "" && a.Role != "admin" {
+			// The station's bootstrap account: always an admin there.
+			k.bad(p+".role", "%q: the account admin is the station's own and always an admin; give this one another name", a.Role)
+		}
 		if len(a.Domains) > 0 && a.Role != "webmaster" && a.Role != "" {
 			k.bad(p+".domains", "only a webmaster has domains")
 		}
@@ -495,6 +540,19 @@ func (k *checker) check(p string, ch *Check, proto string) {
 	}
 	if ch.Type != "exec" && len(ch.Command) > 0 {
 		k.bad(p+".command", "only an exec check runs a command")
+	}
+	if ch.Type != "http" {
+		// Else silently a tcp check: path: /healthz alone reads like an
+		// http check (keepalived's HTTP_GET) but would not be one.
+		typ := or(ch.Type, "tcp")
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"path", ch.Path != ""}, {"status", ch.Status != 0}, {"body", ch.Body != ""}} {
+			if f.set {
+				k.bad(p+"."+f.name, "only an http check has a %s (this one is type %s; add type: http)", f.name, typ)
+			}
+		}
 	}
 	if ch.Type == "http" && proto == "udp" {
 		k.bad(p+".type", "an http check on a udp service")

@@ -243,7 +243,7 @@ func serviceView(c *Config, s *Service, drained []string) (config.Service, error
 	}
 	if len(s.Servers) > 0 {
 		for _, r := range s.Servers {
-			if err := add(r.Address, r.Weight, ""); err != nil {
+			if err := add(r.Address, r.Weight, serverNode(c, r.Address)); err != nil {
 				return o, err
 			}
 		}
@@ -268,6 +268,36 @@ func serviceView(c *Config, s *Service, drained []string) (config.Service, error
 		return o, errors.New("empty pool")
 	}
 	return o, nil
+}
+
+// serverNode is the node an explicit pool's server is on, so that a
+// drained node is drained there too ("weight 0 in every service"): the
+// node whose address it is, else the one node on its IP ("" if none, or
+// if several nodes share the IP and none has this address).
+func serverNode(c *Config, addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ""
+	}
+	byIP := ""
+	for _, n := range c.Nodes {
+		na, err := netip.ParseAddrPort(n.Address)
+		if err != nil || na.Addr() != ap.Addr() {
+			continue
+		}
+		if na == ap {
+			return n.Name
+		}
+		if byIP != "" {
+			byIP = "-" // several: not this one's to guess
+		} else {
+			byIP = n.Name
+		}
+	}
+	if byIP == "-" {
+		return ""
+	}
+	return byIP
 }
 
 func nodeView(c *Config, name string) (*NodeConfig, error) {

@@ -172,3 +172,49 @@ func TestAdminAddr(t *testing.T) {
 		t.Fatal(a)
 	}
 }
+
+// TestDrainExplicitServers: a drained node is at weight 0 in every
+// service, also where a pool lists servers by address (as an imported
+// director.conf does): by its address, or by its IP when it is the only
+// node there.
+func TestDrainExplicitServers(t *testing.T) {
+	y := `nodes:
+  - name: web1
+    address: 10.0.0.21:8080
+  - name: web2
+    address: 10.0.0.22:8080
+  - name: a
+    address: 10.0.0.30:8080
+  - name: b
+    address: 10.0.0.30:8081
+directors:
+  - name: d1
+services:
+  - name: www
+    vip: 10.0.0.100:80
+    servers:
+      - address: 10.0.0.21:8080
+      - address: 10.0.0.22:8080
+        weight: 3
+      - address: 10.0.0.21:9000
+      - address: 10.0.0.30:9000
+`
+	c, err := Parse("t.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := DirectorView(c, "d1", []string{"web1", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, r := range d.Services[0].Servers {
+		got[r.Addr.String()] = r.Weight
+	}
+	want := map[string]int{"10.0.0.21:8080": 0, "10.0.0.22:8080": 3, "10.0.0.21:9000": 0, "10.0.0.30:9000": 1}
+	for a, w := range want {
+		if got[a] != w {
+			t.Errorf("%s: weight %d, want %d (all: %v)", a, got[a], w, got)
+		}
+	}
+}

@@ -1,14 +1,13 @@
 package mgmt
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -16,7 +15,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
 // The station's TLS: a CA made on first start (kept in DATA/tls and, so
@@ -128,16 +130,10 @@ func (ca *caPair) serverCert(host string) (certPEM, keyPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), nil
 }
 
-// CAHash is the join token's pin of a CA: the first 32 hex digits of the
-// sha256 of the first certificate's DER in caPEM ("" if none).
-func CAHash(caPEM []byte) string {
-	b, _ := pem.Decode(caPEM)
-	if b == nil {
-		return ""
-	}
-	h := sha256.Sum256(b.Bytes)
-	return hex.EncodeToString(h[:])[:32]
-}
+// CAHash is the join token's pin of a CA: api.CAHashPEM, the first 32
+// hex digits of the sha256 of the first certificate's DER in caPEM ("" if
+// none). Members check it with the same function.
+var CAHash = api.CAHashPEM
 
 // loadLocalCA reads DATA/tls/ca.{pem,key}; nil, nil when absent.
 func loadLocalCA(dir string) (*caPair, error) {
@@ -192,6 +188,7 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 			if CAHash(caPEM) == "" {
 				return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", s.opt.TLSCA)
 			}
+			withCA(&cert, caPEM)
 		}
 		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caPEM, nil
 	}
@@ -215,5 +212,20 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	withCA(&cert, ca.Cert)
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, ca.Cert, nil
+}
+
+// withCA adds the CA certificate in caPEM to the chain cert is served
+// with, unless it is there: a member joining with a token knows the CA
+// only by its hash (CAHash) and finds it in the handshake.
+func withCA(cert *tls.Certificate, caPEM []byte) {
+	b, rest := pem.Decode(caPEM)
+	for b != nil && b.Type != "CERTIFICATE" {
+		b, rest = pem.Decode(rest)
+	}
+	if b == nil || slices.ContainsFunc(cert.Certificate, func(c []byte) bool { return bytes.Equal(c, b.Bytes) }) {
+		return
+	}
+	cert.Certificate = append(cert.Certificate, b.Bytes)
 }

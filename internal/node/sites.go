@@ -36,11 +36,13 @@ func (st *Sites) check() error {
 	if !ok(st.Docroot) {
 		return fmt.Errorf("docroot %q: want an absolute, clean path in the file system", st.Docroot)
 	}
-	if strings.ContainsAny(st.DefaultDomain, "/") {
+	// A host name, not a path: DOCROOT/.. would serve the docroot's parent.
+	host := func(h string) bool { return h != "" && h != "." && h != ".." && !strings.ContainsAny(h, "/") }
+	if st.DefaultDomain != "" && !host(st.DefaultDomain) {
 		return fmt.Errorf("default domain %q: a host name, not a path", st.DefaultDomain)
 	}
 	for h, d := range st.Domains {
-		if h == "" || strings.ContainsAny(h, "/") {
+		if !host(h) {
 			return fmt.Errorf("domain %q: want a host name", h)
 		}
 		if !ok(d) {

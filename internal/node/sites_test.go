@@ -99,3 +99,18 @@ func TestSetSitesLive(t *testing.T) {
 		t.Fatal("a refused SetSites changed the sites")
 	}
 }
+
+// A domain is a host name, never a step out of the docroot: "." and ".."
+// (DOCROOT/.. is the parent) are refused as the default domain and as a
+// domain with its own directory.
+func TestSitesCheckDots(t *testing.T) {
+	for _, bad := range []Sites{{Docroot: "/www", DefaultDomain: ".."}, {Docroot: "/www", DefaultDomain: "."},
+		{Docroot: "/www", Domains: map[string]string{"..": "/x"}}} {
+		if err := bad.check(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	if err := (&Sites{Docroot: "/www", DefaultDomain: "a.test", Domains: map[string]string{"b.test": "/x"}}).check(); err != nil {
+		t.Errorf("good sites refused: %v", err)
+	}
+}

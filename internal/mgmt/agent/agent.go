@@ -2,13 +2,16 @@
 // with a token (or the credential saved by an earlier join), long-polls the
 // station for what it should run, hands each new configuration to the
 // role's Apply (an Apply that fails leaves the old configuration running
-// and reports the error), reports every second (version applied, health,
+// and reports the error; the last one applied is kept in the state
+// directory and applied again by a member restarted while the station is
+// away), reports every second (version applied, health,
 // build, a role-specific report) and carries out rolling-upgrade orders.
 // Used by `corral director|node|meta|iod --join STATION --token T`.
 package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,10 +20,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +44,8 @@ type Options struct {
 	Token string
 	// State is the directory where the join's credential, the station's CA
 	// and the file-system credential are kept (0600), so a restart does
-	// not need the token again.
+	// not need the token again, and the configuration last applied
+	// (AppliedFile), which a restart applies while the station is away.
 	State string
 	// CAFile, if set, is the station's CA (else the join reply's, pinned
 	// on first join by the token's CA hash; see docs/mgmt.md).
@@ -73,6 +79,10 @@ var (
 	// tried again while it is the one wanted (the cause may pass: meta
 	// electing a leader, a VIP not yet free).
 	retryEvery = 10 * time.Second
+	// dialTimeout bounds connecting to one station and the TLS handshake:
+	// a station that takes the connection and never answers (its host
+	// hung) must leave the call time to try the next.
+	dialTimeout = 5 * time.Second
 )
 
 // parse reads a version's YAML (a var so that tests can stand in for a
@@ -81,6 +91,19 @@ var parse = clustercfg.Parse
 
 // StateFile is the saved credential's file name in Options.State.
 const StateFile = "member.json"
+
+// AppliedFile is the configuration last applied, in Options.State: a
+// member restarted while the station is away runs it rather than nothing.
+const AppliedFile = "applied.json"
+
+// kept is State/applied.json.
+type kept struct {
+	Role    string   `json:"role"`
+	Member  string   `json:"member"`
+	Version int64    `json:"version"`
+	YAML    string   `json:"yaml"`
+	Drained []string `json:"drained"`
+}
 
 // saved is State/member.json: what a restart needs instead of the token.
 type saved struct {
@@ -107,6 +130,7 @@ type Agent struct {
 	tried    string // version and drained list last handed to Apply
 	binary   string // last rolling-upgrade order carried out (its JSON)
 	kick     chan struct{}
+	away     bool // the station did not answer the saved credential's check
 }
 
 // Join joins (or reuses the saved credential) and returns the agent and
@@ -156,6 +180,20 @@ func Join(ctx context.Context, opt Options) (*Agent, *api.JoinReply, error) {
 			ca = caFile
 		}
 		ok, err := a.useSaved(ctx, sv, ca)
+		if ok && a.away && opt.Token != "" {
+			// The station did not answer the saved credential: away, or
+			// one with another CA now (made anew), which a token
+			// (pinning its CA by hash) joins. Away, the join fails too
+			// and the saved credential serves.
+			cl, reply := a.cl, a.reply
+			jerr := a.joinToken(ctx, caFile)
+			if jerr == nil {
+				a.away = false
+				return a, a.reply, nil
+			}
+			a.log.Warn("the token did not join either; starting on the saved credential", "err", jerr)
+			a.cl, a.reply = cl, reply
+		}
 		if ok {
 			return a, a.reply, nil
 		}
@@ -195,7 +233,11 @@ func (a *Agent) load() (*saved, error) {
 	}
 	var sv saved
 	if err := json.Unmarshal(b, &sv); err != nil || sv.Credential == "" {
-		return nil, fmt.Errorf("join: %s is damaged (%v): remove it and join again with --token", a.statePath(), err)
+		if a.opt.Token != "" {
+			a.log.Warn("saved credential damaged; joining with the token (which replaces it)", "file", a.statePath(), "err", err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("join: %s is damaged (%v): join again with --token (it replaces the file)", a.statePath(), err)
 	}
 	if sv.Role != a.opt.Role || sv.Member != a.opt.Name {
 		a.log.Warn("saved credential is of another member; joining again", "file", a.statePath(), "saved", sv.Role+" "+sv.Member)
@@ -208,7 +250,7 @@ func (a *Agent) load() (*saved, error) {
 // station that does not answer is no reason to give up the credential: the
 // member starts and Run keeps trying. Only a 401 sends it back to the token.
 func (a *Agent) useSaved(ctx context.Context, sv *saved, ca []byte) (bool, error) {
-	cl, err := api.NewClient(mergeStations(a.opt.Stations, sv.Stations), sv.Credential, ca)
+	cl, err := newClient(mergeStations(a.opt.Stations, sv.Stations), sv.Credential, ca)
 	if err != nil {
 		return false, err
 	}
@@ -218,10 +260,12 @@ func (a *Agent) useSaved(ctx context.Context, sv *saved, ca []byte) (bool, error
 	err = cl.Do(cctx, http.MethodGet, api.RouteDesired+"?after=-1&wait=0s", nil, &d)
 	var se *api.StatusError
 	if errors.As(err, &se) && se.Status == http.StatusUnauthorized {
+		cl.HTTP.CloseIdleConnections()
 		return false, err
 	}
 	if err != nil {
 		a.log.Warn("station not reachable; starting on the saved credential", "err", err)
+		a.away = true
 	}
 	a.cl = cl
 	a.reply = &api.JoinReply{Member: sv.Member, Credential: sv.Credential, CA: string(ca), Secret: sv.Secret, Meta: sv.Meta, Stations: sv.Stations}
@@ -239,7 +283,7 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	pin := &pinned{hash: tok.CAHash}
 	switch {
 	case caFile != nil:
-		cl, err := api.NewClient(nil, "", caFile)
+		cl, err := newClient(nil, "", caFile)
 		if err != nil {
 			return fmt.Errorf("join: --station-ca %s: %w", a.opt.CAFile, err)
 		}
@@ -255,10 +299,12 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	err = cl.Do(cctx, http.MethodPost, api.RouteJoin, api.JoinRequest{Role: a.opt.Role, Name: a.opt.Name, Addr: a.opt.Addr}, &r)
 	var se *api.StatusError
 	switch {
-	case pin.mismatch() != "":
-		return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, station: %s): a wrong station, or one that is not who it says", tok.CAHash, pin.mismatch())
 	case errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden):
 		return fmt.Errorf("join: %s (make a new one: corral mgmt token create --role %s)", se.Body.Error, a.opt.Role)
+	case err != nil && pin.mismatch() != "":
+		// Only when no station took the join: one that showed another
+		// CA was skipped for the next.
+		return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, station: %s): a wrong station, or one that is not who it says", tok.CAHash, pin.mismatch())
 	case err != nil:
 		return fmt.Errorf("join: %w", err)
 	case r.Credential == "":
@@ -270,13 +316,13 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 		if !pin.insecure() {
 			// The CA handed over must be the one the token names, or
 			// later calls would trust another.
-			if h, ok := pemHash(ca); !ok || h != tok.CAHash {
-				return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, reply: %s)", tok.CAHash, h)
+			if h := api.CAHashPEM(ca); h != tok.CAHash {
+				return fmt.Errorf("join: station's CA does not match the token's hash (token: %s, reply: %s)", tok.CAHash, cmp.Or(h, "no certificate"))
 			}
 		}
 	}
 	stations := mergeStations(a.opt.Stations, r.Stations)
-	if a.cl, err = api.NewClient(stations, r.Credential, ca); err != nil {
+	if a.cl, err = newClient(stations, r.Credential, ca); err != nil {
 		return fmt.Errorf("join: station CA in the reply: %w", err)
 	}
 	r.CA = string(ca)
@@ -292,14 +338,52 @@ func (a *Agent) save(sv *saved) error {
 		return fmt.Errorf("join: --state: %w", err)
 	}
 	b, _ := json.MarshalIndent(sv, "", "  ")
-	tmp := a.statePath() + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("join: saving the credential: %w", err)
-	}
-	if err := os.Rename(tmp, a.statePath()); err != nil {
+	if err := writeSecret(a.statePath(), b); err != nil {
 		return fmt.Errorf("join: saving the credential: %w", err)
 	}
 	return nil
+}
+
+// writeSecret writes b to path, mode 0600, through path.tmp (made afresh:
+// one left behind keeps neither its mode nor its content), synced and
+// renamed, so a crash leaves the old file or the new one.
+func writeSecret(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// newClient is api.NewClient with connecting and the TLS handshake
+// bounded by dialTimeout.
+func newClient(stations []string, token string, ca []byte) (*api.Client, error) {
+	cl, err := api.NewClient(stations, token, ca)
+	if err != nil {
+		return nil, err
+	}
+	if tr, ok := cl.HTTP.Transport.(*http.Transport); ok {
+		tr.DialContext = (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+		tr.TLSHandshakeTimeout = dialTimeout
+	}
+	return cl, nil
 }
 
 // mergeStations is first, then those of more not in it, as URLs.
@@ -338,12 +422,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reportLoop(ctx) }()
+	defer a.cl.HTTP.CloseIdleConnections() // after the loops: nothing uses them then
 	defer wg.Wait()
 	rev := int64(-1)
 	backoff := 100 * time.Millisecond
 	down := false
-	var last *api.Desired
+	var last *api.Desired // the desired state last handled
 	var tried time.Time
+	// retry applies last again if it was refused retryEvery ago (the
+	// cause may have passed), the station answering or not.
+	retry := func() {
+		if _, e := a.Applied(); e != "" && last != nil && time.Since(tried) >= retryEvery {
+			a.mu.Lock()
+			a.tried = "" // the same version again
+			a.mu.Unlock()
+			tried = time.Now()
+			a.handle(ctx, last)
+		}
+	}
+	if a.away {
+		last, tried = a.applyKept(ctx), time.Now()
+	}
 	for ctx.Err() == nil {
 		wait := pollWait
 		if _, e := a.Applied(); e != "" {
@@ -355,9 +454,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			if !down {
-				a.log.Warn("station not reachable; running on the last configuration", "err", err)
+				var se *api.StatusError
+				if errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) {
+					a.log.Error("the station refuses this member's credential (revoked?); running on the last configuration: restart with --token to join again", "err", err)
+				} else {
+					a.log.Warn("station not reachable; running on the last configuration", "err", err)
+				}
 				down = true
+				if v, _ := a.Applied(); v == 0 && last == nil {
+					last, tried = a.applyKept(ctx), time.Now()
+				}
 			}
+			retry()
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
@@ -371,13 +479,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		if d == nil || d.Rev == rev {
-			if _, e := a.Applied(); e != "" && last != nil && time.Since(tried) >= retryEvery {
-				a.mu.Lock()
-				a.tried = "" // the same version again
-				a.mu.Unlock()
-				tried = time.Now()
-				a.handle(ctx, last)
-			}
+			retry()
 			continue
 		}
 		rev, last, tried = d.Rev, d, time.Now()
@@ -444,6 +546,9 @@ func (a *Agent) handle(ctx context.Context, d *api.Desired) {
 				a.log.Info("configuration applied", "version", d.Version, "drained", len(drained))
 			}
 			a.mu.Unlock()
+			if err == nil {
+				a.keep(d, drained)
+			}
 			select {
 			case a.kick <- struct{}{}:
 			default:
@@ -459,6 +564,46 @@ func (a *Agent) handle(ctx context.Context, d *api.Desired) {
 			}
 		}
 	}
+}
+
+// keep saves the configuration just applied as State/applied.json.
+func (a *Agent) keep(d *api.Desired, drained []string) {
+	if a.opt.State == "" {
+		return
+	}
+	b, _ := json.Marshal(kept{Role: a.opt.Role, Member: a.opt.Name, Version: d.Version, YAML: d.YAML, Drained: drained})
+	if err := writeSecret(filepath.Join(a.opt.State, AppliedFile), b); err != nil {
+		a.log.Warn("could not keep the configuration applied (a restart while the station is away starts without it)", "err", err)
+	}
+}
+
+// applyKept applies the configuration kept in State/applied.json, if
+// any and nothing else has been: the station is away. It returns what it
+// handled (nil: nothing).
+func (a *Agent) applyKept(ctx context.Context) *api.Desired {
+	if a.opt.State == "" {
+		return nil
+	}
+	p := filepath.Join(a.opt.State, AppliedFile)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var k kept
+	if err == nil {
+		err = json.Unmarshal(b, &k)
+	}
+	if err != nil || k.Version <= 0 {
+		a.log.Warn("the configuration kept from the station is unreadable; waiting for the station", "file", p, "err", err)
+		return nil
+	}
+	if k.Role != a.opt.Role || k.Member != a.opt.Name {
+		return nil
+	}
+	a.log.Info("station away: applying the configuration kept from it", "version", k.Version, "file", p)
+	d := &api.Desired{Version: k.Version, YAML: k.YAML, Drained: k.Drained}
+	a.handle(ctx, d)
+	return d
 }
 
 func (a *Agent) apply(ctx context.Context, d *api.Desired, drained []string) (err error) {

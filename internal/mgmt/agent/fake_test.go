@@ -82,7 +82,7 @@ func newFakeStation(t *testing.T, host string) *fakeStation {
 // newFakeStationCert is a station on host with a certificate for certHost.
 func newFakeStationCert(t *testing.T, host, certHost string) *fakeStation {
 	caPEM, caDER, leaf := newCA(t, certHost)
-	f := &fakeStation{t: t, addr: host + ":0", caPEM: caPEM, caHash: CAHash(caDER), cert: leaf,
+	f := &fakeStation{t: t, addr: host + ":0", caPEM: caPEM, caHash: api.CAHash(caDER), cert: leaf,
 		tokens: map[string]string{}, creds: map[string]bool{}, changed: make(chan struct{})}
 	f.up()
 	t.Cleanup(f.down)

@@ -2,17 +2,17 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
 // Token is a parsed join token "ID.SECRET.CAHASH" (docs/mgmt.md).
@@ -39,21 +39,6 @@ func ParseToken(s string) (Token, error) {
 		return Token{}, fmt.Errorf("join token %s: the CA hash is not hex", t.ID)
 	}
 	return t, nil
-}
-
-// CAHash is the token's hash of a CA certificate (DER).
-func CAHash(der []byte) string {
-	h := sha256.Sum256(der)
-	return hex.EncodeToString(h[:16])
-}
-
-// pemHash is CAHash of the first certificate in a PEM text.
-func pemHash(p []byte) (string, bool) {
-	b, _ := pem.Decode(p)
-	if b == nil || b.Type != "CERTIFICATE" {
-		return "none", false
-	}
-	return CAHash(b.Bytes), true
 }
 
 // pinned checks a station's TLS certificate against a CA known only by
@@ -86,8 +71,12 @@ func (p *pinned) transport() *http.Transport {
 		if err != nil {
 			return nil, err
 		}
+		// Connecting and the handshake bounded: a hung station leaves
+		// the call time to try the next.
+		dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		defer cancel()
 		d := tls.Dialer{Config: p.config(host)}
-		return d.DialContext(ctx, network, addr)
+		return d.DialContext(dctx, network, addr)
 	}}
 }
 
@@ -101,7 +90,7 @@ func (p *pinned) verify(cs tls.ConnectionState, host string) error {
 	var ca *x509.Certificate
 	var seen []string
 	for _, c := range cs.PeerCertificates {
-		h := CAHash(c.Raw)
+		h := api.CAHash(c.Raw)
 		if h == p.hash {
 			ca = c
 			break

@@ -168,6 +168,9 @@ type BinaryOrder struct {
 	SHA256  string `json:"sha256"`
 	Rollout string `json:"rollout"`          // rollout ID
 	Revert  bool   `json:"revert,omitempty"` // go back to the binary run before this rollout
+	// Check is how long the new binary has to be confirmed (reported
+	// healthy while the order stands) before it reverts by itself.
+	Check time.Duration `json:"check,omitempty"`
 }
 
 // MemberStatus is what a member reports every second (and the station
@@ -300,6 +303,14 @@ type Token struct {
 	Revoked   bool      `json:"revoked,omitempty"`
 }
 
+// FileReply answers a PUT or DELETE of RouteFiles: the file's domain,
+// its path inside the domain's directory, and the bytes written.
+type FileReply struct {
+	Domain string `json:"domain"`
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+}
+
 // RolloutRequest starts a rolling upgrade to the binary with SHA256
 // (uploaded to RouteBinary first), over Members (default: every member,
 // nodes first, directors last).
@@ -307,6 +318,7 @@ type RolloutRequest struct {
 	SHA256  string        `json:"sha256"`
 	Members []string      `json:"members,omitempty"`
 	Check   time.Duration `json:"check,omitempty"` // how long a member has to come back healthy (default 30 s)
+	Drain   time.Duration `json:"drain,omitempty"` // how long a drained node may take to finish its connections (default 10 s)
 }
 
 // Rollout is a rolling upgrade's progress.
@@ -323,6 +335,6 @@ type Rollout struct {
 // RolloutStep is one member's upgrade.
 type RolloutStep struct {
 	Member string `json:"member"`
-	State  string `json:"state"` // waiting, draining, swapping, checking, done, rolled-back, failed
+	State  string `json:"state"` // waiting, draining, swapping, checking, reverting, done, rolled-back, failed
 	Error  string `json:"error,omitempty"`
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -23,6 +24,9 @@ type Client struct {
 	HTTP     *http.Client
 }
 
+// DialTimeout bounds connecting to a station and the TLS handshake.
+const DialTimeout = 5 * time.Second
+
 // NewClient makes a client trusting the CA in caPEM (nil: the system's).
 func NewClient(stations []string, token string, caPEM []byte) (*Client, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -33,7 +37,15 @@ func NewClient(stations []string, token string, caPEM []byte) (*Client, error) {
 		}
 		tc.RootCAs = pool
 	}
-	tr := &http.Transport{TLSClientConfig: tc, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+	// Bounded connect and handshake: a hung station (accepts, never
+	// answers) must not hold a caller that could try the next one.
+	tr := &http.Transport{
+		TLSClientConfig:     tc,
+		DialContext:         (&net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: DialTimeout,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	}
 	return &Client{Stations: stations, Token: token, HTTP: &http.Client{Transport: tr}}, nil
 }
 
@@ -140,4 +152,60 @@ func (c *Client) send(ctx context.Context, method, url, ctype string, body []byt
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	return c.HTTP.Do(req)
+}
+
+// DoFile is DoRaw with the body streamed from the file at path (opened
+// anew for each station tried), for uploads too big to hold in memory.
+func (c *Client) DoFile(ctx context.Context, method, route, path string, out any) error {
+	if len(c.Stations) == 0 {
+		return errors.New("no station: give --station URL")
+	}
+	var errs []string
+	for _, st := range c.Stations {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(st, "/")+route, f)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		req.ContentLength = fi.Size()
+		req.Header.Set("Content-Type", "application/octet-stream")
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
+		resp, err := c.HTTP.Do(req) // closes f
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Sprintf("%s: %v", st, err))
+			continue
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			se := &StatusError{Status: resp.StatusCode}
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
+				se.Body.Error = strings.TrimSpace(string(b))
+			}
+			return se
+		}
+		if out == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			return err
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s: bad answer: %w", st, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("no station answered: %s", strings.Join(errs, "; "))
 }
