@@ -206,9 +206,7 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 			return nil, nil, err
 		}
 	}
-	// The CA goes in the chain too: an agent with only a join token
-	// pins the CA by its hash among the certificates the station sends.
-	cert, err := tls.X509KeyPair(append(append([]byte{}, certPEM...), ca.Cert...), keyPEM)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, nil, err
 	}
