@@ -8,9 +8,6 @@ package managed
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -279,15 +276,14 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 	return nil
 }
 
-// CAHash is the first 32 hex digits of the sha256 of the (first) CA
-// certificate's DER in caPEM: the third part of a join token.
+// CAHash is the first 32 hex digits of the sha256 of the CA certificate's
+// DER in caPEM: the third part of a join token (api.CAHashPEM).
 func CAHash(caPEM []byte) (string, error) {
-	b, _ := pem.Decode(caPEM)
-	if b == nil {
+	h := api.CAHashPEM(caPEM)
+	if h == "" {
 		return "", errors.New("station CA: no PEM certificate in it")
 	}
-	h := sha256.Sum256(b.Bytes)
-	return hex.EncodeToString(h[:])[:32], nil
+	return h, nil
 }
 
 // JoinToken is the token string roles take: ID.SECRET.CAHASH (a Secret
