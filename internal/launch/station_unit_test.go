@@ -121,7 +121,8 @@ func TestStopLeftovers(t *testing.T) {
 	}
 	left := run(c.RoleBin("node1"))
 	// After a rollout argv[0] may be any binary: its --state tells.
-	sh := run("/bin/sh", "-c", "sleep 30", "--name", "node2", "--state", filepath.Join(c.Data, "state", "node2"))
+	// (A loop, so that sh does not exec sleep and change its command line.)
+	sh := run("/bin/sh", "-c", "while :; do sleep 0.1; done", "--name", "node2", "--state", filepath.Join(c.Data, "state", "node2"))
 	other := run(sleep)
 	got := c.stopLeftovers()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "node1 (pid ") && !strings.HasPrefix(got[1], "node1 (pid ") {
