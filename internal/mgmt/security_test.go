@@ -2,6 +2,8 @@ package mgmt
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -105,5 +107,114 @@ func TestRoutePermissions(t *testing.T) {
 		if status(err) != http.StatusUnauthorized {
 			t.Errorf("join token on %s %s: want 401, got %v", r.method, r.path, err)
 		}
+	}
+}
+
+// The embedded etcd logs at warn only what is worth a warning: not every
+// request (etcd's embed config leaves the slow-request threshold at 0, so
+// each member report and long poll would add a line to DATA/etcd.log
+// forever).
+func TestEtcdLogQuiet(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.12", t.TempDir()))
+	admin := ts.client(t, ts.admin)
+	mustApply(t, admin, 0, "x: 1\n")
+	for range 20 {
+		if err := admin.Do(ctxT(t), "GET", api.RouteConfig, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(ts.dir, "etcd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"request stats"`); n > 0 {
+		t.Fatalf("etcd.log has %d \"request stats\" warnings after 21 fast requests:\n%s", n, lastLines(string(b), 3))
+	}
+}
+
+// A second station on a data directory in use fails at once, saying so,
+// instead of waiting forever on etcd's database lock.
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	startStation(t, stationOpts("127.0.61.13", dir))
+	opt := stationOpts("127.0.61.14", dir)
+	done := make(chan error, 1)
+	go func() {
+		s, err := New(opt)
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "in use") || !strings.Contains(err.Error(), dir) {
+			t.Fatalf("second station on %s: want an error naming the directory in use, got %v", dir, err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a second station on a data directory in use still starting after 15 s")
+	}
+}
+
+// Secret files are 0600 even where a stale temporary file with another
+// mode lies, and two writers at once leave one whole file.
+func TestWriteFile0600(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "secret")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".tmp", []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile0600(path, []byte("s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: mode %v (%v), want 0600", path, st.Mode().Perm(), err)
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := writeFile0600(path, []byte(strings.Repeat(string(rune('a'+i)), 1<<16))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b, _ := os.ReadFile(path)
+	if len(b) != 1<<16 || strings.Count(string(b), string(b[:1])) != len(b) {
+		t.Fatalf("after 8 concurrent writes: %d bytes, mixed content", len(b))
+	}
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	for _, e := range ents {
+		if e.Name() != "secret" && e.Name() != "secret.tmp" {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// A join token of one role cannot take the name of a member of another
+// role: that would revoke, say, a director's credential with a node's
+// join token.
+func TestJoinCannotTakeAnotherRolesName(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.15", t.TempDir()))
+	ctx := ctxT(t)
+	d := join(t, ts, api.RoleDirector, "lb1")
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
+	err := ts.client(t, tok.Secret).Do(ctx, "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: "lb1"}, nil)
+	if status(err) != http.StatusConflict || !strings.Contains(err.Error(), "director") {
+		t.Fatalf("node joining as director lb1's name: want 409 naming the director, got %v", err)
+	}
+	if err := ts.client(t, d.Credential).Do(ctx, "GET", api.RouteDesired, nil, nil); err != nil {
+		t.Fatalf("director's credential after a node tried its name: %v", err)
+	}
+	// The same role replaces (a replaced machine), as before.
+	join(t, ts, api.RoleDirector, "lb1")
+	if err := ts.client(t, d.Credential).Do(ctx, "GET", api.RouteDesired, nil, nil); status(err) != 401 {
+		t.Fatalf("old director credential after a director rejoined: %v", err)
 	}
 }

@@ -105,12 +105,15 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		ces clustercfg.Errors
 		ce1 *clustercfg.Error
 		mbe *http.MaxBytesError
+		nt  *nameTakenError
 	)
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &ce):
 		status, body.Current = http.StatusConflict, ce.current
+	case errors.As(err, &nt):
+		status = http.StatusConflict
 	case errors.As(err, &ae):
 		status = http.StatusUnauthorized
 		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)

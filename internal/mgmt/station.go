@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
@@ -114,6 +115,8 @@ type Station struct {
 	urlMu sync.Mutex
 	url   string // this station's API URL once Run listens
 
+	lock *os.File // DATA/lock, held (flock) while the station runs
+
 	closeOnce sync.Once
 	etcdOnce  sync.Once
 }
@@ -148,6 +151,11 @@ func New(opt Options) (*Station, error) {
 	if err := os.MkdirAll(opt.Data, 0o700); err != nil {
 		return nil, fmt.Errorf("mgmt: data: %w", err)
 	}
+	lock, err := lockData(opt.Data)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
 	if err := s.connect(); err != nil {
 		s.Close()
 		return nil, err
@@ -157,6 +165,20 @@ func New(opt Options) (*Station, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// lockData takes DATA/lock: a second station on the same directory
+// would otherwise wait forever on etcd's database lock.
+func lockData(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: data: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("mgmt: data directory %s is in use by another station (%v)", dir, err)
+	}
+	return f, nil
 }
 
 // connect starts the embedded member (or reaches the external cluster)
@@ -224,6 +246,9 @@ func startEtcd(opt Options) (*embed.Etcd, error) {
 	// A configuration may be 16 MiB; members' reports rewrite keys every
 	// second, so old revisions are compacted away.
 	cfg.MaxRequestBytes = maxEtcdRequest
+	// NewConfig leaves this at 0 (only etcd's flags default it), which
+	// logs every request at warn: DATA/etcd.log would grow forever.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "10m"
 	e, err := embed.StartEtcd(cfg)
@@ -371,6 +396,9 @@ func (s *Station) Close() error {
 			s.cli.Close()
 		}
 		s.closeEtcd()
+		if s.lock != nil {
+			s.lock.Close() // releases the flock
+		}
 		s.evMu.Lock()
 		for c := range s.subs {
 			close(c)

@@ -131,8 +131,14 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 	})
 }
 
+// nameTakenError is a join under a name a member of another role holds (409).
+type nameTakenError struct{ msg string }
+
+func (e *nameTakenError) Error() string { return e.msg }
+
 // join trades a join token for a member credential; an earlier
-// credential of the same member name is revoked (a replaced machine).
+// credential of the same member name is revoked (a replaced machine). A
+// name held by a member of another role is refused.
 func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinRequest) (api.JoinReply, error) {
 	if bearerTok == "" {
 		return api.JoinReply{}, &authError{"no join token: send Authorization: Bearer TOKEN"}
@@ -170,7 +176,14 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 			return nil, nil, err
 		}
 		for _, o := range old {
-			if o.Kind == kindMember && o.Member == req.Name && !o.Revoked && len(ops) < 100 {
+			if o.Kind != kindMember || o.Member != req.Name || o.Revoked {
+				continue
+			}
+			if o.Role != req.Role {
+				return nil, nil, &nameTakenError{fmt.Sprintf("member name %q is a %s's (credential %s): a %s may not take it; "+
+					"pick another name, or revoke that credential first (corral mgmt token revoke %s)", req.Name, o.Role, o.ID, req.Role, o.ID)}
+			}
+			if len(ops) < 100 {
 				o.Revoked = true
 				ops = append(ops, tokenPut(o))
 			}
