@@ -59,6 +59,10 @@ const (
 	dashMaxBody      = 4 << 10          // a drain request's body
 )
 
+// dashRecheck is how often an open event stream's token is checked again:
+// a token revoked or expired, or a user removed, loses the stream.
+var dashRecheck = 5 * time.Second
+
 // dash serves the dashboard over a source.
 type dash struct {
 	src      dashSource
@@ -67,6 +71,9 @@ type dash struct {
 	meta     []string // metadata members given to the station (else the configuration's)
 	stations func() []string
 	log      *slog.Logger
+	// recheck authenticates a request again (nil: never); an event stream
+	// whose token it refuses ends.
+	recheck func(r *http.Request) error
 
 	// Knobs tests turn; zero: the constants above, time.Now.
 	tick         time.Duration // overview interval on the stream (1 s)
@@ -91,7 +98,15 @@ func (s *Station) routesDash(mux *http.ServeMux) {
 // newDash is the station's dashboard, over the station's store and auth.
 func (s *Station) newDash() *dash {
 	probe := &pfsProbe{secret: s.opt.Secret}
-	return &dash{src: s, auth: s.auth, fs: probe.status, meta: s.opt.Meta, stations: s.stationAddrs, log: s.log}
+	recheck := func(r *http.Request) error {
+		_, err := s.principal(r)
+		var ae *authError
+		if errors.As(err, &ae) {
+			return err
+		}
+		return nil // the store's trouble is not the token's
+	}
+	return &dash{src: s, auth: s.auth, fs: probe.status, meta: s.opt.Meta, stations: s.stationAddrs, log: s.log, recheck: recheck}
 }
 
 func (d *dash) routes(mux *http.ServeMux) {
@@ -220,11 +235,20 @@ func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal
 	defer tick.Stop()
 	beat := time.NewTicker(d.heartbeat)
 	defer beat.Stop()
+	checked := time.Now()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			if d.recheck != nil && time.Since(checked) >= dashRecheck {
+				checked = time.Now()
+				if err := d.recheck(r); err != nil {
+					b, _ := json.Marshal(api.Error{Error: err.Error()})
+					send(sseFrame("error", b))
+					return
+				}
+			}
 			if !overview() {
 				return
 			}

@@ -1,6 +1,10 @@
 package mgmt
 
 import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -216,5 +220,54 @@ func TestJoinCannotTakeAnotherRolesName(t *testing.T) {
 	join(t, ts, api.RoleDirector, "lb1")
 	if err := ts.client(t, d.Credential).Do(ctx, "GET", api.RouteDesired, nil, nil); status(err) != 401 {
 		t.Fatalf("old director credential after a director rejoined: %v", err)
+	}
+}
+
+// An open event stream ends once its token is revoked (here: its user
+// deleted), rather than showing the cluster live for ever.
+func TestEventStreamEndsWhenRevoked(t *testing.T) {
+	old := dashRecheck
+	dashRecheck = 100 * time.Millisecond
+	t.Cleanup(func() { dashRecheck = old })
+	ts := startStation(t, stationOpts("127.0.61.16", t.TempDir()))
+	admin := ts.client(t, ts.admin)
+	mustApply(t, admin, 0, accountsYAML)
+	tok := login(t, ts, "rob")
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ts.s.CA())
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.url+api.RouteEvents, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := hc.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("events: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if l, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(l, "retry:") {
+		t.Fatalf("first line %q %v", l, err)
+	}
+	if err := admin.Do(ctxT(t), "DELETE", api.RouteUser+"rob", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	sawError := false
+	for {
+		l, err := br.ReadString('\n')
+		if strings.HasPrefix(l, "event: error") {
+			sawError = true
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("stream still open %v after the token was revoked", time.Since(revoked))
+			}
+			break
+		}
+	}
+	if !sawError {
+		t.Error("the stream ended without an error frame saying why")
 	}
 }
