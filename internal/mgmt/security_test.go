@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +270,23 @@ func TestEventStreamEndsWhenRevoked(t *testing.T) {
 	}
 	if !sawError {
 		t.Error("the stream ended without an error frame saying why")
+	}
+}
+
+// A login as someone not in the accounts costs a bcrypt compare like a
+// wrong password does, so timing does not tell which users exist.
+func TestLoginUnknownUserComparesToo(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.17", t.TempDir()))
+	mustApply(t, ts.client(t, ts.admin), 0, accountsYAML)
+	var calls atomic.Int32
+	orig := comparePassword
+	comparePassword = func(h, p []byte) error { calls.Add(1); return orig(h, p) }
+	t.Cleanup(func() { comparePassword = orig })
+	for _, user := range []string{"rob", "nobody-here"} {
+		calls.Store(0)
+		err := ts.client(t, "").Do(ctxT(t), "POST", api.RouteLogin, api.LoginRequest{User: user, Password: "wrong-password"}, nil)
+		if status(err) != 401 || calls.Load() != 1 {
+			t.Errorf("login as %s with a wrong password: %v, %d bcrypt compares (want 401, 1)", user, err, calls.Load())
+		}
 	}
 }
