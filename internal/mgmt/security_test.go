@@ -290,3 +290,34 @@ func TestLoginUnknownUserComparesToo(t *testing.T) {
 		}
 	}
 }
+
+// Expired API and join tokens are deleted (a day later in production);
+// member credentials, the bootstrap token and live tokens stay.
+func TestPruneTokens(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.18", t.TempDir()))
+	ctx := ctxT(t)
+	mustApply(t, ts.client(t, ts.admin), 0, accountsYAML)
+	mem := join(t, ts, api.RoleNode, "n1") // its join token lives an hour
+	short := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Millisecond})
+	shortAPI := mkToken(t, ts, api.TokenRequest{Role: api.RoleReadOnly, User: "rob", TTL: time.Millisecond})
+	live := mkToken(t, ts, api.TokenRequest{Role: api.RoleReadOnly, User: "rob", TTL: time.Hour})
+	time.Sleep(10 * time.Millisecond)
+	n, err := ts.s.pruneTokens(ctx, time.Now())
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d (%v), want the 2 expired", n, err)
+	}
+	var toks []api.Token
+	if err := ts.client(t, ts.admin).Do(ctx, "GET", api.RouteTokens, nil, &toks); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, tk := range toks {
+		ids[tk.ID] = true
+	}
+	if ids[short.ID] || ids[shortAPI.ID] || !ids[live.ID] || !ids[strings.Split(mem.Credential, ".")[0]] || !ids[strings.Split(ts.admin, ".")[0]] {
+		t.Fatalf("after pruning: %v", ids)
+	}
+	if err := ts.client(t, mem.Credential).Do(ctx, "GET", api.RouteDesired, nil, nil); err != nil {
+		t.Fatalf("member credential after pruning: %v", err)
+	}
+}

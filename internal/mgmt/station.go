@@ -356,6 +356,7 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go s.monitorMembers(mctx)
+	go s.pruneTokensEvery(mctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("station serving", "url", s.url, "etcd", s.endpoint)

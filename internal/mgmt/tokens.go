@@ -112,6 +112,57 @@ func (s *Station) tokens(ctx context.Context) ([]api.Token, error) {
 	return out, nil
 }
 
+// tokenKeep is how long an expired API or join token stays listed before
+// pruneTokens deletes it; logins would otherwise pile up for ever.
+const tokenKeep = 24 * time.Hour
+
+// pruneTokens deletes API and join tokens that expired before cutoff
+// (member credentials and the bootstrap token never expire); it returns
+// how many went.
+func (s *Station) pruneTokens(ctx context.Context, cutoff time.Time) (int, error) {
+	resp, err := s.cli.Get(ctx, keyTokens, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		var t tokenRecord
+		if json.Unmarshal(kv.Value, &t) != nil || (t.Kind != kindAPI && t.Kind != kindJoin) ||
+			t.Expires.IsZero() || !t.Expires.Before(cutoff) {
+			continue
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		if err != nil {
+			return n, err
+		}
+		if tr.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// pruneTokensEvery prunes at once and then hourly until ctx ends.
+func (s *Station) pruneTokensEvery(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if n, err := s.pruneTokens(pctx, time.Now().Add(-tokenKeep)); err != nil && ctx.Err() == nil {
+			s.log.Warn("pruning expired tokens", "err", err)
+		} else if n > 0 {
+			s.log.Info("pruned expired tokens", "count", n)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // revokeToken revokes a token (a member's credential too).
 func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 	if id == "" || strings.ContainsAny(id, "/\x00") {
