@@ -321,3 +321,46 @@ func TestPruneTokens(t *testing.T) {
 		t.Fatalf("member credential after pruning: %v", err)
 	}
 }
+
+// One member's long polls are bounded: the fifth at once gets 429, and
+// once they end the member may wait again.
+func TestLongPollsPerMemberBounded(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.19", t.TempDir()))
+	mustApply(t, ts.client(t, ts.admin), 0, "x: 1\n")
+	mem := join(t, ts, api.RoleNode, "n1")
+	mc := ts.client(t, mem.Credential)
+	var d api.Desired
+	if err := mc.Do(ctxT(t), "GET", api.RouteDesired, nil, &d); err != nil {
+		t.Fatal(err)
+	}
+	path := api.RouteDesired + "?after=" + itoa(d.Rev) + "&wait=20s"
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var wg sync.WaitGroup
+	for range maxWaitsPerMember {
+		wg.Add(1)
+		go func() { defer wg.Done(); mc.Do(ctx, "GET", path, nil, nil) }()
+	}
+	waitFor(t, "the polls waiting", func() bool {
+		ts.s.waitMu.Lock()
+		defer ts.s.waitMu.Unlock()
+		return ts.s.waits["n1"] == maxWaitsPerMember
+	})
+	err := mc.Do(ctxT(t), "GET", path, nil, nil)
+	if status(err) != http.StatusTooManyRequests {
+		t.Errorf("poll %d: want 429, got %v", maxWaitsPerMember+1, err)
+	}
+	// A poll without wait is still answered.
+	if err := mc.Do(ctxT(t), "GET", api.RouteDesired, nil, nil); err != nil {
+		t.Errorf("desired without wait while polls wait: %v", err)
+	}
+	cancel()
+	wg.Wait()
+	waitFor(t, "the polls gone", func() bool {
+		ts.s.waitMu.Lock()
+		defer ts.s.waitMu.Unlock()
+		return len(ts.s.waits) == 0
+	})
+	if err := mc.Do(ctxT(t), "GET", api.RouteDesired+"?after="+itoa(d.Rev-1)+"&wait=5s", nil, nil); err != nil {
+		t.Errorf("poll after the others ended: %v", err)
+	}
+}

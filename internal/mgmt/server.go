@@ -24,7 +24,33 @@ const (
 	maxJSON   = 1 << 20
 	maxConfig = 16 << 20
 	maxWait   = 60 * time.Second
+	// maxWaitsPerMember bounds one member's concurrent long polls (its
+	// agent has one; a leaked credential cannot pile up goroutines).
+	maxWaitsPerMember = 4
 )
+
+// tooManyError is a 429.
+type tooManyError struct{ msg string }
+
+func (e *tooManyError) Error() string { return e.msg }
+
+// startWait counts one of member's long polls; false when it has
+// maxWaitsPerMember already.
+func (s *Station) startWait(member string) (release func(), ok bool) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waits[member] >= maxWaitsPerMember {
+		return nil, false
+	}
+	s.waits[member]++
+	return func() {
+		s.waitMu.Lock()
+		defer s.waitMu.Unlock()
+		if s.waits[member]--; s.waits[member] <= 0 {
+			delete(s.waits, member)
+		}
+	}, true
+}
 
 type metrics struct {
 	reg          *prometheus.Registry
@@ -106,6 +132,7 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		ce1 *clustercfg.Error
 		mbe *http.MaxBytesError
 		nt  *nameTakenError
+		tm  *tooManyError
 	)
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
@@ -114,6 +141,8 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		status, body.Current = http.StatusConflict, ce.current
 	case errors.As(err, &nt):
 		status = http.StatusConflict
+	case errors.As(err, &tm):
+		status = http.StatusTooManyRequests
 	case errors.As(err, &ae):
 		status = http.StatusUnauthorized
 		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
@@ -335,6 +364,14 @@ func (s *Station) hDesired(w http.ResponseWriter, r *http.Request, p *Principal)
 			return
 		}
 		wait = min(d, maxWait)
+	}
+	if wait > 0 {
+		release, ok := s.startWait(p.Name)
+		if !ok {
+			s.fail(w, &tooManyError{fmt.Sprintf("member %s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
+			return
+		}
+		defer release()
 	}
 	d, err := s.waitDesired(r.Context(), p.Name, after, wait)
 	if err != nil {

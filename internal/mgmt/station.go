@@ -99,6 +99,8 @@ type Station struct {
 	watchCancel context.CancelFunc
 	wakeMu      sync.Mutex
 	wake        chan struct{} // closed (and replaced) when cfg, drain or binary keys change
+	waitMu      sync.Mutex
+	waits       map[string]int // long polls waiting, per member
 
 	evMu   sync.Mutex
 	events []api.Event // ring, last maxEvents
@@ -143,7 +145,7 @@ func New(opt Options) (*Station, error) {
 		opt.EtcdClient = "127.0.0.1:7601"
 	}
 	s := &Station{opt: opt, log: opt.Log, subs: map[chan api.Event]struct{}{},
-		loginFail: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
+		loginFail: map[string]int{}, waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
