@@ -364,3 +364,19 @@ func TestLongPollsPerMemberBounded(t *testing.T) {
 		t.Errorf("poll after the others ended: %v", err)
 	}
 }
+
+// A join's address is bounded: it lands in the audit log and in the events
+// every dashboard is sent each second.
+func TestJoinAddrBounded(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.20", t.TempDir()))
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
+	for _, addr := range []string{strings.Repeat("a", 512<<10), "10.0.0.1:80\n[fake] admin did it"} {
+		err := ts.client(t, tok.Secret).Do(ctxT(t), "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: "n1", Addr: addr}, nil)
+		if status(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "bad address") {
+			t.Errorf("join with address %.30q: want 400 bad address, got %.200v", addr, err)
+		}
+	}
+	if err := ts.client(t, tok.Secret).Do(ctxT(t), "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: "n1", Addr: "[::1]:8080"}, nil); err != nil {
+		t.Fatal(err)
+	}
+}

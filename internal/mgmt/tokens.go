@@ -200,6 +200,11 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	if req.Name == "" || len(req.Name) > 128 || strings.ContainsAny(req.Name, "/\x00 ") {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad member name %q", req.Name)}
 	}
+	// The address goes into the audit log and the events every dashboard
+	// gets each second: a host:port, not a megabyte.
+	if len(req.Addr) > 256 || strings.ContainsFunc(req.Addr, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad address %.40q (want HOST:PORT)", req.Addr)}
+	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
 	var tokID string
