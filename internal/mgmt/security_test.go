@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -378,5 +379,34 @@ func TestJoinAddrBounded(t *testing.T) {
 	}
 	if err := ts.client(t, tok.Secret).Do(ctxT(t), "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: "n1", Addr: "[::1]:8080"}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A backup streams etcd's snapshot through a temporary file it removes;
+// a snapshot over the limit is an error, not a silently cut section.
+func TestBackupSnapshotLimit(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.21", t.TempDir()))
+	ctx := ctxT(t)
+	mustApply(t, ts.client(t, ts.admin), 0, "x: 1\n")
+	var buf bytes.Buffer
+	if err := ts.s.Backup(ctx, &buf); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseBackup(buf.Bytes())
+	if err != nil || len(c.snapshot) == 0 {
+		t.Fatalf("backup: %v (snapshot %d bytes)", err, len(c.snapshot))
+	}
+	old := maxSnapshot
+	maxSnapshot = int64(len(c.snapshot) / 2)
+	t.Cleanup(func() { maxSnapshot = old })
+	buf.Reset()
+	if err := ts.s.Backup(ctx, &buf); err == nil || !strings.Contains(err.Error(), "snapshot over") {
+		t.Fatalf("backup with a snapshot over the limit: %v (%d bytes written)", err, buf.Len())
+	}
+	ents, _ := os.ReadDir(ts.dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), "snapshot") {
+			t.Errorf("left behind in the data directory: %s", e.Name())
+		}
 	}
 }
