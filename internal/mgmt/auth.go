@@ -474,7 +474,14 @@ func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who stri
 
 // deleteUser forgets a user's password and revokes their API tokens.
 func (s *Station) deleteUser(ctx context.Context, name, who string) error {
+	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 128 {
+		return &inputError{fmt.Sprintf("user: bad name %q", name)}
+	}
 	toks, err := s.tokenRecords(ctx)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cli.Get(ctx, keyUsers+name, clientv3.WithCountOnly())
 	if err != nil {
 		return err
 	}
@@ -484,6 +491,9 @@ func (s *Station) deleteUser(ctx context.Context, name, who string) error {
 			t.Revoked = true
 			ops = append(ops, tokenPut(t))
 		}
+	}
+	if resp.Count == 0 && len(ops) == 1 {
+		return &notFoundError{fmt.Sprintf("user %q has no password and no tokens: nothing to delete", name)}
 	}
 	if len(ops) > 100 {
 		ops = ops[:100] // etcd's per-transaction limit; the rest expire

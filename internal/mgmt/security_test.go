@@ -410,3 +410,54 @@ func TestBackupSnapshotLimit(t *testing.T) {
 		}
 	}
 }
+
+// A JSON body is one value: trailing junk is refused, not ignored.
+func TestBodyTrailingJunk(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.22", t.TempDir()))
+	for _, body := range []string{`{"base":0,"yaml":"x: 1\n"} garbage`, `{"base":0,"yaml":"x: 1\n"}{"base":0}`} {
+		req, _ := http.NewRequest("PUT", ts.url+api.RouteConfig, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+ts.admin)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ts.s.CA())
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("PUT %q: %s, want 400", body, resp.Status)
+		}
+	}
+	var v api.Version
+	if err := ts.client(t, ts.admin).Do(ctxT(t), "GET", api.RouteConfig, nil, &v); err != nil || v.Version != 0 {
+		t.Fatalf("a refused body made version %d (%v)", v.Version, err)
+	}
+}
+
+// Deleting a user who has nothing to delete, or a bad name, says so
+// (it used to answer 204 and write "user-delete" to the audit log).
+func TestDeleteUnknownUser(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.23", t.TempDir()))
+	admin := ts.client(t, ts.admin)
+	if err := admin.Do(ctxT(t), "DELETE", api.RouteUser+"nobody", nil, nil); status(err) != http.StatusNotFound {
+		t.Errorf("delete unknown user: want 404, got %v", err)
+	}
+	if err := admin.Do(ctxT(t), "DELETE", api.RouteUser+"a%2Fb", nil, nil); status(err) != http.StatusBadRequest {
+		t.Errorf("delete user a/b: want 400, got %v", err)
+	}
+	var audit []api.AuditEntry
+	if err := admin.Do(ctxT(t), "GET", api.RouteAudit, nil, &audit); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range audit {
+		if e.Action == "user-delete" {
+			t.Errorf("audit log has %+v for a delete that did nothing", e)
+		}
+	}
+	mustApply(t, admin, 0, accountsYAML)
+	login(t, ts, "rob")
+	if err := admin.Do(ctxT(t), "DELETE", api.RouteUser+"rob", nil, nil); err != nil {
+		t.Errorf("delete rob: %v", err)
+	}
+}

@@ -187,6 +187,14 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 		}
 		return &inputError{"bad JSON body: " + err.Error()}
 	}
+	// One value: "{...} garbage" or two objects is a broken client.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return &inputError{"bad JSON body: more after the JSON value"}
+	}
 	return nil
 }
 
