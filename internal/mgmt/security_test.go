@@ -461,3 +461,18 @@ func TestDeleteUnknownUser(t *testing.T) {
 		t.Errorf("delete rob: %v", err)
 	}
 }
+
+// The dashboard names every station registered, not only itself.
+func TestDashShowsEveryStation(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.24", t.TempDir()))
+	if _, err := ts.s.cli.Put(ctxT(t), keyStations+"other", "https://127.0.61.25:7600"); err != nil {
+		t.Fatal(err)
+	}
+	var st dashStatus
+	if err := ts.client(t, ts.admin).Do(ctxT(t), "GET", api.RouteStatus, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(st.Stations, ","); got != "127.0.61.25:7600,127.0.61.24:7600" && got != "127.0.61.24:7600,127.0.61.25:7600" {
+		t.Fatalf("stations %q, want both", got)
+	}
+}

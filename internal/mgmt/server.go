@@ -17,6 +17,7 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Body limits: JSON requests, and the ones carrying a configuration.
@@ -449,7 +450,7 @@ func (s *Station) sdTargets(ctx context.Context) ([]api.SDTarget, error) {
 			add(m.Metrics, m.Role, m.Name)
 		}
 	}
-	resp, err := s.cli.Get(ctx, keyStations, withPrefix())
+	resp, err := s.cli.Get(ctx, keyStations, clientv3.WithPrefix())
 	if err == nil {
 		for _, kv := range resp.Kvs {
 			add(string(kv.Value)+api.RouteMetrics, "mgmt", trimPrefix(kv.Key, keyStations))

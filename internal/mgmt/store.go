@@ -638,7 +638,6 @@ func (s *Station) subscribe() (<-chan api.Event, func()) {
 	}
 }
 
-func withPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
 
 // noteVersionEvent records that this station announced version v.
 func (s *Station) noteVersionEvent(v int64) {
