@@ -638,7 +638,6 @@ func (s *Station) subscribe() (<-chan api.Event, func()) {
 	}
 }
 
-
 // noteVersionEvent records that this station announced version v.
 func (s *Station) noteVersionEvent(v int64) {
 	s.evMu.Lock()
