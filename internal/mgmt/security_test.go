@@ -476,3 +476,63 @@ func TestDashShowsEveryStation(t *testing.T) {
 		t.Fatalf("stations %q, want both", got)
 	}
 }
+
+// Revoking a member's credential removes the member from the members list
+// (a decommissioned machine used to show as down for ever); a rejoin keeps
+// it.
+func TestRevokeMemberForgetsIt(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.26", t.TempDir()))
+	ctx := ctxT(t)
+	admin := ts.client(t, ts.admin)
+	report := func(jr api.JoinReply) {
+		t.Helper()
+		if err := ts.client(t, jr.Credential).Do(ctx, "POST", api.RouteReport, api.MemberStatus{Name: jr.Member, Healthy: true}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() string {
+		var ms []api.MemberStatus
+		if err := admin.Do(ctx, "GET", api.RouteMembers, nil, &ms); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, m := range ms {
+			names = append(names, m.Name)
+		}
+		return strings.Join(names, ",")
+	}
+	a, b := join(t, ts, api.RoleNode, "a"), join(t, ts, api.RoleNode, "b")
+	report(a)
+	report(b)
+	report(join(t, ts, api.RoleNode, "b")) // a replaced machine
+	if got := members(); got != "a,b" {
+		t.Fatalf("members %q", got)
+	}
+	if err := admin.Do(ctx, "DELETE", api.RouteToken+strings.Split(a.Credential, ".")[0], nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := members(); got != "b" {
+		t.Fatalf("members after revoking a's credential: %q, want b", got)
+	}
+	_ = b
+}
+
+// Revoking an old (already revoked) credential of a rejoined member leaves
+// the member listed.
+func TestRevokeOldCredentialKeepsMember(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.27", t.TempDir()))
+	ctx := ctxT(t)
+	admin := ts.client(t, ts.admin)
+	old := join(t, ts, api.RoleNode, "b")
+	cur := join(t, ts, api.RoleNode, "b")
+	if err := ts.client(t, cur.Credential).Do(ctx, "POST", api.RouteReport, api.MemberStatus{Name: "b"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "DELETE", api.RouteToken+strings.Split(old.Credential, ".")[0], nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ms []api.MemberStatus
+	if err := admin.Do(ctx, "GET", api.RouteMembers, nil, &ms); err != nil || len(ms) != 1 {
+		t.Fatalf("members after revoking b's old credential: %+v %v", ms, err)
+	}
+}

@@ -177,8 +177,16 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 		if t == nil {
 			return nil, nil, &notFoundError{"no token " + id}
 		}
+		ops := []clientv3.Op{tokenPut(t)}
+		if t.Kind == kindMember && t.Member != "" && !t.Revoked {
+			// The member's live credential (a rejoin revokes the old
+			// one itself): it leaves the members list rather than show
+			// as down for ever.
+			ops = append(ops, clientv3.OpDelete(keyMembers+t.Member))
+		}
 		t.Revoked = true
-		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, []clientv3.Op{tokenPut(t)}, nil
+		ops[0] = tokenPut(t)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, ops, nil
 	})
 }
 
