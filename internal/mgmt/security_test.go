@@ -536,3 +536,30 @@ func TestRevokeOldCredentialKeepsMember(t *testing.T) {
 		t.Fatalf("members after revoking b's old credential: %+v %v", ms, err)
 	}
 }
+
+// A station waiting for the other members of its etcd cluster stops when
+// its context ends (Ctrl-C), instead of only after etcdStartTimeout.
+func TestNewContextStops(t *testing.T) {
+	opt := stationOpts("127.0.61.28", t.TempDir())
+	opt.EtcdInitialCluster = opt.EtcdName + "=http://127.0.61.28:7602,other=http://127.0.61.29:7602"
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		s, err := NewContext(ctx, opt)
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "stopped") {
+			t.Fatalf("NewContext cancelled: %v", err)
+		}
+		t.Logf("stopped after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("NewContext still waiting 19 s after its context ended")
+	}
+}

@@ -125,7 +125,11 @@ type Station struct {
 
 // New opens (or creates) the station's data and connects to etcd
 // (starting the embedded member); Run serves.
-func New(opt Options) (*Station, error) {
+func New(opt Options) (*Station, error) { return NewContext(context.Background(), opt) }
+
+// NewContext is New that gives up when ctx ends (a signal while it waits
+// for etcd or the other stations).
+func NewContext(ctx context.Context, opt Options) (*Station, error) {
 	if opt.Data == "" {
 		return nil, errors.New("mgmt: no data directory")
 	}
@@ -158,7 +162,7 @@ func New(opt Options) (*Station, error) {
 		return nil, err
 	}
 	s.lock = lock
-	if err := s.connect(); err != nil {
+	if err := s.connect(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -185,11 +189,11 @@ func lockData(dir string) (*os.File, error) {
 
 // connect starts the embedded member (or reaches the external cluster)
 // and opens the client.
-func (s *Station) connect() error {
+func (s *Station) connect(ctx context.Context) error {
 	eps := s.opt.Etcd
 	if len(eps) == 0 {
 		s.name = s.opt.EtcdName
-		e, err := startEtcd(s.opt)
+		e, err := startEtcd(ctx, s.opt)
 		if err != nil {
 			return err
 		}
@@ -205,24 +209,30 @@ func (s *Station) connect() error {
 		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
 	}
 	s.cli = cli
-	ctx, cancel := context.WithTimeout(context.Background(), etcdStartTimeout)
+	wctx, cancel := context.WithTimeout(ctx, etcdStartTimeout)
 	defer cancel()
 	// A linearizable read proves a quorum answers.
 	for {
-		_, err := cli.Get(ctx, keyCurrent)
+		_, err := cli.Get(wctx, keyCurrent)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
+			return fmt.Errorf("mgmt: stopped while waiting for etcd %v: %w", eps, ctx.Err())
+		}
+		if wctx.Err() != nil {
 			return fmt.Errorf("mgmt: etcd %v did not answer within %v: %w", eps, etcdStartTimeout, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
 // startEtcd starts the embedded member in DATA/etcd; its log goes to
 // DATA/etcd.log at level warn.
-func startEtcd(opt Options) (*embed.Etcd, error) {
+func startEtcd(ctx context.Context, opt Options) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = opt.EtcdName
 	cfg.Dir = filepath.Join(opt.Data, "etcd")
@@ -263,6 +273,10 @@ func startEtcd(opt Options) (*embed.Etcd, error) {
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("mgmt: embedded etcd: %w", err)
+	case <-ctx.Done():
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("mgmt: stopped while the embedded etcd in %s waited for %q: %w", cfg.Dir, cfg.InitialCluster, ctx.Err())
 	case <-time.After(etcdStartTimeout):
 		e.Server.Stop()
 		e.Close()
