@@ -53,6 +53,7 @@ type fsStatusFunc func(ctx context.Context, meta []string) ([]api.IOServer, []ap
 // Limits of the event stream.
 const (
 	dashMaxStreams   = 64               // concurrent event streams; more get 503
+	dashMaxPerUser   = 8                // of which one user's or member's; more get 429
 	dashWriteTimeout = 5 * time.Second  // a client that takes longer to take one frame is dropped
 	dashHeartbeat    = 15 * time.Second // comment line that keeps proxies from closing an idle stream
 	dashCacheFor     = time.Second      // the overview is computed at most once per this
@@ -82,6 +83,8 @@ type dash struct {
 	cacheFor     time.Duration
 	clock        func() time.Time
 	streams      atomic.Int32 // event streams open now
+	perMu        sync.Mutex
+	per          map[string]int // event streams open now per principal
 
 	mu         sync.Mutex // held while computing, so concurrent callers share one computation
 	live       dashLive
@@ -198,11 +201,34 @@ func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal
 // connection with a deadline: a client that does not take them is dropped,
 // nothing queues up for it here (the subscription's channel is the store's,
 // bounded there).
-func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal) {
+func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, p *Principal) {
 	if r.Method != http.MethodGet {
 		dashError(w, http.StatusMethodNotAllowed, api.RouteEvents+": GET only")
 		return
 	}
+	// One user (or member) cannot take every stream from the others.
+	who := "user " + p.Name
+	if p.Member {
+		who = "member " + p.Name
+	}
+	d.perMu.Lock()
+	if d.per == nil {
+		d.per = map[string]int{}
+	}
+	if d.per[who] >= dashMaxPerUser {
+		d.perMu.Unlock()
+		dashError(w, http.StatusTooManyRequests, fmt.Sprintf("%s: %s already has %d event streams open", api.RouteEvents, who, dashMaxPerUser))
+		return
+	}
+	d.per[who]++
+	d.perMu.Unlock()
+	defer func() {
+		d.perMu.Lock()
+		if d.per[who]--; d.per[who] <= 0 {
+			delete(d.per, who)
+		}
+		d.perMu.Unlock()
+	}()
 	if d.streams.Add(1) > dashMaxStreams {
 		d.streams.Add(-1)
 		dashError(w, http.StatusServiceUnavailable, fmt.Sprintf("%s: already %d event streams open", api.RouteEvents, dashMaxStreams))

@@ -884,3 +884,41 @@ func TestDashEventsHTTP2(t *testing.T) {
 	cancel()
 	waitFor(t, "the stream to end", func() bool { return d.streams.Load() == 0 })
 }
+
+// One user's streams are bounded so they cannot take every stream from
+// the others; another user still gets one.
+func TestDashEventsPerUser(t *testing.T) {
+	f := newFakeSource()
+	d, base := startDash(t, f, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range dashMaxPerUser {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+api.RouteEvents, nil)
+		req.Header.Set("Authorization", "Bearer "+dashReadToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", res, err)
+		}
+		defer res.Body.Close()
+	}
+	waitFor(t, "the streams open", func() bool { return d.streams.Load() == dashMaxPerUser })
+	res, b := dashDo(t, "GET", base+api.RouteEvents, dashReadToken, "")
+	if res.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte("user bob already has")) {
+		t.Fatalf("bob's stream over the per-user limit: %d %s", res.StatusCode, b)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(actx, "GET", base+api.RouteEvents, nil)
+	req.Header.Set("Authorization", "Bearer "+dashAdminToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("alice's stream while bob has %d: %v %v", dashMaxPerUser, res, err)
+	}
+	res.Body.Close()
+	acancel()
+	cancel()
+	waitFor(t, "every stream gone", func() bool {
+		d.perMu.Lock()
+		defer d.perMu.Unlock()
+		return len(d.per) == 0 && d.streams.Load() == 0
+	})
+}
