@@ -444,7 +444,7 @@ func (s *Station) users(ctx context.Context) ([]api.User, error) {
 // configuration's accounts (or be admin), and a role or domains given
 // must be the configuration's.
 func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who string) error {
-	if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") || len(req.Name) > 128 {
+	if !keySegment(req.Name, 128) {
 		return &inputError{fmt.Sprintf("user: bad name %q", req.Name)}
 	}
 	if len(req.Password) < 8 || len(req.Password) > 72 {
@@ -474,7 +474,7 @@ func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who stri
 
 // deleteUser forgets a user's password and revokes their API tokens.
 func (s *Station) deleteUser(ctx context.Context, name, who string) error {
-	if name == "" || strings.ContainsAny(name, "/\x00") || len(name) > 128 {
+	if !keySegment(name, 128) {
 		return &inputError{fmt.Sprintf("user: bad name %q", name)}
 	}
 	toks, err := s.tokenRecords(ctx)

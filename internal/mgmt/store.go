@@ -92,6 +92,12 @@ func asInput(err error) error {
 	return &inputError{err.Error()}
 }
 
+// keySegment says whether s may name one etcd key segment (a user, node,
+// member or token): not empty, at most max bytes, no '/' nor NUL.
+func keySegment(s string, max int) bool {
+	return s != "" && len(s) <= max && !strings.ContainsAny(s, "/\x00")
+}
+
 func verKey(v int64) string  { return fmt.Sprintf("%s%016d", keyVersions, v) }
 func histKey(v int64) string { return fmt.Sprintf("%s%016d", keyHistory, v) }
 
@@ -556,7 +562,7 @@ func (s *Station) drained(ctx context.Context) ([]string, error) {
 // setDrain drains or undrains a node (who: for the audit log); members
 // see it through Desired.Drained.
 func (s *Station) setDrain(ctx context.Context, node string, drain bool, who string) error {
-	if node == "" || strings.ContainsAny(node, "/\x00") {
+	if !keySegment(node, 253) {
 		return &inputError{fmt.Sprintf("drain: bad node name %q", node)}
 	}
 	action := "undrain"

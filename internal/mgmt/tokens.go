@@ -165,7 +165,7 @@ func (s *Station) pruneTokensEvery(ctx context.Context) {
 
 // revokeToken revokes a token (a member's credential too).
 func (s *Station) revokeToken(ctx context.Context, id, who string) error {
-	if id == "" || strings.ContainsAny(id, "/\x00") {
+	if !keySegment(id, 64) {
 		return &inputError{fmt.Sprintf("token: bad ID %q", id)}
 	}
 	e := &api.AuditEntry{User: who, Action: "token-revoke", Detail: id}
@@ -205,7 +205,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	if !memberRole(req.Role) {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: role %q: want director, node, meta or iod", req.Role)}
 	}
-	if req.Name == "" || len(req.Name) > 128 || strings.ContainsAny(req.Name, "/\x00 ") {
+	if !keySegment(req.Name, 128) || strings.Contains(req.Name, " ") {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad member name %q", req.Name)}
 	}
 	// The address goes into the audit log and the events every dashboard
