@@ -563,3 +563,19 @@ func TestNewContextStops(t *testing.T) {
 		t.Fatal("NewContext still waiting 19 s after its context ended")
 	}
 }
+
+// A station stopped on purpose leaves the stations list the others give
+// out (join replies, the dashboard, SD).
+func TestStoppedStationUnregisters(t *testing.T) {
+	a := startStation(t, stationOpts("127.0.61.32", t.TempDir()))
+	opt := stationOpts("127.0.61.33", t.TempDir())
+	opt.Etcd = []string{"http://127.0.61.32:7601"}
+	b := startStation(t, opt)
+	if got := a.s.stations(ctxT(t)); len(got) != 2 {
+		t.Fatalf("stations with both up: %v", got)
+	}
+	b.stop()
+	if got := a.s.stations(ctxT(t)); len(got) != 1 || got[0] != a.url {
+		t.Fatalf("stations after b stopped: %v, want only %s", got, a.url)
+	}
+}

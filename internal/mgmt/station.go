@@ -387,6 +387,14 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 		if srv.Shutdown(sctx) != nil {
 			srv.Close()
 		}
+		// A station stopped on purpose is no longer listed (join replies,
+		// the dashboard, Prometheus SD); a crashed one stays until it
+		// starts again.
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer dcancel()
+		if _, err := s.cli.Delete(dctx, keyStations+s.name); err != nil {
+			s.log.Warn("unregistering the station", "err", err)
+		}
 		return nil
 	case err := <-errc:
 		return fmt.Errorf("mgmt: serve: %w", err)
