@@ -172,7 +172,8 @@ func (d *dash) status(ctx context.Context) (*dashStatus, []byte) {
 	if d.cached != nil && time.Since(d.at) < d.cacheFor {
 		return d.cached, d.cachedJSON
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// Shared by every caller: the first one going away must not cut it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	st := buildStatus(ctx, d.src, d.fs, d.meta, d.stations)
 	st.Time = d.clock().UTC()

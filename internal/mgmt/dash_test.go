@@ -922,3 +922,36 @@ func TestDashEventsPerUser(t *testing.T) {
 		return len(d.per) == 0 && d.streams.Load() == 0
 	})
 }
+
+// slowMembers is a source whose members() takes a while and honours its
+// context, as the store's does.
+type slowMembers struct{ *fakeSource }
+
+func (s slowMembers) members(ctx context.Context) ([]api.MemberStatus, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(300 * time.Millisecond):
+	}
+	return s.fakeSource.members(ctx)
+}
+
+// The overview every caller shares is not computed under the context of
+// the first caller: one that goes away must not leave "context canceled"
+// for everyone else for the cache's lifetime.
+func TestDashStatusOutlivesCaller(t *testing.T) {
+	d, base := startDash(t, newFakeSource(), func(d *dash) { d.cacheFor = 10 * time.Second })
+	d.src = slowMembers{d.src.(*fakeSource)}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+api.RouteStatus, nil)
+	req.Header.Set("Authorization", "Bearer "+dashReadToken)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+	}
+	time.Sleep(10 * time.Millisecond)
+	st := getStatus(t, base)
+	if len(st.Errors) > 0 || len(st.Members) == 0 {
+		t.Fatalf("overview after an impatient caller: errors %q, %d members", st.Errors, len(st.Members))
+	}
+}
