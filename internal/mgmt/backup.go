@@ -277,13 +277,16 @@ func (s *Station) finishRestore(ctx context.Context) error {
 			return fmt.Errorf("mgmt: restore pending (%s) but etcd already holds other keys under %s (%s): restore needs a fresh etcd", path, prefix, kv.Key)
 		}
 	}
+	// Transactions of at most 100 puts and half etcd's request limit (a
+	// version may be 16 MiB).
 	var ops []clientv3.Op
+	size := 0
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
 		_, err := s.cli.Txn(ctx).Then(ops...).Commit()
-		ops = ops[:0]
+		ops, size = ops[:0], 0
 		return err
 	}
 	n := 0
@@ -291,13 +294,14 @@ func (s *Station) finishRestore(ctx context.Context) error {
 		if strings.HasPrefix(kv.K, keyStations) {
 			continue // stations register themselves when they serve
 		}
-		ops = append(ops, clientv3.OpPut(kv.K, string(kv.V)))
-		n++
-		if len(ops) == 100 {
+		if len(ops) == 100 || (len(ops) > 0 && size+len(kv.K)+len(kv.V) > maxEtcdRequest/2) {
 			if err := flush(); err != nil {
 				return fmt.Errorf("mgmt: restore: %w", err)
 			}
 		}
+		ops = append(ops, clientv3.OpPut(kv.K, string(kv.V)))
+		size += len(kv.K) + len(kv.V)
+		n++
 	}
 	if err := flush(); err != nil {
 		return fmt.Errorf("mgmt: restore: %w", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -577,5 +578,32 @@ func TestStoppedStationUnregisters(t *testing.T) {
 	b.stop()
 	if got := a.s.stations(ctxT(t)); len(got) != 1 || got[0] != a.url {
 		t.Fatalf("stations after b stopped: %v, want only %s", got, a.url)
+	}
+}
+
+// A restore puts big keys back in transactions etcd accepts: four 12 MiB
+// versions used to go in one transaction, over etcd's request limit, and
+// the restore failed.
+func TestRestoreBigVersions(t *testing.T) {
+	dir := t.TempDir()
+	var kvs []kvPair
+	for v := int64(1); v <= 4; v++ {
+		b, _ := json.Marshal(api.Version{Version: v, YAML: "# " + strings.Repeat(string(rune('a'+v)), 12<<20) + "\n"})
+		kvs = append(kvs, kvPair{K: verKey(v), V: b})
+	}
+	b, _ := json.Marshal(kvs)
+	kvs = nil
+	if err := writeFile0600(filepath.Join(dir, restorePend), b); err != nil {
+		t.Fatal(err)
+	}
+	b = nil
+	s, err := New(stationOpts("127.0.61.34", dir))
+	if err != nil {
+		t.Fatalf("restore of four 12 MiB versions: %v", err)
+	}
+	defer s.Close()
+	v, err := s.version(ctxT(t), 4)
+	if err != nil || len(v.YAML) < 12<<20 {
+		t.Fatalf("version 4 after the restore: %d bytes, %v", len(v.YAML), err)
 	}
 }
