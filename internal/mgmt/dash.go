@@ -194,7 +194,10 @@ func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, b := d.status(r.Context())
-	w.Write(append(b, '\n'))
+	// b is shared by every caller: appending to it would write into its
+	// spare capacity from several handlers at once.
+	w.Write(b)
+	w.Write([]byte{'\n'})
 }
 
 // handleEvents streams "overview" every tick and each "event" as it
