@@ -607,3 +607,28 @@ func TestRestoreBigVersions(t *testing.T) {
 		t.Fatalf("version 4 after the restore: %d bytes, %v", len(v.YAML), err)
 	}
 }
+
+// With its own certificate and no --tls-ca, the station pins the last
+// certificate of the chain: join tokens end in a 32-digit CA hash a member
+// accepts (they used to end in "." and no member could join).
+func TestOwnCertificateWithoutCA(t *testing.T) {
+	work := t.TempDir()
+	ca, _ := newCA()
+	cp, kp, err := ca.serverCert("127.0.61.35")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(work, "chain.pem"), append(cp, ca.Cert...), 0o600)
+	os.WriteFile(filepath.Join(work, "s.key"), kp, 0o600)
+	opt := stationOpts("127.0.61.35", filepath.Join(work, "data"))
+	opt.TLSCert, opt.TLSKey = filepath.Join(work, "chain.pem"), filepath.Join(work, "s.key")
+	ts := startStation(t, opt)
+	if CAHash(ts.s.CA()) != CAHash(ca.Cert) {
+		t.Fatalf("station hands out CA %q, want the chain's CA", CAHash(ts.s.CA()))
+	}
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
+	if p := strings.Split(tok.Secret, "."); len(p) != 3 || p[2] != CAHash(ca.Cert) {
+		t.Fatalf("join token %q: want ID.SECRET.CAHASH of the chain's CA", tok.Secret)
+	}
+	join(t, ts, api.RoleNode, "n1")
+}

@@ -212,6 +212,12 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 			if CAHash(caPEM) == "" {
 				return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", s.opt.TLSCA)
 			}
+		} else {
+			// Members need a certificate to pin (a join token without
+			// one is refused by every member): the chain's last one, the
+			// certificate itself when it is self-signed.
+			last := cert.Certificate[len(cert.Certificate)-1]
+			caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: last})
 		}
 		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caPEM, nil
 	}
