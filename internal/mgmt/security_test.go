@@ -632,3 +632,13 @@ func TestOwnCertificateWithoutCA(t *testing.T) {
 	}
 	join(t, ts, api.RoleNode, "n1")
 }
+
+// ?limit=0 is the largest page, not the whole (ever growing) audit log.
+func TestLimitParamBounded(t *testing.T) {
+	for q, want := range map[string]int{"": 100, "limit=0": maxLimit, "limit=5": 5, "limit=99999999": maxLimit} {
+		r, _ := http.NewRequest("GET", "/v1/audit?"+q, nil)
+		if n, err := limitParam(r, 100); err != nil || n != want {
+			t.Errorf("%q: %d %v, want %d", q, n, err, want)
+		}
+	}
+}

@@ -236,7 +236,11 @@ func (s *Station) hVersion(w http.ResponseWriter, r *http.Request, p *Principal)
 	writeJSON(w, http.StatusOK, v)
 }
 
-// limitParam reads ?limit=N (default def, at most 10000).
+// maxLimit bounds ?limit= (history, audit).
+const maxLimit = 10000
+
+// limitParam reads ?limit=N (default def, at most maxLimit; 0: maxLimit,
+// never "everything": the audit log grows for ever).
 func limitParam(r *http.Request, def int) (int, error) {
 	q := r.URL.Query().Get("limit")
 	if q == "" {
@@ -246,7 +250,10 @@ func limitParam(r *http.Request, def int) (int, error) {
 	if err != nil || n < 0 {
 		return 0, &inputError{fmt.Sprintf("limit %q: want a count", q)}
 	}
-	return min(n, 10000), nil
+	if n == 0 {
+		return maxLimit, nil
+	}
+	return min(n, maxLimit), nil
 }
 
 func (s *Station) hHistory(w http.ResponseWriter, r *http.Request, p *Principal) {
