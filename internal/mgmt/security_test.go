@@ -642,3 +642,28 @@ func TestLimitParamBounded(t *testing.T) {
 		}
 	}
 }
+
+// An account removed from the configuration and added again later does
+// not get the old tokens nor the old password back.
+func TestRemovedAccountStartsAfresh(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.61.36", t.TempDir()))
+	ctx := ctxT(t)
+	admin := ts.client(t, ts.admin)
+	mustApply(t, admin, 0, accountsYAML)
+	tok := login(t, ts, "rob")
+	mustApply(t, admin, 1, "accounts:\n  - name: ann\n    role: admin\n")
+	mustApply(t, admin, 2, accountsYAML)
+	if err := ts.client(t, tok).Do(ctx, "GET", api.RouteConfig, nil, nil); status(err) != 401 {
+		t.Errorf("rob's token from before his account was removed: want 401, got %v", err)
+	}
+	err := ts.client(t, "").Do(ctx, "POST", api.RouteLogin, api.LoginRequest{User: "rob", Password: "pw-rob-123"}, nil)
+	if status(err) != 401 {
+		t.Errorf("rob's old password after his account was removed and added again: want 401, got %v", err)
+	}
+	// ann stayed: her token and password work.
+	ann := login(t, ts, "ann")
+	mustApply(t, admin, 3, accountsYAML+"# again\n")
+	if err := ts.client(t, ann).Do(ctx, "GET", api.RouteConfig, nil, nil); err != nil {
+		t.Errorf("ann's token after a change that kept her: %v", err)
+	}
+}
