@@ -344,6 +344,9 @@ func (s *Station) bootstrapAdmin(ctx context.Context) error {
 
 const loginTTL = 12 * time.Hour
 
+// comparePassword is bcrypt's compare (tests count its calls).
+var comparePassword = bcrypt.CompareHashAndPassword
+
 var dummyHash = sync.OnceValue(func() []byte {
 	h, _ := bcrypt.GenerateFromPassword([]byte("no such user"), bcrypt.DefaultCost)
 	return h
@@ -378,6 +381,8 @@ func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginRep
 	if _, err := s.userPrincipal(ctx, req.User); err != nil {
 		var ae *authError
 		if errors.As(err, &ae) {
+			// As slow as a wrong password: timing does not tell who exists.
+			comparePassword(dummyHash(), []byte(req.Password))
 			return fail()
 		}
 		return api.LoginReply{}, err
@@ -391,7 +396,7 @@ func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginRep
 	if len(resp.Kvs) > 0 && json.Unmarshal(resp.Kvs[0].Value, &u) == nil {
 		hash = []byte(u.Hash)
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(req.Password)) != nil || len(resp.Kvs) == 0 {
+	if comparePassword(hash, []byte(req.Password)) != nil || len(resp.Kvs) == 0 {
 		return fail()
 	}
 	s.loginMu.Lock()
@@ -439,7 +444,7 @@ func (s *Station) users(ctx context.Context) ([]api.User, error) {
 // configuration's accounts (or be admin), and a role or domains given
 // must be the configuration's.
 func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who string) error {
-	if req.Name == "" || strings.ContainsAny(req.Name, "/\x00") || len(req.Name) > 128 {
+	if !keySegment(req.Name, 128) {
 		return &inputError{fmt.Sprintf("user: bad name %q", req.Name)}
 	}
 	if len(req.Password) < 8 || len(req.Password) > 72 {
@@ -469,7 +474,14 @@ func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who stri
 
 // deleteUser forgets a user's password and revokes their API tokens.
 func (s *Station) deleteUser(ctx context.Context, name, who string) error {
+	if !keySegment(name, 128) {
+		return &inputError{fmt.Sprintf("user: bad name %q", name)}
+	}
 	toks, err := s.tokenRecords(ctx)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cli.Get(ctx, keyUsers+name, clientv3.WithCountOnly())
 	if err != nil {
 		return err
 	}
@@ -479,6 +491,9 @@ func (s *Station) deleteUser(ctx context.Context, name, who string) error {
 			t.Revoked = true
 			ops = append(ops, tokenPut(t))
 		}
+	}
+	if resp.Count == 0 && len(ops) == 1 {
+		return &notFoundError{fmt.Sprintf("user %q has no password and no tokens: nothing to delete", name)}
 	}
 	if len(ops) > 100 {
 		ops = ops[:100] // etcd's per-transaction limit; the rest expire

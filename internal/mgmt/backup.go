@@ -37,6 +37,9 @@ const (
 	maxBackupSize = 4 << 30
 )
 
+// maxSnapshot is the largest etcd snapshot a backup carries (tests lower it).
+var maxSnapshot int64 = maxBackupSize - 1<<20
+
 // backupFiles are the data directory's files a backup carries.
 var backupFiles = []string{"tls/ca.pem", "tls/ca.key", "admin.token"}
 
@@ -59,14 +62,29 @@ func (s *Station) Backup(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The snapshot (as big as etcd's database) goes through a temporary
+	// file, not memory; one too big for a backup is an error, not cut.
 	rc, err := s.cli.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("backup: etcd snapshot: %w", err)
 	}
-	snap, err := io.ReadAll(io.LimitReader(rc, maxBackupSize))
+	snap, err := os.CreateTemp(s.opt.Data, ".backup-snapshot-*")
+	if err != nil {
+		rc.Close()
+		return fmt.Errorf("backup: %w", err)
+	}
+	defer os.Remove(snap.Name())
+	defer snap.Close()
+	snapLen, err := io.Copy(snap, io.LimitReader(rc, maxSnapshot+1))
 	rc.Close()
 	if err != nil {
 		return fmt.Errorf("backup: etcd snapshot: %w", err)
+	}
+	if snapLen > maxSnapshot {
+		return fmt.Errorf("backup: etcd snapshot over %d bytes", maxSnapshot)
+	}
+	if _, err := snap.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("backup: %w", err)
 	}
 	h := sha256.New()
 	bw := bufio.NewWriter(w)
@@ -78,7 +96,11 @@ func (s *Station) Backup(ctx context.Context, w io.Writer) error {
 		io.WriteString(mw, "\n")
 	}
 	section("kv", kvJSON)
-	section("snapshot", snap)
+	fmt.Fprintf(mw, "section snapshot %d\n", snapLen)
+	if n, err := io.Copy(mw, snap); err != nil || n != snapLen {
+		return fmt.Errorf("backup: etcd snapshot: %d of %d bytes copied: %v", n, snapLen, err)
+	}
+	io.WriteString(mw, "\n")
 	for _, f := range backupFiles {
 		b, err := os.ReadFile(filepath.Join(s.opt.Data, f))
 		if err == nil {
@@ -255,13 +277,16 @@ func (s *Station) finishRestore(ctx context.Context) error {
 			return fmt.Errorf("mgmt: restore pending (%s) but etcd already holds other keys under %s (%s): restore needs a fresh etcd", path, prefix, kv.Key)
 		}
 	}
+	// Transactions of at most 100 puts and half etcd's request limit (a
+	// version may be 16 MiB).
 	var ops []clientv3.Op
+	size := 0
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
 		_, err := s.cli.Txn(ctx).Then(ops...).Commit()
-		ops = ops[:0]
+		ops, size = ops[:0], 0
 		return err
 	}
 	n := 0
@@ -269,13 +294,14 @@ func (s *Station) finishRestore(ctx context.Context) error {
 		if strings.HasPrefix(kv.K, keyStations) {
 			continue // stations register themselves when they serve
 		}
-		ops = append(ops, clientv3.OpPut(kv.K, string(kv.V)))
-		n++
-		if len(ops) == 100 {
+		if len(ops) == 100 || (len(ops) > 0 && size+len(kv.K)+len(kv.V) > maxEtcdRequest/2) {
 			if err := flush(); err != nil {
 				return fmt.Errorf("mgmt: restore: %w", err)
 			}
 		}
+		ops = append(ops, clientv3.OpPut(kv.K, string(kv.V)))
+		size += len(kv.K) + len(kv.V)
+		n++
 	}
 	if err := flush(); err != nil {
 		return fmt.Errorf("mgmt: restore: %w", err)

@@ -53,11 +53,16 @@ type fsStatusFunc func(ctx context.Context, meta []string) ([]api.IOServer, []ap
 // Limits of the event stream.
 const (
 	dashMaxStreams   = 64               // concurrent event streams; more get 503
+	dashMaxPerUser   = 8                // of which one user's or member's; more get 429
 	dashWriteTimeout = 5 * time.Second  // a client that takes longer to take one frame is dropped
 	dashHeartbeat    = 15 * time.Second // comment line that keeps proxies from closing an idle stream
 	dashCacheFor     = time.Second      // the overview is computed at most once per this
 	dashMaxBody      = 4 << 10          // a drain request's body
 )
+
+// dashRecheck is how often an open event stream's token is checked again:
+// a token revoked or expired, or a user removed, loses the stream.
+var dashRecheck = 5 * time.Second
 
 // dash serves the dashboard over a source.
 type dash struct {
@@ -67,6 +72,9 @@ type dash struct {
 	meta     []string // metadata members given to the station (else the configuration's)
 	stations func() []string
 	log      *slog.Logger
+	// recheck authenticates a request again (nil: never); an event stream
+	// whose token it refuses ends.
+	recheck func(r *http.Request) error
 
 	// Knobs tests turn; zero: the constants above, time.Now.
 	tick         time.Duration // overview interval on the stream (1 s)
@@ -75,6 +83,8 @@ type dash struct {
 	cacheFor     time.Duration
 	clock        func() time.Time
 	streams      atomic.Int32 // event streams open now
+	perMu        sync.Mutex
+	per          map[string]int // event streams open now per principal
 
 	mu         sync.Mutex // held while computing, so concurrent callers share one computation
 	live       dashLive
@@ -91,7 +101,15 @@ func (s *Station) routesDash(mux *http.ServeMux) {
 // newDash is the station's dashboard, over the station's store and auth.
 func (s *Station) newDash() *dash {
 	probe := &pfsProbe{secret: s.opt.Secret}
-	return &dash{src: s, auth: s.auth, fs: probe.status, meta: s.opt.Meta, stations: s.stationAddrs, log: s.log}
+	recheck := func(r *http.Request) error {
+		_, err := s.principal(r)
+		var ae *authError
+		if errors.As(err, &ae) {
+			return err
+		}
+		return nil // the store's trouble is not the token's
+	}
+	return &dash{src: s, auth: s.auth, fs: probe.status, meta: s.opt.Meta, stations: s.stationAddrs, log: s.log, recheck: recheck}
 }
 
 func (d *dash) routes(mux *http.ServeMux) {
@@ -154,7 +172,8 @@ func (d *dash) status(ctx context.Context) (*dashStatus, []byte) {
 	if d.cached != nil && time.Since(d.at) < d.cacheFor {
 		return d.cached, d.cachedJSON
 	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// Shared by every caller: the first one going away must not cut it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	st := buildStatus(ctx, d.src, d.fs, d.meta, d.stations)
 	st.Time = d.clock().UTC()
@@ -175,7 +194,10 @@ func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	_, b := d.status(r.Context())
-	w.Write(append(b, '\n'))
+	// b is shared by every caller: appending to it would write into its
+	// spare capacity from several handlers at once.
+	w.Write(b)
+	w.Write([]byte{'\n'})
 }
 
 // handleEvents streams "overview" every tick and each "event" as it
@@ -183,11 +205,34 @@ func (d *dash) handleStatus(w http.ResponseWriter, r *http.Request, _ *Principal
 // connection with a deadline: a client that does not take them is dropped,
 // nothing queues up for it here (the subscription's channel is the store's,
 // bounded there).
-func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal) {
+func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, p *Principal) {
 	if r.Method != http.MethodGet {
 		dashError(w, http.StatusMethodNotAllowed, api.RouteEvents+": GET only")
 		return
 	}
+	// One user (or member) cannot take every stream from the others.
+	who := "user " + p.Name
+	if p.Member {
+		who = "member " + p.Name
+	}
+	d.perMu.Lock()
+	if d.per == nil {
+		d.per = map[string]int{}
+	}
+	if d.per[who] >= dashMaxPerUser {
+		d.perMu.Unlock()
+		dashError(w, http.StatusTooManyRequests, fmt.Sprintf("%s: %s already has %d event streams open", api.RouteEvents, who, dashMaxPerUser))
+		return
+	}
+	d.per[who]++
+	d.perMu.Unlock()
+	defer func() {
+		d.perMu.Lock()
+		if d.per[who]--; d.per[who] <= 0 {
+			delete(d.per, who)
+		}
+		d.perMu.Unlock()
+	}()
 	if d.streams.Add(1) > dashMaxStreams {
 		d.streams.Add(-1)
 		dashError(w, http.StatusServiceUnavailable, fmt.Sprintf("%s: already %d event streams open", api.RouteEvents, dashMaxStreams))
@@ -220,11 +265,20 @@ func (d *dash) handleEvents(w http.ResponseWriter, r *http.Request, _ *Principal
 	defer tick.Stop()
 	beat := time.NewTicker(d.heartbeat)
 	defer beat.Stop()
+	checked := time.Now()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-tick.C:
+			if d.recheck != nil && time.Since(checked) >= dashRecheck {
+				checked = time.Now()
+				if err := d.recheck(r); err != nil {
+					b, _ := json.Marshal(api.Error{Error: err.Error()})
+					send(sseFrame("error", b))
+					return
+				}
+			}
 			if !overview() {
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
 // dashLogin is how openDashboard logs in: a token, or a user and password
@@ -340,4 +342,27 @@ func TestDashChromiumReadOnly(t *testing.T) {
 	runBounded(t, ctx, "log out", chromedp.Click(chromedp.ID("logout")))
 	runBounded(t, ctx, "bad token", chromedp.Steps(chromedp.SetValue(chromedp.ID("login-token"), "nonsense"), chromedp.Click(chromedp.ID("login-submit"))))
 	waitPage(t, ctx, "the login error", `document.getElementById('login-error').textContent.includes('token refused') && !document.getElementById('login').hidden`)
+}
+
+// Strings members and errors bring (names, messages) are shown as text,
+// never parsed as HTML.
+func TestDashChromiumEscapes(t *testing.T) {
+	if chromiumPath() == "" {
+		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
+	}
+	f := newFakeSource()
+	_, base := startDash(t, f, func(d *dash) { d.tick, d.cacheFor = 100*time.Millisecond, time.Nanosecond })
+	ctx := openDashboard(t, base, dashLogin{Token: dashReadToken})
+	payload := `<img src=x onerror="window.pwned=1"><script>window.pwned=2</script><b id=injected>x</b>`
+	f.publish(api.Event{Time: time.Now(), Kind: "apply-error", Member: payload, Msg: payload})
+	f.mu.Lock()
+	f.fail = errors.New(payload)
+	f.mu.Unlock()
+	waitPage(t, ctx, "the payload shown as text", `document.getElementById('errors').textContent.includes('<img src=x') &&
+		[...document.querySelectorAll('#events li')].some(li => li.textContent.includes('<script>window.pwned=2</script>'))`)
+	ok := runBounded(t, ctx, "looking for injected nodes", chromedp.Evaluate[bool](
+		`window.pwned === undefined && document.getElementById('injected') === null && document.querySelectorAll('#main img, #main script').length === 0`))
+	if !ok {
+		t.Fatal("a member-reported string was parsed as HTML")
+	}
 }

@@ -884,3 +884,74 @@ func TestDashEventsHTTP2(t *testing.T) {
 	cancel()
 	waitFor(t, "the stream to end", func() bool { return d.streams.Load() == 0 })
 }
+
+// One user's streams are bounded so they cannot take every stream from
+// the others; another user still gets one.
+func TestDashEventsPerUser(t *testing.T) {
+	f := newFakeSource()
+	d, base := startDash(t, f, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range dashMaxPerUser {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+api.RouteEvents, nil)
+		req.Header.Set("Authorization", "Bearer "+dashReadToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("stream: %v %v", res, err)
+		}
+		defer res.Body.Close()
+	}
+	waitFor(t, "the streams open", func() bool { return d.streams.Load() == dashMaxPerUser })
+	res, b := dashDo(t, "GET", base+api.RouteEvents, dashReadToken, "")
+	if res.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte("user bob already has")) {
+		t.Fatalf("bob's stream over the per-user limit: %d %s", res.StatusCode, b)
+	}
+	actx, acancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(actx, "GET", base+api.RouteEvents, nil)
+	req.Header.Set("Authorization", "Bearer "+dashAdminToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("alice's stream while bob has %d: %v %v", dashMaxPerUser, res, err)
+	}
+	res.Body.Close()
+	acancel()
+	cancel()
+	waitFor(t, "every stream gone", func() bool {
+		d.perMu.Lock()
+		defer d.perMu.Unlock()
+		return len(d.per) == 0 && d.streams.Load() == 0
+	})
+}
+
+// slowMembers is a source whose members() takes a while and honours its
+// context, as the store's does.
+type slowMembers struct{ *fakeSource }
+
+func (s slowMembers) members(ctx context.Context) ([]api.MemberStatus, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(300 * time.Millisecond):
+	}
+	return s.fakeSource.members(ctx)
+}
+
+// The overview every caller shares is not computed under the context of
+// the first caller: one that goes away must not leave "context canceled"
+// for everyone else for the cache's lifetime.
+func TestDashStatusOutlivesCaller(t *testing.T) {
+	d, base := startDash(t, newFakeSource(), func(d *dash) { d.cacheFor = 10 * time.Second })
+	d.src = slowMembers{d.src.(*fakeSource)}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+api.RouteStatus, nil)
+	req.Header.Set("Authorization", "Bearer "+dashReadToken)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
+	}
+	time.Sleep(10 * time.Millisecond)
+	st := getStatus(t, base)
+	if len(st.Errors) > 0 || len(st.Members) == 0 {
+		t.Fatalf("overview after an impatient caller: errors %q, %d members", st.Errors, len(st.Members))
+	}
+}

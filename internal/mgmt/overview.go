@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -95,13 +96,21 @@ func (s *Station) overview(ctx context.Context) (api.Overview, error) {
 	return st.Overview, err
 }
 
-// stationAddrs is every station's API address as far as this one knows:
-// itself.
+// stationAddrs is every station's API address (HOST:PORT) registered in
+// the store; this one's alone if the store does not answer.
 func (s *Station) stationAddrs() []string {
-	if s.opt.Listen != "" {
-		return []string{s.opt.Listen}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var out []string
+	for _, u := range s.stations(ctx) {
+		if p, err := url.Parse(u); err == nil && p.Host != "" {
+			out = append(out, p.Host)
+		}
 	}
-	return []string{"127.0.0.1:7600"}
+	if len(out) == 0 {
+		out = []string{s.opt.Listen}
+	}
+	return out
 }
 
 // buildStatus gathers the overview from src and the file system; each

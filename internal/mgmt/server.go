@@ -17,6 +17,7 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Body limits: JSON requests, and the ones carrying a configuration.
@@ -24,7 +25,33 @@ const (
 	maxJSON   = 1 << 20
 	maxConfig = 16 << 20
 	maxWait   = 60 * time.Second
+	// maxWaitsPerMember bounds one member's concurrent long polls (its
+	// agent has one; a leaked credential cannot pile up goroutines).
+	maxWaitsPerMember = 4
 )
+
+// tooManyError is a 429.
+type tooManyError struct{ msg string }
+
+func (e *tooManyError) Error() string { return e.msg }
+
+// startWait counts one of member's long polls; false when it has
+// maxWaitsPerMember already.
+func (s *Station) startWait(member string) (release func(), ok bool) {
+	s.waitMu.Lock()
+	defer s.waitMu.Unlock()
+	if s.waits[member] >= maxWaitsPerMember {
+		return nil, false
+	}
+	s.waits[member]++
+	return func() {
+		s.waitMu.Lock()
+		defer s.waitMu.Unlock()
+		if s.waits[member]--; s.waits[member] <= 0 {
+			delete(s.waits, member)
+		}
+	}, true
+}
 
 type metrics struct {
 	reg          *prometheus.Registry
@@ -105,12 +132,18 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		ces clustercfg.Errors
 		ce1 *clustercfg.Error
 		mbe *http.MaxBytesError
+		nt  *nameTakenError
+		tm  *tooManyError
 	)
 	body := api.Error{Error: err.Error()}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.As(err, &ce):
 		status, body.Current = http.StatusConflict, ce.current
+	case errors.As(err, &nt):
+		status = http.StatusConflict
+	case errors.As(err, &tm):
+		status = http.StatusTooManyRequests
 	case errors.As(err, &ae):
 		status = http.StatusUnauthorized
 		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
@@ -155,6 +188,14 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 		}
 		return &inputError{"bad JSON body: " + err.Error()}
 	}
+	// One value: "{...} garbage" or two objects is a broken client.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return &inputError{"bad JSON body: more after the JSON value"}
+	}
 	return nil
 }
 
@@ -195,7 +236,11 @@ func (s *Station) hVersion(w http.ResponseWriter, r *http.Request, p *Principal)
 	writeJSON(w, http.StatusOK, v)
 }
 
-// limitParam reads ?limit=N (default def, at most 10000).
+// maxLimit bounds ?limit= (history, audit).
+const maxLimit = 10000
+
+// limitParam reads ?limit=N (default def, at most maxLimit; 0: maxLimit,
+// never "everything": the audit log grows for ever).
 func limitParam(r *http.Request, def int) (int, error) {
 	q := r.URL.Query().Get("limit")
 	if q == "" {
@@ -205,7 +250,10 @@ func limitParam(r *http.Request, def int) (int, error) {
 	if err != nil || n < 0 {
 		return 0, &inputError{fmt.Sprintf("limit %q: want a count", q)}
 	}
-	return min(n, 10000), nil
+	if n == 0 {
+		return maxLimit, nil
+	}
+	return min(n, maxLimit), nil
 }
 
 func (s *Station) hHistory(w http.ResponseWriter, r *http.Request, p *Principal) {
@@ -333,6 +381,14 @@ func (s *Station) hDesired(w http.ResponseWriter, r *http.Request, p *Principal)
 		}
 		wait = min(d, maxWait)
 	}
+	if wait > 0 {
+		release, ok := s.startWait(p.Name)
+		if !ok {
+			s.fail(w, &tooManyError{fmt.Sprintf("member %s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
+			return
+		}
+		defer release()
+	}
 	d, err := s.waitDesired(r.Context(), p.Name, after, wait)
 	if err != nil {
 		s.fail(w, err)
@@ -401,7 +457,7 @@ func (s *Station) sdTargets(ctx context.Context) ([]api.SDTarget, error) {
 			add(m.Metrics, m.Role, m.Name)
 		}
 	}
-	resp, err := s.cli.Get(ctx, keyStations, withPrefix())
+	resp, err := s.cli.Get(ctx, keyStations, clientv3.WithPrefix())
 	if err == nil {
 		for _, kv := range resp.Kvs {
 			add(string(kv.Value)+api.RouteMetrics, "mgmt", trimPrefix(kv.Key, keyStations))

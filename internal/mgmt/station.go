@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
@@ -98,6 +99,8 @@ type Station struct {
 	watchCancel context.CancelFunc
 	wakeMu      sync.Mutex
 	wake        chan struct{} // closed (and replaced) when cfg, drain or binary keys change
+	waitMu      sync.Mutex
+	waits       map[string]int // long polls waiting, per member
 
 	evMu   sync.Mutex
 	events []api.Event // ring, last maxEvents
@@ -114,13 +117,19 @@ type Station struct {
 	urlMu sync.Mutex
 	url   string // this station's API URL once Run listens
 
+	lock *os.File // DATA/lock, held (flock) while the station runs
+
 	closeOnce sync.Once
 	etcdOnce  sync.Once
 }
 
 // New opens (or creates) the station's data and connects to etcd
 // (starting the embedded member); Run serves.
-func New(opt Options) (*Station, error) {
+func New(opt Options) (*Station, error) { return NewContext(context.Background(), opt) }
+
+// NewContext is New that gives up when ctx ends (a signal while it waits
+// for etcd or the other stations).
+func NewContext(ctx context.Context, opt Options) (*Station, error) {
 	if opt.Data == "" {
 		return nil, errors.New("mgmt: no data directory")
 	}
@@ -140,7 +149,7 @@ func New(opt Options) (*Station, error) {
 		opt.EtcdClient = "127.0.0.1:7601"
 	}
 	s := &Station{opt: opt, log: opt.Log, subs: map[chan api.Event]struct{}{},
-		loginFail: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
+		loginFail: map[string]int{}, waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -148,7 +157,12 @@ func New(opt Options) (*Station, error) {
 	if err := os.MkdirAll(opt.Data, 0o700); err != nil {
 		return nil, fmt.Errorf("mgmt: data: %w", err)
 	}
-	if err := s.connect(); err != nil {
+	lock, err := lockData(opt.Data)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	if err := s.connect(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -159,13 +173,27 @@ func New(opt Options) (*Station, error) {
 	return s, nil
 }
 
+// lockData takes DATA/lock: a second station on the same directory
+// would otherwise wait forever on etcd's database lock.
+func lockData(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("mgmt: data: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("mgmt: data directory %s is in use by another station (%v)", dir, err)
+	}
+	return f, nil
+}
+
 // connect starts the embedded member (or reaches the external cluster)
 // and opens the client.
-func (s *Station) connect() error {
+func (s *Station) connect(ctx context.Context) error {
 	eps := s.opt.Etcd
 	if len(eps) == 0 {
 		s.name = s.opt.EtcdName
-		e, err := startEtcd(s.opt)
+		e, err := startEtcd(ctx, s.opt)
 		if err != nil {
 			return err
 		}
@@ -181,24 +209,30 @@ func (s *Station) connect() error {
 		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
 	}
 	s.cli = cli
-	ctx, cancel := context.WithTimeout(context.Background(), etcdStartTimeout)
+	wctx, cancel := context.WithTimeout(ctx, etcdStartTimeout)
 	defer cancel()
 	// A linearizable read proves a quorum answers.
 	for {
-		_, err := cli.Get(ctx, keyCurrent)
+		_, err := cli.Get(wctx, keyCurrent)
 		if err == nil {
 			return nil
 		}
 		if ctx.Err() != nil {
+			return fmt.Errorf("mgmt: stopped while waiting for etcd %v: %w", eps, ctx.Err())
+		}
+		if wctx.Err() != nil {
 			return fmt.Errorf("mgmt: etcd %v did not answer within %v: %w", eps, etcdStartTimeout, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
 // startEtcd starts the embedded member in DATA/etcd; its log goes to
 // DATA/etcd.log at level warn.
-func startEtcd(opt Options) (*embed.Etcd, error) {
+func startEtcd(ctx context.Context, opt Options) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = opt.EtcdName
 	cfg.Dir = filepath.Join(opt.Data, "etcd")
@@ -224,6 +258,9 @@ func startEtcd(opt Options) (*embed.Etcd, error) {
 	// A configuration may be 16 MiB; members' reports rewrite keys every
 	// second, so old revisions are compacted away.
 	cfg.MaxRequestBytes = maxEtcdRequest
+	// NewConfig leaves this at 0 (only etcd's flags default it), which
+	// logs every request at warn: DATA/etcd.log would grow forever.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "10m"
 	e, err := embed.StartEtcd(cfg)
@@ -236,6 +273,10 @@ func startEtcd(opt Options) (*embed.Etcd, error) {
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("mgmt: embedded etcd: %w", err)
+	case <-ctx.Done():
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("mgmt: stopped while the embedded etcd in %s waited for %q: %w", cfg.Dir, cfg.InitialCluster, ctx.Err())
 	case <-time.After(etcdStartTimeout):
 		e.Server.Stop()
 		e.Close()
@@ -331,6 +372,7 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go s.monitorMembers(mctx)
+	go s.pruneTokensEvery(mctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("station serving", "url", s.url, "etcd", s.endpoint)
@@ -344,6 +386,14 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 		// Long polls would hold Shutdown; they end with the server.
 		if srv.Shutdown(sctx) != nil {
 			srv.Close()
+		}
+		// A station stopped on purpose is no longer listed (join replies,
+		// the dashboard, Prometheus SD); a crashed one stays until it
+		// starts again.
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer dcancel()
+		if _, err := s.cli.Delete(dctx, keyStations+s.name); err != nil {
+			s.log.Warn("unregistering the station", "err", err)
 		}
 		return nil
 	case err := <-errc:
@@ -371,6 +421,9 @@ func (s *Station) Close() error {
 			s.cli.Close()
 		}
 		s.closeEtcd()
+		if s.lock != nil {
+			s.lock.Close() // releases the flock
+		}
 		s.evMu.Lock()
 		for c := range s.subs {
 			close(c)

@@ -14,6 +14,7 @@ import (
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // etcd keys, all under /corral/.
@@ -90,6 +91,12 @@ func asInput(err error) error {
 		return err
 	}
 	return &inputError{err.Error()}
+}
+
+// keySegment says whether s may name one etcd key segment (a user, node,
+// member or token): not empty, at most max bytes, no '/' nor NUL.
+func keySegment(s string, max int) bool {
+	return s != "" && len(s) <= max && !strings.ContainsAny(s, "/\x00")
 }
 
 func verKey(v int64) string  { return fmt.Sprintf("%s%016d", keyVersions, v) }
@@ -258,6 +265,10 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 			reply.Unchanged = true
 			return nil, nil, unchanged
 		}
+		gone, err := s.accountsGone(ctx, old.YAML, string(canon))
+		if err != nil {
+			return nil, nil, err
+		}
 		nv := api.Version{Version: cur + 1, Parent: cur, Author: who, Comment: comment, Time: time.Now().UTC(), YAML: string(canon)}
 		vb, _ := json.Marshal(nv)
 		nv.YAML = ""
@@ -266,8 +277,8 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 		reply.Version = nv.Version
 		entry.Version = nv.Version
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyCurrent), "=", rev)},
-			[]clientv3.Op{clientv3.OpPut(verKey(nv.Version), string(vb)), clientv3.OpPut(histKey(nv.Version), string(hb)),
-				clientv3.OpPut(keyCurrent, string(cb))}, nil
+			append([]clientv3.Op{clientv3.OpPut(verKey(nv.Version), string(vb)), clientv3.OpPut(histKey(nv.Version), string(hb)),
+				clientv3.OpPut(keyCurrent, string(cb))}, gone...), nil
 	})
 	var ce *conflictError
 	switch {
@@ -283,6 +294,51 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 	s.noteVersionEvent(reply.Version)
 	s.event(api.Event{Kind: action, Version: reply.Version, Msg: fmt.Sprintf("%s made version %d", who, reply.Version)})
 	return reply, nil
+}
+
+// accountsGone is what removing accounts from a configuration does to
+// them: their password hashes deleted and their API tokens revoked, so an
+// account added again later under the same name (someone else, maybe)
+// starts afresh. At most 100 ops; tokens beyond expire.
+func (s *Station) accountsGone(ctx context.Context, oldYAML, newYAML string) ([]clientv3.Op, error) {
+	names := func(y string) map[string]bool {
+		var doc struct {
+			Accounts []struct {
+				Name string `yaml:"name"`
+			} `yaml:"accounts"`
+		}
+		_ = yaml.Unmarshal([]byte(y), &doc) // canonical YAML; unreadable: no accounts
+		m := map[string]bool{}
+		for _, a := range doc.Accounts {
+			m[a.Name] = true
+		}
+		return m
+	}
+	was, now := names(oldYAML), names(newYAML)
+	gone := map[string]bool{}
+	for n := range was {
+		if !now[n] && n != "admin" && keySegment(n, 128) {
+			gone[n] = true
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	var ops []clientv3.Op
+	for n := range gone {
+		ops = append(ops, clientv3.OpDelete(keyUsers+n))
+	}
+	toks, err := s.tokenRecords(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range toks {
+		if t.Kind == kindAPI && gone[t.User] && !t.Revoked && len(ops) < 100 {
+			t.Revoked = true
+			ops = append(ops, tokenPut(t))
+		}
+	}
+	return ops, nil
 }
 
 // apply validates YAML and stores it (or, DryRun, only diffs it).
@@ -556,7 +612,7 @@ func (s *Station) drained(ctx context.Context) ([]string, error) {
 // setDrain drains or undrains a node (who: for the audit log); members
 // see it through Desired.Drained.
 func (s *Station) setDrain(ctx context.Context, node string, drain bool, who string) error {
-	if node == "" || strings.ContainsAny(node, "/\x00") {
+	if !keySegment(node, 253) {
 		return &inputError{fmt.Sprintf("drain: bad node name %q", node)}
 	}
 	action := "undrain"
@@ -637,8 +693,6 @@ func (s *Station) subscribe() (<-chan api.Event, func()) {
 		}
 	}
 }
-
-func withPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
 
 // noteVersionEvent records that this station announced version v.
 func (s *Station) noteVersionEvent(v int64) {

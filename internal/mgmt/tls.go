@@ -155,17 +155,37 @@ func loadLocalCA(dir string) (*caPair, error) {
 	return ca, nil
 }
 
-// writeFile0600 writes b to path through a temporary file and a rename,
-// so a crash leaves the old file or the new one.
+// writeFile0600 writes b to path (mode 0600) through a temporary file of
+// its own, synced, and a rename, so a crash leaves the old file or the new
+// one and concurrent writers never mix.
 func writeFile0600(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*") // mode 0600
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // the rename itself; best effort
+		d.Close()
+	}
+	return nil
 }
 
 // setupTLS decides the station's certificate: the operator's (--tls-*)
@@ -189,6 +209,12 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 				return nil, nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", s.opt.TLSCA)
 			}
 			withCA(&cert, caPEM)
+		} else {
+			// Members need a certificate to pin (a join token without
+			// one is refused by every member): the chain's last one, the
+			// certificate itself when it is self-signed.
+			last := cert.Certificate[len(cert.Certificate)-1]
+			caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: last})
 		}
 		return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, caPEM, nil
 	}

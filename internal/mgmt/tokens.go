@@ -112,9 +112,60 @@ func (s *Station) tokens(ctx context.Context) ([]api.Token, error) {
 	return out, nil
 }
 
+// tokenKeep is how long an expired API or join token stays listed before
+// pruneTokens deletes it; logins would otherwise pile up for ever.
+const tokenKeep = 24 * time.Hour
+
+// pruneTokens deletes API and join tokens that expired before cutoff
+// (member credentials and the bootstrap token never expire); it returns
+// how many went.
+func (s *Station) pruneTokens(ctx context.Context, cutoff time.Time) (int, error) {
+	resp, err := s.cli.Get(ctx, keyTokens, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		var t tokenRecord
+		if json.Unmarshal(kv.Value, &t) != nil || (t.Kind != kindAPI && t.Kind != kindJoin) ||
+			t.Expires.IsZero() || !t.Expires.Before(cutoff) {
+			continue
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		if err != nil {
+			return n, err
+		}
+		if tr.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// pruneTokensEvery prunes at once and then hourly until ctx ends.
+func (s *Station) pruneTokensEvery(ctx context.Context) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		if n, err := s.pruneTokens(pctx, time.Now().Add(-tokenKeep)); err != nil && ctx.Err() == nil {
+			s.log.Warn("pruning expired tokens", "err", err)
+		} else if n > 0 {
+			s.log.Info("pruned expired tokens", "count", n)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // revokeToken revokes a token (a member's credential too).
 func (s *Station) revokeToken(ctx context.Context, id, who string) error {
-	if id == "" || strings.ContainsAny(id, "/\x00") {
+	if !keySegment(id, 64) {
 		return &inputError{fmt.Sprintf("token: bad ID %q", id)}
 	}
 	e := &api.AuditEntry{User: who, Action: "token-revoke", Detail: id}
@@ -126,13 +177,27 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 		if t == nil {
 			return nil, nil, &notFoundError{"no token " + id}
 		}
+		ops := []clientv3.Op{tokenPut(t)}
+		if t.Kind == kindMember && t.Member != "" && !t.Revoked {
+			// The member's live credential (a rejoin revokes the old
+			// one itself): it leaves the members list rather than show
+			// as down for ever.
+			ops = append(ops, clientv3.OpDelete(keyMembers+t.Member))
+		}
 		t.Revoked = true
-		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, []clientv3.Op{tokenPut(t)}, nil
+		ops[0] = tokenPut(t)
+		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, ops, nil
 	})
 }
 
+// nameTakenError is a join under a name a member of another role holds (409).
+type nameTakenError struct{ msg string }
+
+func (e *nameTakenError) Error() string { return e.msg }
+
 // join trades a join token for a member credential; an earlier
-// credential of the same member name is revoked (a replaced machine).
+// credential of the same member name is revoked (a replaced machine). A
+// name held by a member of another role is refused.
 func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinRequest) (api.JoinReply, error) {
 	if bearerTok == "" {
 		return api.JoinReply{}, &authError{"no join token: send Authorization: Bearer TOKEN"}
@@ -140,8 +205,13 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	if !memberRole(req.Role) {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: role %q: want director, node, meta or iod", req.Role)}
 	}
-	if req.Name == "" || len(req.Name) > 128 || strings.ContainsAny(req.Name, "/\x00 ") {
+	if !keySegment(req.Name, 128) || strings.Contains(req.Name, " ") {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad member name %q", req.Name)}
+	}
+	// The address goes into the audit log and the events every dashboard
+	// gets each second: a host:port, not a megabyte.
+	if len(req.Addr) > 256 || strings.ContainsFunc(req.Addr, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad address %.40q (want HOST:PORT)", req.Addr)}
 	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
@@ -170,7 +240,14 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 			return nil, nil, err
 		}
 		for _, o := range old {
-			if o.Kind == kindMember && o.Member == req.Name && !o.Revoked && len(ops) < 100 {
+			if o.Kind != kindMember || o.Member != req.Name || o.Revoked {
+				continue
+			}
+			if o.Role != req.Role {
+				return nil, nil, &nameTakenError{fmt.Sprintf("member name %q is a %s's (credential %s): a %s may not take it; "+
+					"pick another name, or revoke that credential first (corral mgmt token revoke %s)", req.Name, o.Role, o.ID, req.Role, o.ID)}
+			}
+			if len(ops) < 100 {
 				o.Revoked = true
 				ops = append(ops, tokenPut(o))
 			}
