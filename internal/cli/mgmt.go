@@ -108,7 +108,9 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			opt.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			ctx, stop := signalContext()
 			defer stop()
-			st, err := mgmt.New(opt)
+			// NewContext: Ctrl-C also ends the wait for etcd and the
+			// other stations.
+			st, err := mgmt.NewContext(ctx, opt)
 			if err != nil {
 				return err
 			}

@@ -22,8 +22,10 @@ import (
 
 // Body limits: JSON requests, and the ones carrying a configuration.
 const (
-	maxJSON   = 1 << 20
-	maxConfig = 16 << 20
+	maxJSON = 1 << 20
+	// maxConfig: a configuration of clustercfg.MaxDocument bytes inside
+	// JSON, where escaping (quotes, newlines) can double it.
+	maxConfig = 2*clustercfg.MaxDocument + 1<<20
 	maxWait   = 60 * time.Second
 	// maxWaitsPerMember bounds one member's concurrent long polls (its
 	// agent has one; a leaked credential cannot pile up goroutines).
@@ -158,7 +160,10 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		body.Error = fmt.Sprintf("request body over %d bytes", mbe.Limit)
 	case errors.As(err, &ces):
 		status = http.StatusBadRequest
-		body.Error = fmt.Sprintf("configuration invalid: %d errors", len(ces))
+		body.Error = "configuration invalid: 1 error"
+		if len(ces) != 1 {
+			body.Error = fmt.Sprintf("configuration invalid: %d errors", len(ces))
+		}
 		for _, e := range ces {
 			body.Errors = append(body.Errors, api.FieldError{Path: e.Path, Line: e.Line, Msg: e.Msg})
 		}
@@ -177,6 +182,10 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 
 // decode reads a JSON body of at most limit bytes into v.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	// A body sent a byte at a time would hold a goroutine and a
+	// connection for ever (the server has no ReadTimeout: uploads are
+	// long): a JSON body gets 10 s plus 1 s per MiB it may have.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(10*time.Second + time.Duration(limit>>20)*time.Second))
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError

@@ -343,6 +343,10 @@ func (s *Station) accountsGone(ctx context.Context, oldYAML, newYAML string) ([]
 
 // apply validates YAML and stores it (or, DryRun, only diffs it).
 func (s *Station) apply(ctx context.Context, req api.ApplyRequest, who string) (api.ApplyReply, error) {
+	if len(req.YAML) > clustercfg.MaxDocument {
+		// Said before parsing: the body limit is twice this (JSON escaping).
+		return api.ApplyReply{}, &inputError{fmt.Sprintf("configuration of %d bytes: at most %d", len(req.YAML), clustercfg.MaxDocument)}
+	}
 	canon, err := validate("config.yaml", []byte(req.YAML))
 	if err != nil {
 		return api.ApplyReply{}, asInput(err)

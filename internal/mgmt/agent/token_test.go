@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"strings"
 	"testing"
 )
@@ -28,4 +30,19 @@ func FuzzParseToken(f *testing.F) {
 			t.Fatalf("%q: accepted as %+v", s, tk)
 		}
 	})
+}
+
+// A station without TLS makes tokens with no CA hash: they parse (its
+// members join over plain http), but an https station is not trusted on
+// such a token.
+func TestTokenWithoutCAHash(t *testing.T) {
+	tk, err := ParseToken("id.sec.")
+	if err != nil || tk.CAHash != "" {
+		t.Fatalf("token of an insecure station: %+v %v", tk, err)
+	}
+	p := &pinned{hash: tk.CAHash}
+	err = p.verify(tls.ConnectionState{PeerCertificates: []*x509.Certificate{{Raw: []byte{1}}}}, "127.0.0.1")
+	if err == nil || !strings.Contains(err.Error(), "--station-ca") {
+		t.Fatalf("https station trusted on a token without a CA hash: %v", err)
+	}
 }
