@@ -188,6 +188,8 @@ type recorder struct {
 	errs []string
 }
 
-func (r *recorder) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
-func (r *recorder) Helper()                           {}
-func (r *recorder) msgs() string                      { return strings.Join(r.errs, "\n") }
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Helper()      {}
+func (r *recorder) msgs() string { return strings.Join(r.errs, "\n") }
