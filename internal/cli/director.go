@@ -85,6 +85,12 @@ station answers. Its admin API is on --admin.`,
 				fmt.Printf("%s: ok\n", check)
 				return nil
 			}
+			if jf.enabled() && !cmd.Flags().Changed("secret-file") {
+				// Joined, the credential is the join's: a CORRAL_SECRET_FILE
+				// inherited from a parent (corral up, a test) is not asked
+				// for, and may name a file long gone.
+				secretFile = ""
+			}
 			if secretFile != "" {
 				// The director's file-system client (file sizes for
 				// scheduling) takes its credential from the environment.

@@ -203,6 +203,9 @@ func TestDirectorJoinsStation(t *testing.T) {
 	st.yaml = "clusters:\n  - name: web\nnodes:\n  - name: n1\n    address: " + backend.Addr().String() + "\n    cluster: web\n" +
 		"directors:\n  - name: d1\nservices:\n  - name: www\n    cluster: web\n    vip: " + vip + "\n    check:\n      type: none\n"
 	st.mu.Unlock()
+	// A credential file named by the environment (inherited from corral
+	// up or a test) and gone since: a joined director uses the join's.
+	t.Setenv(proto.SecretEnv, filepath.Join(dir, "gone", "cluster.secret"))
 	p, err := launch.Start(context.Background(), "director", pfstest.Binary(t), filepath.Join(dir, "director.log"),
 		"director", "--join", st.URL, "--token", st.token, "--name", "d1", "--admin", "127.0.0.1:0",
 		"--token-file", filepath.Join(dir, "admin.token"), "--state", filepath.Join(dir, "state"))
