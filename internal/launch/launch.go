@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,10 @@ func readyAddr(line string) string {
 	return rest // an address, or a mount's directory (spaces and all)
 }
 
+// PdeathsigEnv names the variable carrying the pid of the parent whose
+// death must kill a role (see Start and cli's init).
+const PdeathsigEnv = "CORRAL_PDEATHSIG"
+
 // Proc is a running role.
 type Proc struct {
 	Name string
@@ -70,6 +75,10 @@ func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Pro
 	cmd.Stderr = logf
 	// The child dies with us, so a crashed test or up leaves no daemons.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// The kernel keeps Pdeathsig on the thread it was set for; a member
+	// that replaces itself (a rolling upgrade's exec, from another Go
+	// thread) loses it, so the corral binary sets it again from this.
+	cmd.Env = append(os.Environ(), PdeathsigEnv+"="+strconv.Itoa(os.Getpid()))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()

@@ -688,12 +688,22 @@ func TestRolloutBrokenBinary(t *testing.T) {
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)
 	}
-	// up killed with SIGKILL: the upgraded member may outlive it (a
+	// up killed with SIGKILL: the upgraded member dies with it too (a
 	// process re-executed from another thread loses its parent-death
-	// signal); the next up on the same data stops it and starts over,
-	// on up's own binary again.
+	// signal; the binary sets it again at start, cli's init); the next
+	// up on the same data starts over, on up's own binary again.
+	node1 := m.child("node", stationNet+".21:8080")
+	if node1 == 0 {
+		t.Fatal("no node1 child of up")
+	}
 	m.cmd.Process.Kill()
 	<-m.done
+	waitFor(t, "the upgraded node1 gone with up", 5*time.Second, func() error {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", node1)); err == nil && !strings.Contains(string(b), ") Z ") {
+			return errors.New("still running")
+		}
+		return nil
+	})
 	m2 := startUp(t, m.bin, m.dir, stationNet, "--meta-members", "1", "--iods", "1", "--nodes", "2")
 	if err := get(m.vip()); err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
@@ -123,6 +124,8 @@ type Agent struct {
 	cl      *api.Client
 	reply   *api.JoinReply
 	started time.Time
+	// bigReport: the role report was once too big to send (logged once).
+	bigReport atomic.Bool
 
 	mu       sync.Mutex
 	applied  int64  // version running
@@ -639,6 +642,10 @@ var build = sync.OnceValue(func() string {
 	return hex.EncodeToString(h.Sum(nil))
 })
 
+// MaxReport bounds the role-specific report sent with each status (the
+// station's body limit for a report is 1 MiB, all of it included).
+const MaxReport = 512 << 10
+
 // Status is the report the agent sends now.
 func (a *Agent) Status() api.MemberStatus {
 	st := api.MemberStatus{Name: a.opt.Name, Role: a.opt.Role, Addr: a.opt.Addr, Healthy: true, Build: build(),
@@ -651,8 +658,14 @@ func (a *Agent) Status() api.MemberStatus {
 	}
 	if a.opt.Report != nil {
 		if r := a.opt.Report(); r != nil {
-			if b, err := json.Marshal(r); err == nil {
+			if b, err := json.Marshal(r); err == nil && len(b) <= MaxReport {
 				st.Report = b
+			} else if err == nil && !a.bigReport.Swap(true) {
+				// A director of thousands of services: the station takes
+				// at most 1 MiB a report (and etcd a bounded value). The
+				// member still reports its version and health; the
+				// dashboard shows the configured pools without numbers.
+				a.log.Warn("role report left out of the status: too big", "bytes", len(b), "max", MaxReport)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -286,5 +287,20 @@ func TestApplyRetried(t *testing.T) {
 	defer p.mu.Unlock()
 	if p.calls != 3 {
 		t.Fatalf("%d applies, want 3", p.calls)
+	}
+}
+
+// A role report over MaxReport (a director of thousands of services) is
+// left out, so the status still fits the station's body limit and the
+// member is seen up with its version.
+func TestBigReportLeftOut(t *testing.T) {
+	big := strings.Repeat("x", MaxReport+1)
+	a := &Agent{opt: Options{Name: "d1", Role: api.RoleDirector, Report: func() any { return big }}, log: slog.New(slog.DiscardHandler)}
+	if st := a.Status(); len(st.Report) != 0 || !st.Healthy {
+		t.Fatalf("a %d-byte report was sent (%d bytes) or marked the member unhealthy", len(big), len(st.Report))
+	}
+	a.opt.Report = func() any { return "small" }
+	if st := a.Status(); string(st.Report) != `"small"` {
+		t.Fatalf("small report: %q", st.Report)
 	}
 }
