@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -144,7 +142,7 @@ func runRollout(ctx context.Context, c *api.Client, log io.Writer, binary string
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return fmt.Errorf("--binary %s: not an executable file", binary)
 	}
-	sha, err := roFileSHA(binary)
+	sha, err := api.FileSHA256(binary)
 	if err != nil {
 		return fmt.Errorf("--binary: %w", err)
 	}
@@ -211,15 +209,3 @@ func runRollout(ctx context.Context, c *api.Client, log io.Writer, binary string
 	}
 }
 
-func roFileSHA(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}

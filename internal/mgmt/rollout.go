@@ -108,24 +108,11 @@ func roError(w http.ResponseWriter, status int, format string, a ...any) {
 	roJSON(w, status, api.Error{Error: fmt.Sprintf(format, a...)})
 }
 
-// validSHA says whether s is a sha256 in lowercase hex (it names a file).
-func validSHA(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // putBinary stores an uploaded binary as DATA/binaries/SHA256 (0755),
 // streamed to a temporary file and renamed once its hash is checked.
 func (rs *rolloutState) putBinary(w http.ResponseWriter, r *http.Request, p *Principal) {
 	sha := r.PathValue("sha")
-	if !validSHA(sha) {
+	if !api.IsSHA256(sha) {
 		roError(w, http.StatusBadRequest, "binary: %q is not a sha256 in lowercase hex", sha)
 		return
 	}
@@ -173,7 +160,7 @@ func (rs *rolloutState) putBinary(w http.ResponseWriter, r *http.Request, p *Pri
 // getBinary serves a stored binary to a member's agent.
 func (rs *rolloutState) getBinary(w http.ResponseWriter, r *http.Request, p *Principal) {
 	sha := r.PathValue("sha")
-	if !validSHA(sha) {
+	if !api.IsSHA256(sha) {
 		roError(w, http.StatusBadRequest, "binary: %q is not a sha256 in lowercase hex", sha)
 		return
 	}
@@ -321,7 +308,7 @@ func (rs *rolloutState) start(w http.ResponseWriter, r *http.Request, p *Princip
 // coordinator; it returns the rollout as started, or an HTTP status and
 // error.
 func (rs *rolloutState) begin(ctx context.Context, req api.RolloutRequest, who string) (*api.Rollout, int, error) {
-	if !validSHA(req.SHA256) {
+	if !api.IsSHA256(req.SHA256) {
 		return nil, http.StatusBadRequest, fmt.Errorf("rollout: sha256 %q is not a sha256 in lowercase hex", req.SHA256)
 	}
 	if _, err := os.Stat(filepath.Join(rs.dir, req.SHA256)); err != nil {

@@ -136,7 +136,7 @@ func TestRolloutEndToEndBrokenThenGood(t *testing.T) {
 		members = append(members, m)
 		e2eSupervise(t, ctx, m, url, token, caFile, filepath.Join(dir, name+".log"))
 	}
-	oldSHA, _ := upFileSHA(members[0].inst)
+	oldSHA, _ := api.FileSHA256(members[0].inst)
 	waitMembers(t, c, 60*time.Second, func(ms map[string]api.MemberStatus) bool {
 		return ms["node1"].Up && ms["node2"].Up && ms["node1"].Build == oldSHA && ms["node2"].Build == oldSHA
 	})
@@ -155,7 +155,7 @@ func TestRolloutEndToEndBrokenThenGood(t *testing.T) {
 		return ms["node1"].Up && ms["node1"].Healthy && ms["node1"].Build == oldSHA && ms["node2"].Build == oldSHA
 	})
 	for _, m := range members {
-		if got, _ := upFileSHA(m.inst); got != oldSHA {
+		if got, _ := api.FileSHA256(m.inst); got != oldSHA {
 			t.Errorf("%s: installed binary changed by the broken rollout", m.name)
 		}
 	}
@@ -169,7 +169,7 @@ func TestRolloutEndToEndBrokenThenGood(t *testing.T) {
 	f, _ := os.OpenFile(good, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString("\ncorral e2e good build\n")
 	f.Close()
-	goodSHA, _ := upFileSHA(good)
+	goodSHA, _ := api.FileSHA256(good)
 	ro = e2eRollout(t, c, good, 20*time.Second)
 	if ro.State != "done" {
 		t.Fatalf("good rollout: %+v", ro)
@@ -177,15 +177,15 @@ func TestRolloutEndToEndBrokenThenGood(t *testing.T) {
 	end := time.Now().Add(20 * time.Second)
 	for _, m := range members {
 		for time.Now().Before(end) {
-			if got, _ := upFileSHA(m.inst); got == goodSHA {
+			if got, _ := api.FileSHA256(m.inst); got == goodSHA {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if got, _ := upFileSHA(m.inst); got != goodSHA {
+		if got, _ := api.FileSHA256(m.inst); got != goodSHA {
 			t.Errorf("%s: installed binary %s, want the good build", m.name, upShort(got))
 		}
-		if got, _ := upFileSHA(m.inst + ".prev"); got != oldSHA {
+		if got, _ := api.FileSHA256(m.inst + ".prev"); got != oldSHA {
 			t.Errorf("%s: .prev is not the old build", m.name)
 		}
 	}
@@ -240,7 +240,7 @@ func e2eSupervise(t *testing.T, ctx context.Context, m *e2eMember, url, token, c
 func e2eRollout(t *testing.T, c *api.Client, bin string, check time.Duration) api.Rollout {
 	t.Helper()
 	ctx := context.Background()
-	sha, err := upFileSHA(bin)
+	sha, err := api.FileSHA256(bin)
 	if err != nil {
 		t.Fatal(err)
 	}

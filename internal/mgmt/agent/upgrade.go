@@ -125,12 +125,12 @@ func (u *upgrader) handle(ctx context.Context, a *Agent, o *api.BinaryOrder) err
 		}
 		return nil // else the old binary runs already
 	}
-	if !upIsSHA(o.SHA256) {
+	if !api.IsSHA256(o.SHA256) {
 		u.mu.Unlock()
 		return fmt.Errorf("rollout %s: order names %q, not a sha256", o.Rollout, o.SHA256)
 	}
 	if u.build == "" {
-		b, err := upFileSHA(upRunning())
+		b, err := api.FileSHA256(upRunning())
 		if err != nil {
 			u.mu.Unlock()
 			return fmt.Errorf("rollout: hashing the running binary: %w", err)
@@ -340,7 +340,7 @@ func upFetch(ctx context.Context, a *Agent, state, sha string) (string, error) {
 		return "", err
 	}
 	final := filepath.Join(dir, sha)
-	if got, err := upFileSHA(final); err == nil && got == sha {
+	if got, err := api.FileSHA256(final); err == nil && got == sha {
 		return final, nil
 	}
 	c, err := a.upgradeClient()
@@ -455,31 +455,6 @@ func upRunning() string {
 		return os.Args[0]
 	}
 	return p
-}
-
-func upFileSHA(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func upIsSHA(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func upShort(sha string) string {

@@ -53,7 +53,7 @@ type childReport struct {
 // handleBinary, report build and health, for at most two minutes.
 func childMain() {
 	station, state, bad := os.Getenv(envChildStation), os.Getenv(envChildState), os.Getenv(envChildBad)
-	build, err := upFileSHA(upRunning())
+	build, err := api.FileSHA256(upRunning())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)
@@ -121,7 +121,7 @@ func newUpEnv(t *testing.T) *upEnv {
 	if err := upCopy(self, e.inst, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e.oldSHA, _ = upFileSHA(e.inst)
+	e.oldSHA, _ = api.FileSHA256(e.inst)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /test/desired", func(w http.ResponseWriter, r *http.Request) {
 		e.mu.Lock()
@@ -176,7 +176,7 @@ func (e *upEnv) binary(name string, script string) string {
 		fmt.Fprintf(f, "\ncorral test build %s\n", name)
 		f.Close()
 	}
-	sha, _ := upFileSHA(p)
+	sha, _ := api.FileSHA256(p)
 	e.mu.Lock()
 	e.bins[sha] = p
 	e.mu.Unlock()
@@ -237,7 +237,7 @@ func (e *upEnv) wait(what string, from int, d time.Duration, ok func(childReport
 }
 
 func (e *upEnv) installedSHA() string {
-	s, _ := upFileSHA(e.inst)
+	s, _ := api.FileSHA256(e.inst)
 	return s
 }
 
@@ -261,7 +261,7 @@ func TestUpgradeExecConfirmInstallRevert(t *testing.T) {
 	if got := e.installedSHA(); got != newSHA {
 		t.Fatalf("installed binary %s, want the new %s", upShort(got), upShort(newSHA))
 	}
-	if got, _ := upFileSHA(e.inst + ".prev"); got != e.oldSHA {
+	if got, _ := api.FileSHA256(e.inst + ".prev"); got != e.oldSHA {
 		t.Errorf("%s.prev is %s, want the old build", e.inst, upShort(got))
 	}
 	if fi, err := os.Stat(filepath.Join(e.state, "bin", newSHA)); err != nil || fi.Mode().Perm() != 0o755 {

@@ -98,90 +98,59 @@ func (c *Client) Do(ctx context.Context, method, route string, in, out any) erro
 
 // DoRaw is Do with a raw body of a content type.
 func (c *Client) DoRaw(ctx context.Context, method, route, ctype string, body []byte, out any) error {
-	if len(c.Stations) == 0 {
-		return errors.New("no station: give --station URL")
-	}
-	var errs []string
-	for _, st := range c.Stations {
-		resp, err := c.send(ctx, method, strings.TrimSuffix(st, "/")+route, ctype, body)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			errs = append(errs, fmt.Sprintf("%s: %v", st, err))
-			continue
+	return c.each(ctx, route, out, func(url string) (*http.Request, error) {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(body)
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			se := &StatusError{Status: resp.StatusCode}
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
-				se.Body.Error = strings.TrimSpace(string(b))
-			}
-			return se
+		req, err := http.NewRequestWithContext(ctx, method, url, rd)
+		if err == nil && body != nil {
+			req.Header.Set("Content-Type", ctype)
 		}
-		if out == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			return err
-		}
-		if w, ok := out.(io.Writer); ok {
-			_, err = io.Copy(w, resp.Body)
-			return err
-		}
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("%s: bad answer: %w", st, err)
-		}
-		return nil
-	}
-	return fmt.Errorf("no station answered: %s", strings.Join(errs, "; "))
-}
-
-func (c *Client) send(ctx context.Context, method, url, ctype string, body []byte) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", ctype)
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	return c.HTTP.Do(req)
+		return req, err
+	})
 }
 
 // DoFile is DoRaw with the body streamed from the file at path (opened
 // anew for each station tried), for uploads too big to hold in memory.
 func (c *Client) DoFile(ctx context.Context, method, route, path string, out any) error {
+	return c.each(ctx, route, out, func(url string) (*http.Request, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, method, url, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		req.ContentLength = fi.Size()
+		req.Header.Set("Content-Type", "application/octet-stream")
+		return req, nil // the transport closes f
+	})
+}
+
+// each sends the request newReq makes to each station in turn until one
+// answers (an unreachable one is skipped) and decodes the answer.
+func (c *Client) each(ctx context.Context, route string, out any, newReq func(url string) (*http.Request, error)) error {
 	if len(c.Stations) == 0 {
 		return errors.New("no station: give --station URL")
 	}
 	var errs []string
 	for _, st := range c.Stations {
-		f, err := os.Open(path)
+		req, err := newReq(strings.TrimSuffix(st, "/") + route)
 		if err != nil {
 			return err
 		}
-		fi, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(st, "/")+route, f)
-		if err != nil {
-			f.Close()
-			return err
-		}
-		req.ContentLength = fi.Size()
-		req.Header.Set("Content-Type", "application/octet-stream")
 		if c.Token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.Token)
 		}
-		resp, err := c.HTTP.Do(req) // closes f
+		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -189,23 +158,33 @@ func (c *Client) DoFile(ctx context.Context, method, route, path string, out any
 			errs = append(errs, fmt.Sprintf("%s: %v", st, err))
 			continue
 		}
-		defer resp.Body.Close()
-		if resp.StatusCode >= 300 {
-			se := &StatusError{Status: resp.StatusCode}
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
-				se.Body.Error = strings.TrimSpace(string(b))
-			}
-			return se
-		}
-		if out == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			return err
-		}
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("%s: bad answer: %w", st, err)
-		}
-		return nil
+		return answer(st, resp, out)
 	}
 	return fmt.Errorf("no station answered: %s", strings.Join(errs, "; "))
+}
+
+// answer turns a station's answer into out (JSON, or copied to an
+// io.Writer) or a StatusError.
+func answer(st string, resp *http.Response, out any) error {
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		se := &StatusError{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &se.Body) != nil || se.Body.Error == "" {
+			se.Body.Error = strings.TrimSpace(string(b))
+		}
+		return se
+	}
+	if out == nil {
+		_, err := io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if w, ok := out.(io.Writer); ok {
+		_, err := io.Copy(w, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s: bad answer: %w", st, err)
+	}
+	return nil
 }
