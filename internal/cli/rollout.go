@@ -208,4 +208,3 @@ func runRollout(ctx context.Context, c *api.Client, log io.Writer, binary string
 		}
 	}
 }
-
