@@ -189,10 +189,12 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 	var role string
 	var ttl time.Duration
 	var single bool
+	var cluster string
 	create := &cobra.Command{
-		Use:   "create --role node|director|meta|iod [--ttl 1h] [--single-use]",
+		Use:   "create --role node|director|meta|iod [--ttl 1h] [--single-use] [--cluster NAME]",
 		Short: "Make a join token: the token on standard output, what it is on standard error",
 		Example: `  T=$(corral mgmt token create --role node --ttl 1h)
+  corral mgmt token create --role node --cluster web --single-use   # a new node enters cluster web's pools by itself
   corral mgmt token create --role iod --ttl 30m --single-use`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -209,7 +211,7 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			ctx, cancel := mgmtCtx()
 			defer cancel()
 			var tok api.Token
-			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, SingleUse: single}, &tok); err != nil {
+			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, SingleUse: single, Cluster: cluster}, &tok); err != nil {
 				return stationError(cmd.CommandPath(), "", 0, err)
 			}
 			s, err := joinTokenString(&sf, cl.Stations[0], tok)
@@ -221,6 +223,9 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			if single {
 				note = ", single-use"
 			}
+			if tok.Cluster != "" {
+				note += ", a new node enters cluster " + tok.Cluster
+			}
 			fmt.Fprintf(os.Stderr, "join token %s for role %s, expires %s%s\n", tok.ID, tok.Role, tok.Expires.Local().Format(time.RFC3339), note)
 			return nil
 		},
@@ -228,6 +233,7 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 	create.Flags().StringVar(&role, "role", "", "the role that may join with it: node, director, meta or iod")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long it is valid")
 	create.Flags().BoolVar(&single, "single-use", false, "valid for one join only")
+	create.Flags().StringVar(&cluster, "cluster", "", "node tokens: the logical cluster a node joining with it enters (a node not yet in the configuration is added at its address, as a new version)")
 
 	var asJSON bool
 	list := &cobra.Command{

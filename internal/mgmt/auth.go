@@ -63,6 +63,7 @@ type tokenRecord struct {
 	Role      string    `json:"role"`
 	User      string    `json:"user,omitempty"`
 	Member    string    `json:"member,omitempty"`
+	Cluster   string    `json:"cluster,omitempty"` // node join token: the logical cluster a new node enters
 	Created   time.Time `json:"created"`
 	CreatedBy string    `json:"created_by"`
 	Expires   time.Time `json:"expires,omitempty"` // zero: never
@@ -76,7 +77,7 @@ func (t *tokenRecord) api() api.Token {
 	if t.Kind == kindMember {
 		u = t.Member
 	}
-	return api.Token{ID: t.ID, Role: t.Role, User: u, Created: t.Created, CreatedBy: t.CreatedBy,
+	return api.Token{ID: t.ID, Role: t.Role, User: u, Cluster: t.Cluster, Created: t.Created, CreatedBy: t.CreatedBy,
 		Expires: t.Expires, SingleUse: t.SingleUse, Used: t.Used, Revoked: t.Revoked}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/corral-cluster/corral/internal/clustercfg"
 	"slices"
 	"strings"
 	"time"
@@ -42,6 +43,15 @@ func (s *Station) createToken(ctx context.Context, req api.TokenRequest, who str
 		}
 		t, secret = newToken(kindJoin, req.Role, who, ttl)
 		t.SingleUse = req.SingleUse
+		if req.Cluster != "" {
+			if req.Role != api.RoleNode {
+				return api.Token{}, &inputError{"token: --cluster is for node join tokens (the logical cluster a new node enters)"}
+			}
+			if err := s.clusterExists(ctx, req.Cluster); err != nil {
+				return api.Token{}, err
+			}
+			t.Cluster = req.Cluster
+		}
 	case req.Role == api.RoleAdmin || req.Role == api.RoleWebmaster || req.Role == api.RoleReadOnly || req.Role == "":
 		if req.User == "" {
 			return api.Token{}, &inputError{"token: an API token needs user (or give a member role: director, node, meta, iod)"}
@@ -215,7 +225,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
-	var tokID string
+	var tokID, tokCluster string
 	e := &api.AuditEntry{User: "member " + req.Name, Action: "join"}
 	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
 		t, rev, err := s.checkToken(ctx, bearerTok)
@@ -230,7 +240,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 		case t.Role != req.Role:
 			return nil, nil, &forbidden{fmt.Sprintf("join token is for role %s, not %s", t.Role, req.Role)}
 		}
-		tokID = t.ID
+		tokID, tokCluster = t.ID, t.Cluster
 		t.Used = true
 		cred.CreatedBy = "join token " + t.ID
 		e.Detail = fmt.Sprintf("%s %s (%s) with token %s, credential %s", req.Role, req.Name, req.Addr, t.ID, cred.ID)
@@ -260,6 +270,13 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	}
 	s.met.joins.WithLabelValues("ok").Inc()
 	s.event(api.Event{Kind: "join", Member: req.Name, Msg: fmt.Sprintf("%s %s joined (%s) with token %s", req.Role, req.Name, req.Addr, tokID)})
+	if tokCluster != "" {
+		// A new machine enters the pool by itself; failing that, it has
+		// joined all the same and the event says why it is not serving.
+		if err := s.enterCluster(ctx, req.Name, req.Addr, tokCluster, tokID); err != nil {
+			s.event(api.Event{Kind: "join-error", Member: req.Name, Msg: fmt.Sprintf("node %s not added to cluster %s: %v", req.Name, tokCluster, err)})
+		}
+	}
 	reply := api.JoinReply{Member: req.Name, Credential: cred.ID + "." + secret, CA: string(s.caPEM), Stations: s.stations(ctx)}
 	reply.Secret = s.fsCredential(req.Role, req.Name)
 	reply.Meta = s.opt.Meta
@@ -292,4 +309,58 @@ func (s *Station) fsCredential(role, name string) []byte {
 		return nil
 	}
 	return c.Marshal()
+}
+
+// clusterExists checks that the current configuration has the logical
+// cluster name.
+func (s *Station) clusterExists(ctx context.Context, name string) error {
+	c, err := s.currentConfig(ctx)
+	if err != nil {
+		return err
+	}
+	for _, cl := range c.Clusters {
+		if cl.Name == name {
+			return nil
+		}
+	}
+	return &inputError{fmt.Sprintf("token: cluster %q is not in the configuration (its clusters: section)", name)}
+}
+
+// enterCluster adds node name, serving at addr, to the logical cluster of
+// its join token as a new version (author: the token), with the default
+// domain of the cluster's other nodes, unless the
+// configuration already has a node of that name (a replaced machine keeps
+// its entry). A version applied meanwhile is retried on.
+func (s *Station) enterCluster(ctx context.Context, name, addr, cluster, tokID string) error {
+	for try := 0; ; try++ {
+		cur, err := s.current(ctx)
+		if err != nil {
+			return err
+		}
+		c, err := clustercfg.Parse(fmt.Sprintf("version %d", cur.Version), []byte(cur.YAML))
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(c.Nodes, func(n clustercfg.Node) bool { return n.Name == name }) {
+			return nil
+		}
+		n := clustercfg.Node{Name: name, Address: addr, Cluster: cluster}
+		// Configured like its cluster's other nodes: they serve the same
+		// sites, so the same default domain (a bare-IP request through
+		// the VIP must not find a different site on the new node).
+		for _, o := range c.Nodes {
+			if o.Cluster == cluster && o.DefaultDomain != "" {
+				n.DefaultDomain = o.DefaultDomain
+				break
+			}
+		}
+		v, _ := json.Marshal(n)
+		_, err = s.tx(ctx, api.TxRequest{Base: cur.Version, Comment: fmt.Sprintf("node %s joined cluster %s", name, cluster),
+			Ops: []api.TxOp{{Op: "put", Kind: "node", Value: v}}}, "join token "+tokID)
+		var ce *conflictError
+		if errors.As(err, &ce) && try < 5 {
+			continue
+		}
+		return err
+	}
 }

@@ -315,3 +315,51 @@ func TestMemberUpDown(t *testing.T) {
 		}
 	}
 }
+
+// A node join token may name a logical cluster: a new node joining with
+// it enters that cluster (a new version adding it at its address); a
+// replaced machine (a node already in the configuration) changes nothing;
+// a cluster the configuration lacks is refused when the token is made.
+func TestJoinEntersCluster(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.52.40", t.TempDir()))
+	ctx := ctxT(t)
+	adm := ts.client(t, ts.admin)
+	base := "clusters:\n  - name: web\nnodes:\n  - name: n1\n    address: 127.0.0.21:8080\n    cluster: web\n"
+	mustApply(t, adm, 0, base)
+	if err := adm.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleNode, Cluster: "nope"}, nil); status(err) != 400 || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("token for a cluster not configured: %v", err)
+	}
+	if err := adm.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleIOD, Cluster: "web"}, nil); status(err) != 400 {
+		t.Fatalf("iod token with a cluster: %v", err)
+	}
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, Cluster: "web"})
+	if tok.Cluster != "web" {
+		t.Fatalf("token: %+v", tok)
+	}
+	joinAs := func(name, addr string) {
+		t.Helper()
+		if err := ts.client(t, tok.Secret).Do(ctx, "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: name, Addr: addr}, nil); err != nil {
+			t.Fatalf("join %s: %v", name, err)
+		}
+	}
+	// A replaced machine: n1 is configured already.
+	joinAs("n1", "127.0.0.21:8080")
+	var v api.Version
+	if err := adm.Do(ctx, "GET", api.RouteConfig, nil, &v); err != nil || v.Version != 1 {
+		t.Fatalf("after n1 rejoined: version %d (%v), want 1", v.Version, err)
+	}
+	// A new machine enters the cluster.
+	joinAs("n9", "127.0.0.29:8080")
+	if err := adm.Do(ctx, "GET", api.RouteConfig, nil, &v); err != nil || v.Version != 2 {
+		t.Fatalf("after n9 joined: version %d (%v), want 2", v.Version, err)
+	}
+	// (This package's tests swap the transaction ops for a line each.)
+	for _, want := range []string{`"name":"n9"`, `"address":"127.0.0.29:8080"`, `"cluster":"web"`, "put node"} {
+		if !strings.Contains(v.YAML, want) {
+			t.Errorf("version 2 lacks %s:\n%s", want, v.YAML)
+		}
+	}
+	if !strings.Contains(v.Author, "join token "+tok.ID) {
+		t.Errorf("version 2's author %q, want the join token", v.Author)
+	}
+}

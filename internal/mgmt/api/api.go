@@ -283,8 +283,12 @@ type UserRequest struct {
 // node, meta, iod), or an API token for a user (Role = the user's role,
 // User set).
 type TokenRequest struct {
-	Role      string        `json:"role"`
-	User      string        `json:"user,omitempty"`
+	Role string `json:"role"`
+	User string `json:"user,omitempty"`
+	// Cluster (node join tokens): the logical cluster a node joining with
+	// it enters; a node not yet in the configuration is added to it (a new
+	// version) at the address it joins with.
+	Cluster   string        `json:"cluster,omitempty"`
 	TTL       time.Duration `json:"ttl"`
 	SingleUse bool          `json:"single_use,omitempty"`
 }
@@ -295,6 +299,7 @@ type Token struct {
 	Secret    string    `json:"secret,omitempty"`
 	Role      string    `json:"role"`
 	User      string    `json:"user,omitempty"`
+	Cluster   string    `json:"cluster,omitempty"` // node join tokens: the logical cluster a new node enters
 	Created   time.Time `json:"created"`
 	CreatedBy string    `json:"created_by"`
 	Expires   time.Time `json:"expires"`
