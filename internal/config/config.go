@@ -60,7 +60,26 @@ type Director struct {
 	Interface string
 	XDPMode   string
 	XDPConns  int
-	Services  []Service
+	// HA, if set, makes this director one of a group (internal/ha): the
+	// block `ha { ... }`.
+	HA       *HA
+	Services []Service
+}
+
+// HA is the director's high-availability block.
+type HA struct {
+	Line     int      // where the block starts
+	Group    string   // group: the VIP set's name
+	Name     string   // name: this director's name in the group (default: the host name)
+	Mode     string   // mode: active-standby (default) or active-active
+	Priority int      // priority: 1..255, default 100; the highest in-sync director takes the VIPs back
+	Etcd     []string // etcd: the station's etcd client URLs
+	EtcdCA   string   // etcd-ca, etcd-cert, etcd-key: client TLS files (all three or none)
+	EtcdCert string
+	EtcdKey  string
+	Sync     string        // sync: address:port the connection streams come to (on the director's link)
+	KeyFile  string        // key-file: the group's shared secret (16+ bytes), 0600
+	LeaseTTL time.Duration // lease-ttl: whole seconds, 1s..60s, default 2s
 }
 
 // Service is one virtual service: a VIP and its pool.
