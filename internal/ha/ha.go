@@ -145,3 +145,7 @@ func (n *Node) Handover(ctx context.Context, to string) error { return ErrNotYet
 // Close leaves the group: an active director hands over first when an
 // in-sync peer exists, then stops forwarding and revokes its lease.
 func (n *Node) Close() error { return nil }
+
+// SetVIPs replaces the group's addresses (a reload changed the services):
+// an active director sends gratuitous ARP for the new ones.
+func (n *Node) SetVIPs(vips []netip.Addr) {}
