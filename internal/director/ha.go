@@ -56,7 +56,7 @@ type haDataplane struct {
 }
 
 func (h haDataplane) Changes() <-chan []xdp.ConnEvent { return h.ev.C }
-func (h haDataplane) Lost() uint64                     { return h.ev.Lost() }
+func (h haDataplane) Lost() uint64                    { return h.ev.Lost() }
 
 // haMode is the XDP program's mode for an ha block.
 func haMode(h *config.HA) xdp.HAMode {
