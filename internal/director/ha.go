@@ -356,14 +356,24 @@ func (d *Director) checkHAReload(cfg *config.Director) error {
 		return nil
 	}
 	if cfg.HA == nil {
-		return fmt.Errorf("%s: ha: removing the ha block needs a restart (the running director stays in group %s)", cfg.File, old.Group)
+		return fmt.Errorf("%s: ha: removing the ha block needs a restart (the running director stays in group %s)", orStation(cfg.File), old.Group)
 	}
 	msg := "changing ha needs a restart"
 	if old == nil {
 		msg = "adding an ha block needs a restart"
+	}
+	if cfg.HA.Line == 0 { // built, not read from a file (the station's view)
+		return fmt.Errorf("%s: ha: %s", orStation(cfg.File), msg)
 	}
 	return config.Errors{&config.Error{File: cfg.File, Line: cfg.HA.Line, Field: "ha", Msg: msg}}
 }
 
 // handoverTimeout bounds a handover asked through the admin API.
 const handoverTimeout = 10 * time.Second
+
+func orStation(file string) string {
+	if file == "" {
+		return "the station's configuration"
+	}
+	return file
+}
