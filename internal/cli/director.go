@@ -66,6 +66,14 @@ admin API (JSON and /metrics) listens on the configured address (keep it on
 loopback); 'corral ctl' talks to it. Changes through the admin API need the
 bearer token the director writes on first start to --token-file (mode 0600).
 
+High availability: an 'ha { }' block in FILE makes the director one of a
+group of directors with the same services. Active-standby: one is elected
+through the station's etcd and forwards; its XDP program stops by itself if
+its lease is not renewed, and the others take over with the connection table
+it streamed to them. Active-active: all forward behind an ECMP router.
+'corral ctl ha' shows the group; docs/ha.md explains it all. Stopping an
+active director cleanly (SIGTERM) hands over first.
+
 With --join the director takes its configuration from a management station
 instead of FILE: it joins with the token (once; the credential is kept in
 --state), starts with no services, and applies every version the station
