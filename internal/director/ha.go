@@ -163,18 +163,23 @@ func (p *xdpPlane) startHA(h *config.HA) error {
 	if err != nil {
 		return fmt.Errorf("ha: the XDP program's connection changes: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), haStartTimeout)
-	defer cancel()
+	// The context bounds Start while it registers, and is otherwise left
+	// alive until the group is left (closeHA), in case the node ties its
+	// goroutines to it.
+	ctx, cancel := context.WithCancel(context.Background())
+	timer := time.AfterFunc(haStartTimeout, cancel)
 	node, err := startHA(ctx, cfg, haDataplane{p.dp, ev})
+	inTime := timer.Stop()
 	if err != nil {
+		cancel()
 		ev.Close()
-		if errors.Is(err, context.DeadlineExceeded) {
+		if !inTime || errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w: etcd at %v did not answer in %v (is the station running, with --etcd-client on the directors' link?)", err, h.Etcd, haStartTimeout)
 		}
 		return fmt.Errorf("ha: joining group %s as %s: %w", h.Group, cfg.Name, err)
 	}
 	p.mu.Lock()
-	p.events, p.node = ev, node
+	p.events, p.node, p.haCancel = ev, node, cancel
 	p.mu.Unlock()
 	p.d.log.Info("ha: joined the group", "group", h.Group, "name", cfg.Name, "mode", h.Mode, "priority", h.Priority, "sync", h.Sync)
 	return nil
@@ -185,13 +190,16 @@ func (p *xdpPlane) startHA(h *config.HA) error {
 // flow. Then the change stream stops.
 func (p *xdpPlane) closeHA() {
 	p.mu.Lock()
-	node, ev := p.node, p.events
-	p.node, p.events = nil, nil
+	node, ev, cancel := p.node, p.events, p.haCancel
+	p.node, p.events, p.haCancel = nil, nil, nil
 	p.mu.Unlock()
 	if node != nil {
 		if err := node.Close(); err != nil {
 			p.d.log.Warn("ha: leaving the group", "err", err)
 		}
+	}
+	if cancel != nil {
+		cancel()
 	}
 	if ev != nil {
 		ev.Close()

@@ -1,6 +1,7 @@
 package director
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -34,11 +35,12 @@ type xdpPlane struct {
 	// HA (ha.go): with an ha block the VIPs stay off the interface and
 	// the program answers ARP for them (haVIPs, as last set) with mac0,
 	// the interface's MAC, while internal/ha (node) keeps its fence open.
-	ha     bool
-	mac0   net.HardwareAddr
-	haVIPs []netip.Addr
-	node   haNode
-	events *xdp.Events
+	ha       bool
+	mac0     net.HardwareAddr
+	haVIPs   []netip.Addr
+	node     haNode
+	events   *xdp.Events
+	haCancel context.CancelFunc // ends the node's context, after Close
 
 	macMu  sync.Mutex
 	macs   map[netip.Addr]net.HardwareAddr
