@@ -16,6 +16,7 @@ require (
 require (
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/gosnmp/gosnmp v1.47.0 // indirect
 )
 
 require (
