@@ -303,6 +303,12 @@ func (c *Controller) observe(now time.Time, st *nodeState, r Reading) (d Decisio
 		d.Reason = fmt.Sprintf("holding: %v", err)
 		return d, false
 	}
+	if errors.Is(err, ErrStale) {
+		// Keep the older sample: the next difference spans the refresh.
+		st.missed = 0
+		d.Reason = fmt.Sprintf("holding: %v", err)
+		return d, false
+	}
 	st.prev = &cur
 	if err != nil {
 		// A sample we cannot read (no link speed, no CPU counters) is as

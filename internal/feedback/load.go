@@ -21,7 +21,7 @@ const saturatedIfSpeed = 4294967295
 type CPUTicks struct {
 	User      uint64 `json:"user"`
 	Nice      uint64 `json:"nice"`
-	System    uint64 `json:"system"` // kernel time without interrupts (ssCpuRawKernel)
+	System    uint64 `json:"system"` // kernel time without interrupts (ssCpuRawSystem on Linux)
 	Idle      uint64 `json:"idle"`
 	Wait      uint64 `json:"wait"`
 	Interrupt uint64 `json:"interrupt"`
@@ -104,6 +104,11 @@ type Terms struct {
 // ErrReset means the two samples do not belong to one run of the agent (it
 // restarted, or its clock went back): start again from the newer sample.
 var ErrReset = errors.New("feedback: counters reset between samples")
+
+// ErrStale means the agent has not refreshed a figure since the older
+// sample (net-snmp refreshes its CPU counters every 5 s): keep the older
+// sample and try again with a later one.
+var ErrStale = errors.New("feedback: agent figures not refreshed yet")
 
 // Compute applies equations 1-8 to two samples of one node (prev older than
 // cur). It is a pure function of its arguments.
@@ -213,7 +218,7 @@ func cpuBusy(a, b CPUTicks) (float64, error) {
 		d(a.Interrupt, b.Interrupt) + d(a.SoftIRQ, b.SoftIRQ) + d(a.Steal, b.Steal)
 	idle := d(a.Idle, b.Idle) + d(a.Wait, b.Wait)
 	if busy+idle == 0 {
-		return 0, errors.New("no CPU ticks elapsed between samples")
+		return 0, fmt.Errorf("no CPU ticks elapsed between samples: %w", ErrStale)
 	}
 	return float64(busy) / float64(busy+idle) * 100, nil
 }
