@@ -251,11 +251,10 @@ func (c *Controller) Step(readings []Reading) []Decision {
 	}
 	// Rescale the answering nodes so the largest sits at Max.
 	top := 0.0
-	for i, n := range names {
+	for _, n := range names {
 		if c.nodes[n].missed == 0 && c.nodes[n].prev != nil {
 			top = math.Max(top, c.nodes[n].w)
 		}
-		_ = i
 	}
 	if top > 0 && top < float64(c.cfg.Max) {
 		k := float64(c.cfg.Max) / top

@@ -230,3 +230,49 @@ func FuzzSNMPResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestPollerBounds: six agents that never answer (a socket that reads and
+// drops), a 200 ms timeout without retries and two at a time: a round takes
+// three waves of one timeout each, and Run stops with its context.
+func TestPollerBounds(t *testing.T) {
+	sink, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 86, 6), Port: 16166})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := sink.ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}()
+	var targets []Target
+	for i := 0; i < 6; i++ {
+		targets = append(targets, Target{Node: fmt.Sprintf("n%d", i), Addr: "127.0.86.6:16166", LocalAddr: "127.0.86.1", IfIndex: 1})
+	}
+	p, err := NewPoller(PollerConfig{Interval: time.Second, Timeout: 200 * time.Millisecond, Retries: -1, Concurrency: 2}, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	start := time.Now()
+	rs := p.Poll(context.Background())
+	el := time.Since(start)
+	for _, r := range rs {
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "timeout") {
+			t.Errorf("%s: %v, want a timeout", r.Node, r.Err)
+		}
+	}
+	if el < 550*time.Millisecond || el > 2*time.Second {
+		t.Errorf("round took %v, want about 600 ms (3 waves of 200 ms)", el)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	rounds := 0
+	p.Run(ctx, func(rs []Reading) { rounds++ })
+	if rounds < 1 || rounds > 3 {
+		t.Errorf("%d rounds in 1.5 s at a 1 s interval", rounds)
+	}
+}
