@@ -118,7 +118,7 @@ func Compute(prev, cur Sample, o Options) (Terms, error) {
 	// 2^32, right across a wrap (every 497 days).
 	t.DeltaTicks = cur.SysUpTime - prev.SysUpTime
 	if t.DeltaTicks == 0 {
-		return t, fmt.Errorf("feedback: node %q: sysUpTime did not advance (%d): no time base", cur.Node, cur.SysUpTime)
+		return t, fmt.Errorf("node %q: sysUpTime did not advance (%d): no time base yet: %w", cur.Node, cur.SysUpTime, ErrStale)
 	}
 	// An agent restart makes sysUpTime small again, which modulo 2^32 looks
 	// like a huge step: compare with the reader's clock (with a generous

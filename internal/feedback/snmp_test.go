@@ -110,10 +110,15 @@ func TestPollerRealSnmpd(t *testing.T) {
 			}
 		}
 	}
+	local := func() Reading {
+		s, err := LocalSample(LocalConfig{Node: "self", Interface: "lo"})
+		return Reading{Node: "self", Sample: s, Err: err}
+	}
 	// net-snmp fills its CPU counters 5 s after it starts.
 	time.Sleep(5 * time.Second)
 	start := time.Now()
 	r1 := p.Poll(context.Background())
+	l1 := local()
 	if el := time.Since(start); el > 3*time.Second {
 		t.Errorf("a round took %v: the timeouts do not bound it", el)
 	}
@@ -122,6 +127,22 @@ func TestPollerRealSnmpd(t *testing.T) {
 	// CPU figures for 5 s: wait past both.
 	time.Sleep(5500 * time.Millisecond)
 	r2 := p.Poll(context.Background())
+	l2 := local()
+	// One controller serves both paths: node "v2c" over SNMP and this host
+	// through the agent path, side by side.
+	clk := newFakeClock()
+	ctl, err := NewController(ControllerConfig{Options: Options{BandwidthOverride: 1e9, CPU: CPURaw}}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.Step([]Reading{r1[0], l1})
+	clk.Advance(5500 * time.Millisecond)
+	for _, d := range ctl.Step([]Reading{r2[0], l2}) {
+		t.Logf("mixed: %v", d)
+		if d.Terms == nil {
+			t.Errorf("no terms in a controller shared by the SNMP and agent paths: %v", d)
+		}
+	}
 	for i, tg := range targets {
 		a, b := r1[i], r2[i]
 		if a.Node != tg.Node || b.Node != tg.Node {
