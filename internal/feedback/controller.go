@@ -174,6 +174,15 @@ type Controller struct {
 	clock Clock
 	mu    sync.Mutex
 	nodes map[string]*nodeState
+	last  []Decision
+}
+
+// Last returns a copy of the decisions of the latest Step (for `corral ctl
+// feedback` and metrics, which must not step the controller themselves).
+func (c *Controller) Last() []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Decision(nil), c.last...)
 }
 
 // NewController returns a controller; clock nil means the real clock.
@@ -196,6 +205,12 @@ func (c *Controller) Forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.nodes, node)
+	for i, d := range c.last {
+		if d.Node == node {
+			c.last = append(c.last[:i], c.last[i+1:]...)
+			break
+		}
+	}
 }
 
 // Step feeds one poll's readings and returns every known node's decision,
@@ -274,6 +289,7 @@ func (c *Controller) Step(readings []Reading) []Decision {
 		out[i].Reversals = st.reversals
 		st.lastStep = now
 	}
+	c.last = append(c.last[:0], out...)
 	return out
 }
 

@@ -351,7 +351,13 @@ func TestFirstSampleResetAndErrors(t *testing.T) {
 func TestForget(t *testing.T) {
 	c, _ := NewController(ControllerConfig{}, newFakeClock())
 	c.Step([]Reading{{Node: "a", Err: errors.New("timeout")}, {Node: "b", Err: errors.New("timeout")}})
+	if l := c.Last(); len(l) != 2 || l[0].Node != "a" || l[0].Missed != 1 {
+		t.Errorf("Last after a step: %v", l)
+	}
 	c.Forget("a")
+	if l := c.Last(); len(l) != 1 || l[0].Node != "b" {
+		t.Errorf("Last after Forget: %v", l)
+	}
 	if ds := c.Step(nil); len(ds) != 1 || ds[0].Node != "b" {
 		t.Errorf("after Forget: %v", ds)
 	}
