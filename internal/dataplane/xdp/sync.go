@@ -359,14 +359,23 @@ func (d *Dataplane) applyConn(ev *ConnEvent, now uint64) (bool, error) {
 	if idle < now {
 		nc.Seen = now - idle
 	}
-	if d.objs.Conns.LookupAndDelete(&key, &old) == nil {
-		d.uncount(&old)
+	// Take the old entry out (accounting for it) and insert only where
+	// none is: the program may insert the same flow in between (active-
+	// active, or a fallback), and an overwrite would lose its count.
+	for range 4 {
+		if d.objs.Conns.LookupAndDelete(&key, &old) == nil {
+			d.uncount(&old)
+		}
+		err := d.objs.Conns.Update(&key, &nc, ebpf.UpdateNoExist)
+		if err == nil {
+			d.count(&nc, -1)
+			return true, nil
+		}
+		if !errors.Is(err, ebpf.ErrKeyExist) {
+			return false, err
+		}
 	}
-	if err := d.objs.Conns.Put(&key, &nc); err != nil {
-		return false, err
-	}
-	d.count(&nc, -1)
-	return true, nil
+	return false, errors.New("the program keeps inserting the flow")
 }
 
 // uncount takes a removed entry off its slot's counts.
