@@ -130,6 +130,7 @@ const (
 	balancerMapEvents      = "events"
 	balancerMapGlobalStats = "global_stats"
 	balancerMapMhTables    = "mh_tables"
+	balancerMapNdVips      = "nd_vips"
 	balancerMapRealConns   = "real_conns"
 	balancerMapRealExpired = "real_expired"
 	balancerMapRealStats   = "real_stats"
@@ -196,6 +197,7 @@ type balancerMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	GlobalStats *ebpf.MapSpec `ebpf:"global_stats"`
 	MhTables    *ebpf.MapSpec `ebpf:"mh_tables"`
+	NdVips      *ebpf.MapSpec `ebpf:"nd_vips"`
 	RealConns   *ebpf.MapSpec `ebpf:"real_conns"`
 	RealExpired *ebpf.MapSpec `ebpf:"real_expired"`
 	RealStats   *ebpf.MapSpec `ebpf:"real_stats"`
@@ -238,6 +240,7 @@ type balancerMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	GlobalStats *ebpf.Map `ebpf:"global_stats"`
 	MhTables    *ebpf.Map `ebpf:"mh_tables"`
+	NdVips      *ebpf.Map `ebpf:"nd_vips"`
 	RealConns   *ebpf.Map `ebpf:"real_conns"`
 	RealExpired *ebpf.Map `ebpf:"real_expired"`
 	RealStats   *ebpf.Map `ebpf:"real_stats"`
@@ -256,6 +259,7 @@ func (m *balancerMaps) Close() error {
 		m.Events,
 		m.GlobalStats,
 		m.MhTables,
+		m.NdVips,
 		m.RealConns,
 		m.RealExpired,
 		m.RealStats,

@@ -123,52 +123,64 @@ func (d *Dataplane) SetHA(mode HAMode, until time.Duration) error {
 	return d.writeConfig()
 }
 
-// SetARP names the VIPs the program answers ARP requests for (HAFenced,
-// fence open), with mac as the answer (the attached interface's MAC).
-// IPv6 VIPs are ignored: the program does not answer neighbour
-// solicitations.
+// SetARP names the VIPs the program answers for (HAFenced, fence open),
+// with mac as the answer (the attached interface's MAC): ARP requests for
+// the IPv4 ones, neighbour solicitations for the IPv6 ones. The set
+// replaces the last one.
 func (d *Dataplane) SetARP(mac net.HardwareAddr, vips []netip.Addr) error {
 	if len(mac) != 6 {
 		return fmt.Errorf("xdp: ARP MAC %q: want 6 bytes", mac)
 	}
-	want := map[uint32]bool{}
+	v4, v6 := map[uint32]bool{}, map[[16]byte]bool{}
 	for _, a := range vips {
 		a = a.Unmap()
-		if !a.Is4() {
-			continue
+		if a.Is4() {
+			b := a.As4()
+			v4[binary.NativeEndian.Uint32(b[:])] = true
+		} else if a.Is6() {
+			v6[a.As16()] = true
 		}
-		b := a.As4()
-		want[binary.NativeEndian.Uint32(b[:])] = true
 	}
-	if len(want) > maxARPVIPs {
-		return fmt.Errorf("xdp: %d VIPs to answer ARP for: at most %d", len(want), maxARPVIPs)
+	if len(v4) > maxARPVIPs || len(v6) > maxARPVIPs {
+		return fmt.Errorf("xdp: %d IPv4 and %d IPv6 VIPs to answer for: at most %d of each", len(v4), len(v6), maxARPVIPs)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var k uint32
+	if err := syncSet(d.objs.ArpVips, v4); err != nil {
+		return fmt.Errorf("xdp: arp_vips: %w", err)
+	}
+	if err := syncSet(d.objs.NdVips, v6); err != nil {
+		return fmt.Errorf("xdp: nd_vips: %w", err)
+	}
+	d.arpMAC = append(net.HardwareAddr(nil), mac...)
+	return d.writeConfig()
+}
+
+// syncSet makes a map of keys -> 1 hold exactly want.
+func syncSet[K comparable](m *ebpf.Map, want map[K]bool) error {
+	var k K
 	var v uint8
-	var stale []uint32
-	it := d.objs.ArpVips.Iterate()
+	var stale []K
+	it := m.Iterate()
 	for it.Next(&k, &v) {
 		if !want[k] {
 			stale = append(stale, k)
 		}
 	}
 	if err := it.Err(); err != nil {
-		return fmt.Errorf("xdp: reading arp_vips: %w", err)
+		return err
 	}
 	for _, k := range stale {
-		if err := d.objs.ArpVips.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("xdp: arp_vips: %w", err)
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
 		}
 	}
 	for k := range want {
-		if err := d.objs.ArpVips.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("xdp: arp_vips: %w", err)
+		if err := m.Put(k, uint8(1)); err != nil {
+			return err
 		}
 	}
-	d.arpMAC = append(net.HardwareAddr(nil), mac...)
-	return d.writeConfig()
+	return nil
 }
 
 // flowKey is a flow's key in the connection table.

@@ -475,3 +475,95 @@ func TestApplyRandom(t *testing.T) {
 		t.Fatalf("only %d changes applied: the test exercises little", applied)
 	}
 }
+
+// solicitation builds a neighbour solicitation for target from the
+// client's fd00::1, with the source link-layer address option or without.
+func solicitation(src, target netip.Addr, withOpt bool) []byte {
+	t := target.As16()
+	b := append([]byte{0x33, 0x33, 0xff, t[13], t[14], t[15]}, ClientMAC...)
+	b = binary.BigEndian.AppendUint16(b, 0x86dd)
+	msg := []byte{135, 0, 0, 0, 0, 0, 0, 0}
+	msg = append(msg, t[:]...)
+	if withOpt {
+		msg = append(append(msg, 1, 1), ClientMAC...)
+	}
+	ip := make([]byte, 40)
+	ip[0] = 6 << 4
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(msg)))
+	ip[6], ip[7] = 58, 255
+	s := src.As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], []byte{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, t[13], t[14], t[15]})
+	return append(append(b, ip...), msg...)
+}
+
+// icmp6Sum is the ones'-complement sum of an IPv6 frame's ICMPv6 message
+// and pseudo-header: 0xffff when the checksum is right.
+func icmp6Sum(f []byte) uint16 {
+	ip := f[14:54]
+	n := int(binary.BigEndian.Uint16(ip[4:]))
+	var sum uint32 = uint32(n) + 58
+	words := append(append([]byte{}, ip[8:40]...), f[54:54+n]...)
+	for i := 0; i+1 < len(words); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(words[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
+}
+
+// TestND: a neighbour solicitation for an IPv6 VIP is answered with an
+// advertisement (right checksum, the MAC as target link-layer address),
+// only in HAFenced mode with the fence open.
+func TestND(t *testing.T) {
+	d := load(t)
+	mac := net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 0x09}
+	if err := d.SetARP(mac, []netip.Addr{vip.Addr(), vip6.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	asker := netip.MustParseAddr("fd00::1")
+	ns := solicitation(asker, vip6.Addr(), true)
+	if act, _ := run(t, d.Program(), ns); act != xdpPass {
+		t.Fatalf("HAOff: action %d", act)
+	}
+	setHA(t, d, HAFenced, MonoNow()+time.Minute)
+	for _, withOpt := range []bool{true, false} {
+		act, out := run(t, d.Program(), solicitation(asker, vip6.Addr(), withOpt))
+		if act != xdpTX {
+			t.Fatalf("option %v: action %d, want XDP_TX", withOpt, act)
+		}
+		if len(out) != 86 {
+			t.Fatalf("option %v: %d bytes, want 86", withOpt, len(out))
+		}
+		v, a := vip6.Addr().As16(), asker.As16()
+		switch {
+		case !bytes.Equal(out[:6], ClientMAC) || !bytes.Equal(out[6:12], mac):
+			t.Fatalf("MACs %x", out[:12])
+		case binary.BigEndian.Uint16(out[18:]) != 32 || out[20] != 58 || out[21] != 255:
+			t.Fatalf("IPv6 header %x", out[14:22])
+		case !bytes.Equal(out[22:38], v[:]) || !bytes.Equal(out[38:54], a[:]):
+			t.Fatalf("addresses %x", out[22:54])
+		case out[54] != 136 || out[55] != 0 || out[58] != 0x60:
+			t.Fatalf("not a solicited, overriding advertisement: %x", out[54:62])
+		case !bytes.Equal(out[62:78], v[:]) || out[78] != 2 || out[79] != 1 || !bytes.Equal(out[80:86], mac):
+			t.Fatalf("target and option %x", out[62:86])
+		case icmp6Sum(out) != 0xffff:
+			t.Fatalf("bad checksum: sum %#x", icmp6Sum(out))
+		}
+	}
+	dad := solicitation(netip.IPv6Unspecified(), vip6.Addr(), false)
+	for _, f := range [][]byte{
+		solicitation(asker, netip.MustParseAddr("fd00::7"), true), // not a VIP
+		dad,     // duplicate address detection
+		ns[:70], // truncated
+	} {
+		if act, _ := run(t, d.Program(), f); act != xdpPass {
+			t.Fatalf("%x: action %d, want pass", f, act)
+		}
+	}
+	setHA(t, d, HAFenced, 0)
+	if act, _ := run(t, d.Program(), ns); act != xdpPass {
+		t.Fatalf("fence closed: action %d", act)
+	}
+}

@@ -146,6 +146,95 @@ static __always_inline int arp(void *data, void *data_end)
 	return XDP_TX;
 }
 
+/* The frame nd() turns a solicitation into: Ethernet, IPv6, an
+ * advertisement with the target link-layer address option. */
+#define ND_NA_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + 32)
+
+struct nd_msg {
+	__u8 type;
+	__u8 code;
+	__be16 csum;
+	__be32 flags;
+	__u8 target[16];
+	__u8 opt_type;
+	__u8 opt_len;
+	__u8 opt_mac[ETH_ALEN];
+};
+
+/* nd answers a neighbour solicitation for one of the VIPs (nd_vips) as
+ * arp() answers ARP: with a solicited, overriding advertisement carrying
+ * the MAC, only in HA_FENCED mode with the fence open. Duplicate address
+ * detection probes (from ::) pass. */
+static __always_inline int nd(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct nd_msg *m = (void *)(ip6 + 1);
+	/* type .. target: 24 bytes */
+	if ((void *)m + 24 > data_end)
+		return pass(PARSE_OTHER);
+	if (ip6->version != 6 || ip6->nexthdr != IPPROTO_ICMPV6 || ip6->hop_limit != 255 || m->type != 135 ||
+	    m->code != 0)
+		return pass(PARSE_OTHER);
+	if (!(ip6->saddr.in6_u.u6_addr32[0] | ip6->saddr.in6_u.u6_addr32[1] | ip6->saddr.in6_u.u6_addr32[2] |
+	      ip6->saddr.in6_u.u6_addr32[3]))
+		return pass(PARSE_OTHER);
+	__u8 target[16];
+	__builtin_memcpy(target, m->target, 16);
+	if (!bpf_map_lookup_elem(&nd_vips, target))
+		return pass(PARSE_OTHER);
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || cfg->ha_mode != HA_FENCED || fence_closed(cfg))
+		return pass(PARSE_OTHER);
+	/* Make room for the option when the solicitation had none; a longer
+	 * frame keeps its tail (the IPv6 length says where ours ends). */
+	long room = (long)ND_NA_LEN - (long)(data_end - data);
+	if (room > 0) {
+		if (room > 8 || bpf_xdp_adjust_tail(ctx, (int)room))
+			return pass(PARSE_OTHER);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	}
+	if (data + ND_NA_LEN > data_end)
+		return XDP_DROP; /* cannot happen: checked or grown above */
+	eth = data;
+	ip6 = (void *)(eth + 1);
+	m = (void *)(ip6 + 1);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, cfg->arp_mac, ETH_ALEN);
+	ip6->payload_len = bpf_htons(32);
+	__builtin_memcpy(&ip6->daddr, &ip6->saddr, 16);
+	__builtin_memcpy(&ip6->saddr, target, 16);
+	m->type = 136;
+	m->code = 0;
+	m->csum = 0;
+	m->flags = bpf_htonl(0x60000000); /* solicited, override */
+	m->opt_type = 2;                  /* target link-layer address */
+	m->opt_len = 1;
+	__builtin_memcpy(m->opt_mac, cfg->arp_mac, ETH_ALEN);
+	/* The checksum: the pseudo-header (addresses, length 32, next header
+	 * 58) and the 32-byte message, in 16-bit words. */
+	__u32 sum = 32 + IPPROTO_ICMPV6;
+	__u16 *w = (__u16 *)&ip6->saddr;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += bpf_ntohs(w[i]);
+	w = (__u16 *)m;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += bpf_ntohs(w[i]);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	m->csum = bpf_htons(~sum & 0xffff);
+	struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+	if (gs)
+		gs->arp_replies++;
+	return XDP_TX;
+}
+
 SEC("xdp")
 int balancer(struct xdp_md *ctx)
 {
@@ -157,8 +246,12 @@ int balancer(struct xdp_md *ctx)
 	int r = parse(data, data_end, &p);
 	if (r != PARSE_OK) {
 		struct ethhdr *eth = data;
-		if (r == PARSE_OTHER && (void *)(eth + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_ARP))
-			return arp(data, data_end);
+		if (r == PARSE_OTHER && (void *)(eth + 1) <= data_end) {
+			if (eth->h_proto == bpf_htons(ETH_P_ARP))
+				return arp(data, data_end);
+			if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+				return nd(ctx);
+		}
 		return pass(r);
 	}
 

@@ -67,7 +67,8 @@ enum conn_op {
 /* The event ring buffer's size in bytes (a power of two, page multiple):
  * 4 MiB hold about 70000 events. */
 #define EVENTS_SIZE (4 << 20)
-/* VIPs the program answers ARP for. */
+/* VIPs the program answers ARP (IPv4) or neighbour solicitations (IPv6)
+ * for, of each family. */
 #define MAX_ARP_VIPS 256
 
 /* Real-server flags. */

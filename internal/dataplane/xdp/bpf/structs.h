@@ -124,6 +124,6 @@ struct global_stats {
 	__u64 malformed; /* too short to parse: passed */
 	__u64 fragments; /* IPv4 fragments: passed (no ports to match) */
 	__u64 fenced;    /* VIP traffic passed because the HA fence was closed */
-	__u64 arp_replies; /* ARP requests for a VIP answered */
+	__u64 arp_replies; /* ARP requests (and IPv6 solicitations) for a VIP answered */
 	__u64 events_lost; /* connection events the ring buffer had no room for */
 };
