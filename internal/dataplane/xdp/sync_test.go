@@ -567,3 +567,40 @@ func TestND(t *testing.T) {
 		t.Fatalf("fence closed: action %d", act)
 	}
 }
+
+// TestEventsSlowConsumer: a consumer that does not read loses batches
+// (counted) instead of stalling the reader; it gets the queued ones later.
+func TestEventsSlowConsumer(t *testing.T) {
+	d := load(t)
+	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: reals(2)}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := d.StartEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const flows = (eventQueue + 8) * eventBatch
+	for i := range flows {
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 81, 0, byte(i >> 16)}), uint16(i))
+		forward(t, d, Frame{Src: src, Dst: vip, Flags: SYN})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.Lost() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e.Lost() == 0 {
+		t.Fatal("nothing counted lost with the consumer away")
+	}
+	got := 0
+	for got+int(e.Lost()) < flows && time.Now().Before(deadline) {
+		select {
+		case b := <-e.C:
+			got += len(b)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if got+int(e.Lost()) != flows || got < eventQueue*eventBatch/2 {
+		t.Fatalf("%d delivered + %d lost, want %d in all, most delivered", got, e.Lost(), flows)
+	}
+}
