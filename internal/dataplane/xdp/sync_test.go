@@ -604,3 +604,53 @@ func TestEventsSlowConsumer(t *testing.T) {
 		t.Fatalf("%d delivered + %d lost, want %d in all, most delivered", got, e.Lost(), flows)
 	}
 }
+
+// FuzzNeighbours feeds arbitrary frames to a fenced director with the fence
+// open and VIPs to answer for: each must pass, drop, be forwarded as
+// FuzzFrames checks, or be an ARP reply or neighbour advertisement for a
+// VIP, from the director's MAC, well formed.
+func FuzzNeighbours(f *testing.F) {
+	f.Add(arpRequest(client, vip.Addr(), 1))
+	f.Add(solicitation(netip.MustParseAddr("fd00::1"), vip6.Addr(), true))
+	f.Add(solicitation(netip.MustParseAddr("fd00::1"), vip6.Addr(), false))
+	f.Add(Frame{Src: from(2), Dst: vip, Flags: ACK, Payload: 40}.Bytes())
+	d := load(f)
+	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: reals(2)}); err != nil {
+		f.Fatal(err)
+	}
+	if err := d.SetService(Service{VIP: vip6, Protocol: "udp", Scheduler: "rr", Servers: reals(2)}); err != nil {
+		f.Fatal(err)
+	}
+	mac := net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 0x09}
+	if err := d.SetARP(mac, []netip.Addr{vip.Addr(), vip6.Addr()}); err != nil {
+		f.Fatal(err)
+	}
+	if err := d.SetHA(HAFenced, MonoNow()+24*time.Hour); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 14 || len(b) > 1500 {
+			return
+		}
+		act, out := run(t, d.Program(), b)
+		switch {
+		case act == xdpPass || act == xdpDrop:
+		case act != xdpTX:
+			t.Fatalf("frame %x: action %d", b, act)
+		case !bytes.Equal(out[6:12], mac):
+			checkForwarded(t, b, out)
+		case out[12] == 0x08 && out[13] == 0x06:
+			v := vip.Addr().As4()
+			if len(out) != len(b) || binary.BigEndian.Uint16(out[20:]) != 2 || !bytes.Equal(out[22:28], mac) || !bytes.Equal(out[28:32], v[:]) {
+				t.Fatalf("bad ARP reply %x to %x", out, b)
+			}
+		case out[12] == 0x86 && out[13] == 0xdd:
+			v := vip6.Addr().As16()
+			if len(out) < 86 || out[54] != 136 || !bytes.Equal(out[22:38], v[:]) || !bytes.Equal(out[80:86], mac) || icmp6Sum(out) != 0xffff {
+				t.Fatalf("bad advertisement %x to %x", out, b)
+			}
+		default:
+			t.Fatalf("sent %x from the ARP MAC for %x", out, b)
+		}
+	})
+}
