@@ -53,25 +53,35 @@ func TestNeighboursOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	// Attach from a thread inside the director's namespace; the thread is
-	// left locked, so it ends with its goroutine instead of serving others.
+	// Attach from a thread inside the director's namespace, then switch
+	// it back: a thread left there (the main one is not ended with its
+	// goroutine) would make the test bed's teardown kill this process.
 	mac := make(chan net.HardwareAddr, 1)
 	attachErr := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			attachErr <- err
+			return
+		}
+		defer orig.Close()
 		ns, err := netns.GetFromPath("/run/netns/" + bed.Netns("director"))
-		if err == nil {
-			defer ns.Close()
-			err = netns.Set(ns)
+		if err != nil {
+			attachErr <- err
+			return
 		}
-		if err == nil {
-			_, err = d.Attach("eth0", "native")
-		}
-		if err == nil {
-			var ifc *net.Interface
-			if ifc, err = net.InterfaceByName("eth0"); err == nil {
-				mac <- ifc.HardwareAddr
+		defer ns.Close()
+		if err = netns.Set(ns); err == nil {
+			if _, err = d.Attach("eth0", "native"); err == nil {
+				var ifc *net.Interface
+				if ifc, err = net.InterfaceByName("eth0"); err == nil {
+					mac <- ifc.HardwareAddr
+				}
 			}
+		}
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread() // else the thread ends with the goroutine
 		}
 		attachErr <- err
 	}()
