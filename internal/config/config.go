@@ -9,6 +9,7 @@
 //	xdp-mode auto                 # auto | native | generic
 //	xdp-conns 262144              # XDP connection-table size
 //	ha { ... }                    # one of a group of directors (ha.go, docs/ha.md)
+//	feedback { ... }              # weights from the servers' load (feedback.go, docs/feedback.md)
 //
 //	service www {
 //	    vip 127.0.0.100:8080
@@ -21,6 +22,7 @@
 //	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
 //	    inactive-timeout 60s      # lc/wlc count closed connections this long
 //	    pass-internal off         # l7: pass clients' /load, /healthz, /metrics to nodes
+//	    weights config            # config (weight=N) | feedback (the feedback block's controller)
 //	    check http port=9080 path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
 //	    server 127.0.0.21:8080 weight=1
 //	    server 127.0.0.22:8080 weight=2
@@ -63,7 +65,10 @@ type Director struct {
 	XDPConns  int
 	// HA, if set, makes this director one of a group (internal/ha): the
 	// block `ha { ... }`.
-	HA       *HA
+	HA *HA
+	// Feedback, if set, polls the real servers' load for the services
+	// with `weights feedback` (feedback.go, docs/feedback.md).
+	Feedback *Feedback
 	Services []Service
 }
 
@@ -105,9 +110,12 @@ type Service struct {
 	// PassInternal lets the l7 dataplane pass requests for a node's own
 	// endpoints (/load, /healthz, /metrics) from clients; off by default.
 	PassInternal bool
-	Check        Check
-	Servers      []RealServer
-	Line         int
+	// Weights is where the servers' weights come from: config (their
+	// weight=N) or feedback (the feedback block's controller).
+	Weights string
+	Check   Check
+	Servers []RealServer
+	Line    int
 }
 
 // Check is a service's health check.
@@ -241,6 +249,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var scratch Service
 	var ha *HA // inside the ha block
 	var haScratch HA
+	var fb *Feedback // inside the feedback block
+	var fbScratch Feedback
 	line := 0
 	for rest := b; len(rest) > 0; {
 		var raw []byte
@@ -256,6 +266,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			}
 			if ha != nil {
 				bad[haKey+" *"] = true
+			}
+			if fb != nil {
+				bad[feedbackKey+" *"] = true
 			}
 			continue
 		}
@@ -275,6 +288,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		if ha != nil {
 			field = "ha: " + key
 		}
+		if fb != nil {
+			field = "feedback: " + key
+		}
 		errf := func(fld, format string, a ...any) {
 			errs = append(errs, &Error{File: name, Line: line, Field: fld, Msg: fmt.Sprintf(format, a...)})
 			if svc != nil {
@@ -282,6 +298,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			}
 			if ha != nil {
 				bad[haKey+" "+key] = true
+			}
+			if fb != nil {
+				bad[feedbackKey+" "+key] = true
 			}
 		}
 		one := func() (string, bool) {
@@ -304,6 +323,21 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				continue
 			}
 			parseHA(ha, key, args, func(format string, a ...any) { errf(field, format, a...) })
+			continue
+		}
+		if fb != nil {
+			if key == "}" {
+				if len(args) != 0 {
+					errf("", "unexpected text after '}'")
+				}
+				fb = nil
+				continue
+			}
+			if key == "service" || key == "ha" || key == "feedback" {
+				errf(key, "the feedback block is not closed before this %s", key)
+				continue
+			}
+			parseFeedback(fb, key, args, func(format string, a ...any) { errf(field, format, a...) })
 			continue
 		}
 		if svc == nil {
@@ -385,10 +419,27 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				d.HA = NewHA()
 				d.HA.Line = line
 				ha = d.HA
+			case "feedback":
+				if len(args) != 1 || args[0] != "{" {
+					errf(key, "want: feedback {")
+					if len(args) == 0 || args[len(args)-1] != "{" {
+						continue
+					}
+				}
+				if d.Feedback != nil {
+					errf(key, "feedback block already defined on line %d", d.Feedback.Line)
+					fbScratch = *NewFeedback() // parsed for its errors, then dropped
+					fbScratch.Line = line
+					fb = &fbScratch
+					continue
+				}
+				d.Feedback = NewFeedback()
+				d.Feedback.Line = line
+				fb = d.Feedback
 			case "}":
-				errf("", "'}' without an open service or ha block")
+				errf("", "'}' without an open service, ha or feedback block")
 			default:
-				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, feedback or service)")
 			}
 			continue
 		}
@@ -466,6 +517,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				continue
 			}
 			svc.PassInternal = v == "on"
+		case "weights":
+			parseWeights(svc, args, func(format string, a ...any) { errf(field, format, a...) })
 		case "check":
 			c, err := parseCheck(args)
 			if err != nil {
@@ -516,7 +569,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		case "service":
 			errf(key, "service %q is not closed before this one", svc.Name)
 		default:
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server)")
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server)")
 		}
 	}
 	if svc != nil {
@@ -527,12 +580,16 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		errs = append(errs, &Error{File: name, Line: ha.Line, Field: "ha", Msg: "not closed: missing '}'"})
 		bad[haKey+" *"] = true
 	}
+	if fb != nil {
+		errs = append(errs, &Error{File: name, Line: fb.Line, Field: "feedback", Msg: "not closed: missing '}'"})
+		bad[feedbackKey+" *"] = true
+	}
 	return d, errs, bad
 }
 
 // NewService is a service with every field at its default.
 func NewService(name string) Service {
-	return Service{Name: name, Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc",
+	return Service{Name: name, Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc", Weights: "config",
 		UDPTimeout: 300 * time.Second, TCPTimeout: 900 * time.Second, TCPFinTimeout: 120 * time.Second,
 		InactiveTimeout: DefaultInactiveTimeout, Check: DefaultCheck()}
 }
@@ -606,7 +663,8 @@ func validate(d *Director) []placed {
 			}
 		}
 	}
-	return append(out, validateHA(d)...)
+	out = append(out, validateHA(d)...)
+	return append(out, validateFeedback(d)...)
 }
 
 func parseCheck(args []string) (Check, error) {
@@ -697,6 +755,9 @@ func Format(d *Director) string {
 	if d.HA != nil {
 		formatHA(&b, d.HA)
 	}
+	if d.Feedback != nil {
+		formatFeedback(&b, d.Feedback)
+	}
 	for _, s := range d.Services {
 		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
@@ -704,6 +765,9 @@ func Format(d *Director) string {
 			s.Persistence, s.UDPTimeout, s.TCPTimeout, s.TCPFinTimeout, s.InactiveTimeout)
 		if s.PassInternal {
 			b.WriteString("    pass-internal on\n")
+		}
+		if s.Weights == "feedback" {
+			b.WriteString("    weights feedback\n")
 		}
 		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
 		for _, r := range s.Servers {
