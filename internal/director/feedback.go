@@ -94,6 +94,16 @@ type fbPool struct {
 	targets []string         // the poller's servers, in order
 	polled  time.Time        // when the last round ended
 	took    time.Duration    // how long it took
+	// terms keeps each server's latest terms: a round that holds (snmpd's
+	// caches not refreshed yet) has none, and ctl and metrics should still
+	// show the figures the weight stands on.
+	terms map[string]fbTerms
+}
+
+type fbTerms struct {
+	terms *feedback.Terms
+	load  float64
+	at    time.Time
 }
 
 func feedbackControllerConfig(f *config.Feedback) feedback.ControllerConfig {
@@ -266,6 +276,19 @@ func (m *fbMonitor) poll(ctx context.Context, s *service, p *fbPool) {
 	}
 	m.mu.Lock()
 	p.polled, p.took = time.Now(), time.Since(start)
+	if p.terms == nil {
+		p.terms = map[string]fbTerms{}
+	}
+	for _, d := range ds {
+		if d.Terms != nil {
+			p.terms[d.Node] = fbTerms{d.Terms, d.Aggregate, d.At}
+		}
+	}
+	for n := range p.terms {
+		if !slices.Contains(addrs, n) {
+			delete(p.terms, n)
+		}
+	}
 	m.mu.Unlock()
 	if changed {
 		m.d.pokeXDP()
@@ -365,10 +388,18 @@ type FeedbackStatus struct {
 // FeedbackService is one pool's latest decisions: for each server every
 // term of equations 1-8, the load and the weight it produced, and when.
 type FeedbackService struct {
-	Name    string              `json:"name"`
-	Polled  time.Time           `json:"polled"`  // when the last round ended (zero: none yet)
-	TookSec float64             `json:"took_s"`  // how long that round took
-	Nodes   []feedback.Decision `json:"servers"` // by server address
+	Name    string         `json:"name"`
+	Polled  time.Time      `json:"polled"`  // when the last round ended (zero: none yet)
+	TookSec float64        `json:"took_s"`  // how long that round took
+	Nodes   []FeedbackNode `json:"servers"` // by server address
+}
+
+// FeedbackNode is one server's latest decision. When that round had no
+// fresh load (a first sample, an agent that had not refreshed, no answer),
+// Terms and Aggregate are the latest ones there were, taken at TermsAt.
+type FeedbackNode struct {
+	feedback.Decision
+	TermsAt time.Time `json:"terms_at"`
 }
 
 // FeedbackStatus returns the monitor's latest decisions, or an error if
@@ -381,7 +412,17 @@ func (d *Director) FeedbackStatus() (FeedbackStatus, error) {
 	st := FeedbackStatus{Source: m.cfg.Source, Interval: m.cfg.Interval.String(), Services: []FeedbackService{}}
 	m.mu.Lock()
 	for name, p := range m.pools {
-		st.Services = append(st.Services, FeedbackService{Name: name, Polled: p.polled, TookSec: p.took.Seconds(), Nodes: p.ctrl.Last()})
+		fs := FeedbackService{Name: name, Polled: p.polled, TookSec: p.took.Seconds()}
+		for _, d := range p.ctrl.Last() {
+			n := FeedbackNode{Decision: d}
+			if d.Terms != nil {
+				n.TermsAt = d.At
+			} else if t, ok := p.terms[d.Node]; ok {
+				n.Terms, n.Aggregate, n.TermsAt = t.terms, t.load, t.at
+			}
+			fs.Nodes = append(fs.Nodes, n)
+		}
+		st.Services = append(st.Services, fs)
 	}
 	m.mu.Unlock()
 	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].Name < st.Services[j].Name })
