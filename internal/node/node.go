@@ -133,6 +133,9 @@ type Server struct {
 	// sites are the domains' directories (sites.go), read once per request.
 	sites atomic.Pointer[Sites]
 
+	cgMu   sync.Mutex // guards cgIdle (feedback.go)
+	cgIdle uint64
+
 	hmu  sync.Mutex // one probe at a time; guards hAt, hErr
 	hAt  time.Time
 	hErr error
