@@ -77,54 +77,17 @@ func (s *Server) loadInterface() string {
 	return first
 }
 
-// cgroupCPU reads the node's CPU use from its cgroup v2 when the cgroup has
-// a cpu.max limit, as ticks (1/100 s) for the sample's CPU counters: busy
-// is cpu.stat's usage_usec, idle is the allowance (uptime x quota/period)
-// minus busy. Nodes on one machine share /proc/stat and /proc/loadavg, so
-// the host's figures cannot tell a throttled node from an idle one; its
-// own cgroup can. idle is kept monotonic (a burst above the quota within
-// one period would step it back), so the CPU term reads 100 % busy then.
+// cgroupCPU reads the node's CPU use from its own cgroup when the cgroup
+// limits it (v2 cpu.max, or v1 cpu.cfs_quota_us), as ticks (1/100 s) for
+// the sample's CPU counters: busy is the cgroup's usage, idle the
+// allowance (uptime x quota/period) minus busy. Nodes on one machine share
+// /proc/stat and /proc/loadavg, so the host's figures cannot tell a
+// throttled node from an idle one; its own cgroup can. idle is kept
+// monotonic (a burst above the quota within one period would step it
+// back), so the CPU term reads 100 % busy then.
 func (s *Server) cgroupCPU(root, selfCgroup string, uptime uint32) (busy, idle uint64, ok bool) {
-	b, err := os.ReadFile(selfCgroup)
-	if err != nil {
-		return 0, 0, false
-	}
-	var path string
-	for _, l := range strings.Split(string(b), "\n") {
-		if p, found := strings.CutPrefix(l, "0::"); found {
-			path = p
-		}
-	}
-	if path == "" || strings.Contains(path, "..") {
-		return 0, 0, false
-	}
-	dir := root + path
-	mx, err := os.ReadFile(dir + "/cpu.max")
-	if err != nil {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(mx))
-	if len(f) != 2 || f[0] == "max" {
-		return 0, 0, false
-	}
-	quota, e1 := strconv.ParseUint(f[0], 10, 64)
-	period, e2 := strconv.ParseUint(f[1], 10, 64)
-	if e1 != nil || e2 != nil || quota == 0 || period == 0 {
-		return 0, 0, false
-	}
-	st, err := os.ReadFile(dir + "/cpu.stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	var usec uint64
-	found := false
-	for _, l := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-			usec, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			found = err == nil
-		}
-	}
-	if !found {
+	quota, period, usec, ok := cgroupLimit(root, selfCgroup)
+	if !ok {
 		return 0, 0, false
 	}
 	busy = usec / 10000
@@ -137,4 +100,70 @@ func (s *Server) cgroupCPU(root, selfCgroup string, uptime uint32) (busy, idle u
 	}
 	s.cgIdle = idle
 	return busy, idle, true
+}
+
+// cgroupLimit finds the calling process's CPU quota and usage (in µs):
+// cgroup v2 first (0::PATH, cpu.max, cpu.stat usage_usec), else v1 (the
+// cpu and cpuacct hierarchies: cpu.cfs_quota_us, cpu.cfs_period_us,
+// cpuacct.usage in ns). ok is false without a limit.
+func cgroupLimit(root, selfCgroup string) (quota, period, usec uint64, ok bool) {
+	b, err := os.ReadFile(selfCgroup)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
+	}
+	num := func(v string) (uint64, bool) {
+		n, err := strconv.ParseUint(v, 10, 64)
+		return n, err == nil
+	}
+	var cpuDir, acctDir string
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 || strings.Contains(f[2], "..") {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			dir := root + f[2]
+			if mx := strings.Fields(read(dir + "/cpu.max")); len(mx) == 2 && mx[0] != "max" {
+				q, ok1 := num(mx[0])
+				p, ok2 := num(mx[1])
+				for _, sl := range strings.Split(read(dir+"/cpu.stat"), "\n") {
+					if v, found := strings.CutPrefix(sl, "usage_usec "); found {
+						if u, ok3 := num(v); ok1 && ok2 && ok3 && q > 0 && p > 0 {
+							return q, p, u, true
+						}
+					}
+				}
+			}
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			switch c {
+			case "cpu":
+				cpuDir = root + "/" + f[1] + f[2]
+			case "cpuacct":
+				acctDir = root + "/" + f[1] + f[2]
+			}
+		}
+	}
+	if cpuDir == "" || acctDir == "" {
+		return 0, 0, 0, false
+	}
+	qs := read(cpuDir + "/cpu.cfs_quota_us")
+	if qs == "" || strings.HasPrefix(qs, "-") {
+		return 0, 0, 0, false
+	}
+	q, ok1 := num(qs)
+	p, ok2 := num(read(cpuDir + "/cpu.cfs_period_us"))
+	ns, ok3 := num(read(acctDir + "/cpuacct.usage"))
+	if !ok1 || !ok2 || !ok3 || q == 0 || p == 0 {
+		return 0, 0, 0, false
+	}
+	return q, p, ns / 1000, true
 }

@@ -44,6 +44,22 @@ func TestCgroupCPU(t *testing.T) {
 	if busy, idle, _ = s.cgroupCPU(root, self, 1110); busy != 80 || idle != 50 {
 		t.Fatalf("burst: busy %d idle %d; want 80, 50", busy, idle)
 	}
+	// cgroup v1: the cpu and cpuacct hierarchies.
+	for _, d := range []string{"cpu/h7/node2", "cpuacct/h7/node2"} {
+		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	write(self, "3:cpuacct:/h7/node2\n2:cpu:/h7/node2\n0::/\n")
+	write(filepath.Join(root, "cpu/h7/node2/cpu.cfs_quota_us"), "-1\n")
+	write(filepath.Join(root, "cpu/h7/node2/cpu.cfs_period_us"), "100000\n")
+	write(filepath.Join(root, "cpuacct/h7/node2/cpuacct.usage"), "500000000\n")
+	s2 := &Server{}
+	if _, _, ok := s2.cgroupCPU(root, self, 1000); ok {
+		t.Fatal("v1 without a quota: want host figures")
+	}
+	write(filepath.Join(root, "cpu/h7/node2/cpu.cfs_quota_us"), "10000\n")
+	if busy, idle, ok = s2.cgroupCPU(root, self, 1000); !ok || busy != 50 || idle != 50 {
+		t.Fatalf("v1: busy %d idle %d ok %v; want 50, 50", busy, idle, ok)
+	}
 	write(self, "0::/../etc\n")
 	if _, _, ok := s.cgroupCPU(root, self, 1200); ok {
 		t.Fatal("a path with .. accepted")
