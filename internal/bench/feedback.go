@@ -90,6 +90,14 @@ type FeedbackResult struct {
 	Reconverge float64                   `json:"reconverge_s"` // -1: did not settle
 	Terms      *director.FeedbackService `json:"terms"`        // the controller's view at the end of the feedback 110 % run
 	Checks     []string                  `json:"checks"`
+	// LoadAvg is /proc/loadavg at the start and the end: the machine is
+	// shared, and the nodes' quotas only hold when it has CPU to give.
+	LoadAvg [2]string `json:"loadavg"`
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return strings.TrimSpace(string(b))
 }
 
 var fbHosts = []string{"node1", "node2", "node3"}
@@ -142,7 +150,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err != nil {
 		return nil, err
 	}
-	res := &FeedbackResult{When: time.Now().UTC(), Quick: cfg.Quick, File: humanBytes(size),
+	res := &FeedbackResult{When: time.Now().UTC(), Quick: cfg.Quick, File: humanBytes(size), LoadAvg: [2]string{loadavg()},
 		Quota: fmt.Sprintf("cgroup cpu quota %d/%d µs (5 %% of a CPU) on node1 and node2, %d/%d µs on node3 (3x slower)", fbFast, fbPeriod, fbSlow, fbPeriod)}
 
 	// Every node in a cgroup of its own: equal quotas, node3 a third.
@@ -397,6 +405,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	traceWG.Wait()
 	res.Reconverge = reconvergence(res.Trace, "node1", res.HogAt)
 	logf("load step: hog on node1 at %.1f s, node1's weight settled %.1f s later\n", res.HogAt, res.Reconverge)
+	res.LoadAvg[1] = loadavg()
 	res.check()
 	if err := res.plots(cfg.Out); err != nil {
 		return nil, err
@@ -689,7 +698,7 @@ func (r *FeedbackResult) Markdown() string {
 	}
 	fmt.Fprintf(&b, "# feedback, %s%s\n\nThree nodes on test bed %s (10.87.0.0/24), the l7 director, %s requests of a %s file, httperf open-loop, one request per connection. %s.\n\n",
 		r.When.Format(time.RFC3339), q, fbBed, "GET", r.File, r.Quota)
-	fmt.Fprintf(&b, "Capacity (wlc, open-loop ramp): **%.0f req/s**.\n\n", r.Capacity)
+	fmt.Fprintf(&b, "Capacity (wlc, open-loop ramp): **%.0f req/s**. /proc/loadavg at the start: %s; at the end: %s (2 CPUs, shared).\n\n", r.Capacity, r.LoadAvg[0], r.LoadAvg[1])
 	table := func(rows []FBRow) {
 		b.WriteString("| scheduler | load | offered/s | throughput/s | mean ms | p50 ms | p90 ms | p99 ms | errors | share n1/n2/n3 | weights n1/n2/n3 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range rows {
