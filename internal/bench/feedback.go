@@ -293,6 +293,10 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err := apply("wlc"); err != nil {
 		return nil, err
 	}
+	followed := func(row FBRow, rate float64) bool {
+		return row.Throughput >= 0.9*rate && row.Errors <= row.Conns/100
+	}
+	okRate, failRate := 0.0, 0.0
 	for rate := 100.0; rate <= 3200; rate *= 2 {
 		row, err := measured("wlc", 0, false, rate, rampDur)
 		if err != nil {
@@ -300,8 +304,26 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		}
 		res.Ramp = append(res.Ramp, row)
 		res.Capacity = math.Max(res.Capacity, row.Throughput)
-		if row.Throughput < 0.9*rate || row.Errors > row.Conns/100 {
+		if !followed(row, rate) {
+			failRate = rate
 			break
+		}
+		okRate = rate
+	}
+	// Two bisection steps between the last rate followed and the first
+	// not: doubling alone would leave the capacity up to 2x low.
+	for i := 0; i < 2 && failRate > 0 && okRate > 0; i++ {
+		mid := (okRate + failRate) / 2
+		row, err := measured("wlc", 0, false, mid, rampDur)
+		if err != nil {
+			return nil, err
+		}
+		res.Ramp = append(res.Ramp, row)
+		if followed(row, mid) {
+			okRate = mid
+			res.Capacity = math.Max(res.Capacity, row.Throughput)
+		} else {
+			failRate = mid
 		}
 	}
 	if res.Capacity < 10 {
