@@ -590,6 +590,8 @@ func printServices(st []director.ServiceStatus) error {
 			w := strconv.Itoa(r.Weight)
 			if r.Override >= 0 && r.Override != r.ConfigWeight {
 				w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+			} else if r.Override < 0 && r.Feedback >= 0 {
+				w += fmt.Sprintf(" (feedback; config %d)", r.ConfigWeight)
 			}
 			out := human(r.BytesOut)
 			if s.XDP != nil {
