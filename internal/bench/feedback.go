@@ -748,8 +748,12 @@ func (r *FeedbackResult) Markdown() string {
 	table := func(rows []FBRow) {
 		b.WriteString("| scheduler | load | offered/s | throughput/s | mean ms | p50 ms | p90 ms | p99 ms | errors | share n1/n2/n3 | weights n1/n2/n3 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range rows {
-			fmt.Fprintf(&b, "| %s | %d%% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %d | %.2f/%.2f/%.2f | %d/%d/%d |\n", x.Scheduler, x.LoadPct, x.Offered, x.Throughput,
-				x.Mean, x.P50, x.P90, x.P99, x.Errors, x.Share["node1"], x.Share["node2"], x.Share["node3"], x.Weights["node1"], x.Weights["node2"], x.Weights["node3"])
+			errs := strconv.Itoa(x.Errors)
+			if x.Note != "" {
+				errs += " (" + x.Note + ")"
+			}
+			fmt.Fprintf(&b, "| %s | %d%% | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %s | %.2f/%.2f/%.2f | %d/%d/%d |\n", x.Scheduler, x.LoadPct, x.Offered, x.Throughput,
+				x.Mean, x.P50, x.P90, x.P99, errs, x.Share["node1"], x.Share["node2"], x.Share["node3"], x.Weights["node1"], x.Weights["node2"], x.Weights["node3"])
 		}
 	}
 	b.WriteString("## Every scheduler and load\n\n")
