@@ -189,9 +189,30 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	run := func(rate float64, d time.Duration) (FBRow, error) {
 		return httperf(ctx, bed.Wrap("client"), vip, path, rate, d)
 	}
+	// drained waits (at most 90 s) until no request is in progress at any
+	// node: a node overloaded by the previous run (rr sends the slow one
+	// a third) works through its backlog of requests the clients gave up
+	// on, and the next scheduler would find it still busy.
+	drained := func() {
+		for i := 0; i < 450 && ctx.Err() == nil; i++ {
+			st, err := adm.Services(ctx)
+			busy := err != nil
+			for _, x := range st {
+				for _, r := range x.Servers {
+					busy = busy || r.Active > 0
+				}
+			}
+			if !busy {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		logf("nodes still busy after 90 s; going on\n")
+	}
 	// apply makes the director run scheduler (feedback: wlc over the
 	// controller's weights) and waits until it does.
 	apply := func(scheduler string) error {
+		drained()
 		s := scheduler
 		if s == "feedback" {
 			s = "wlc"
