@@ -46,7 +46,10 @@ type HABedConfig struct {
 	// takes the VIP back when it returns).
 	Priority func(i int) int
 	Nodes    int // default 3
-	Log      func(format string, a ...any)
+	// NoDirectors leaves the Corral directors unstarted (the keepalived
+	// baseline runs alone); StartDirector starts one later.
+	NoDirectors bool
+	Log         func(format string, a ...any)
 }
 
 // HADirector is one director of the bed.
@@ -222,6 +225,9 @@ func StartHABed(ctx context.Context, cfg HABedConfig) (hb *HABed, err error) {
 		if err := bed.SetECMP("router", hb.VIP.Addr(), names...); err != nil {
 			return hb, err
 		}
+	}
+	if cfg.NoDirectors {
+		return hb, nil
 	}
 	// d1 first, so that it is the first active.
 	for _, d := range hb.Directors {
@@ -432,6 +438,20 @@ func (hb *HABed) Logs(n int) string {
 		fmt.Fprintf(&b, "\n%s: %s", d.Name, launch.Tail(d.Log(), n))
 	}
 	return b.String()
+}
+
+// StopDirectors stops every running director cleanly (SIGTERM: an active
+// one hands over or closes its fence first).
+func (hb *HABed) StopDirectors() {
+	for _, d := range hb.Directors {
+		d.mu.Lock()
+		p := d.proc
+		d.proc = nil
+		d.mu.Unlock()
+		if p != nil {
+			p.Stop()
+		}
+	}
 }
 
 // Close stops everything and removes the bed.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,10 @@ type FleetConfig struct {
 	Timeout   time.Duration // per request
 	Span      time.Duration // the fleet ends by itself after this
 	OpenEvery time.Duration // pause between opening connections (spreads the SYNs)
+	// Pad adds a header of this many bytes to each request: requests that
+	// load the director's link (direct routing carries only what clients
+	// send through it).
+	Pad int
 }
 
 // StartFleet opens cfg.Conns connections (each verified with one request)
@@ -135,7 +140,11 @@ type FleetConfig struct {
 func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Span)
 	f := &Fleet{Bytes: NewByteSeries(cfg.Span + time.Second), cancel: cancel}
-	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nRange: bytes=0-%d\r\nUser-Agent: corral-bench-failover\r\n\r\n", cfg.Path, cfg.Host, cfg.Chunk-1)
+	pad := ""
+	if cfg.Pad > 0 {
+		pad = "X-Pad: " + strings.Repeat("p", cfg.Pad) + "\r\n"
+	}
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nRange: bytes=0-%d\r\nUser-Agent: corral-bench-failover\r\n%s\r\n", cfg.Path, cfg.Host, cfg.Chunk-1, pad)
 	for i := range cfg.Conns {
 		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
 		c, err := cfg.Dial(dctx, "tcp", cfg.Target)
@@ -284,6 +293,15 @@ func (f *Fleet) Servers() map[string]int {
 		c.mu.Unlock()
 	}
 	return out
+}
+
+// Requests is how many responses the fleet has completed.
+func (f *Fleet) Requests() int64 {
+	var n int64
+	for _, c := range f.conns {
+		n += c.reqs.Load()
+	}
+	return n
 }
 
 // Alive is how many connections have not failed.
