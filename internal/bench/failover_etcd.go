@@ -5,6 +5,7 @@ package bench
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 type haEtcd struct{ e *embed.Etcd }
 
 func startHAEtcd(dir, client, peer string) (*haEtcd, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = "ha"
 	cfg.Dir = filepath.Join(dir, "etcd")

@@ -187,8 +187,10 @@ func (k *Keepalived) Kill(name string) (time.Time, error) {
 	}
 	at := time.Now()
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	exec.Command("ip", "netns", "exec", k.hb.Bed.Netns(name), "nft", "delete", "table", "netdev", "corralbase").Run()
+	// The VIP first: with the rule gone and the VIP still local, the
+	// director's own stack would answer the clients' segments with resets.
 	k.hb.Bed.IP(name, "addr", "del", k.hb.VIP.Addr().String()+"/32", "dev", "eth0")
+	exec.Command("ip", "netns", "exec", k.hb.Bed.Netns(name), "nft", "delete", "table", "netdev", "corralbase").Run()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
