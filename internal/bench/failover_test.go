@@ -12,7 +12,8 @@ import (
 	"github.com/corral-cluster/corral/internal/testbed"
 )
 
-// TestFailoverTools checks the measuring tools on a bed without directors:
+// TestFailoverTools (10.84.0.128/25: internal/testbed's ECMP test has the
+// lower half) checks the measuring tools on a bed without directors:
 // hosts d1 and d2 reach a "VIP" held by node1 through a route (their frames
 // carry the VIP and node1's MAC, as a forwarding director's do), so the
 // capture must see them as forwarding, one after the other or both at once;
@@ -22,12 +23,12 @@ func TestFailoverTools(t *testing.T) {
 		t.Skip("needs root for the test bed: ", err)
 	}
 	name := fmt.Sprintf("h4t%d", time.Now().UnixNano()%10000)
-	bed, err := testbed.Up(testbed.NewSpecOn(name, netip.MustParsePrefix("10.84.0.0/24"), []string{"client", "d1", "d2", "node1"}, ""))
+	bed, err := testbed.Up(testbed.NewSpecOn(name, netip.MustParsePrefix("10.84.0.128/25"), []string{"client", "d1", "d2", "node1"}, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { testbed.Down(name) })
-	vip := netip.MustParseAddr("10.84.0.100")
+	vip := netip.MustParseAddr("10.84.0.200")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := bed.IP("node1", "addr", "add", vip.String()+"/32", "dev", "lo"); err != nil {

@@ -18,7 +18,7 @@ import (
 func TestECMP(t *testing.T) {
 	needRoot(t)
 	name := fmt.Sprintf("h4e%d", time.Now().UnixNano()%10000)
-	spec := NewSpecOn(name, netip.MustParsePrefix("10.84.0.0/24"), []string{"client", "router", "d1", "d2"}, "")
+	spec := NewSpecOn(name, netip.MustParsePrefix("10.84.0.0/25"), []string{"client", "router", "d1", "d2"}, "")
 	t.Cleanup(func() { Down(name) })
 	b, err := Up(spec)
 	if err != nil {
