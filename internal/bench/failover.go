@@ -179,12 +179,15 @@ func failoverEvents(ctx context.Context, cfg FailoverConfig, logf func(string, .
 		return nil, nil, err
 	}
 	defer hb.Close()
-	if cfg.Corral {
+	var problem error
+	if cfg.Corral && !HABuilt() {
+		skipped = append(skipped, "corral HA: internal/ha is not built in this binary (ha.Start returns ErrNotYet)")
+	} else if cfg.Corral {
 		r, err := corralEvents(ctx, hb, cfg, logf)
 		rows = append(rows, r...)
 		if err != nil {
 			logf("corral HA: %v\n", err)
-			skipped = append(skipped, "corral HA: "+err.Error())
+			problem = fmt.Errorf("corral HA: %w", err)
 		}
 		hb.StopDirectors()
 	}
@@ -201,7 +204,7 @@ func failoverEvents(ctx context.Context, cfg FailoverConfig, logf func(string, .
 			}
 		}
 	}
-	return rows, skipped, nil
+	return rows, skipped, problem
 }
 
 // load is the measurement running over a series of events.

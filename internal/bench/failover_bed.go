@@ -89,6 +89,24 @@ type HABed struct {
 	etcd *haEtcd
 }
 
+// HABuilt says whether internal/ha is more than the scaffold: the scaffold's
+// Start returns ha.ErrNotYet (the real one refuses an empty configuration
+// with another error).
+func HABuilt() (built bool) {
+	defer func() {
+		if recover() != nil {
+			built = true
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n, err := ha.Start(ctx, ha.Config{}, nil)
+	if n != nil {
+		n.Close()
+	}
+	return !errors.Is(err, ha.ErrNotYet)
+}
+
 // HAHosts are the bed's hosts for n directors.
 func HAHosts(n, nodes int) []string {
 	hosts := []string{"client", "router"}

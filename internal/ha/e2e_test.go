@@ -2,7 +2,6 @@ package ha_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -25,27 +24,11 @@ func needHA(t *testing.T) {
 	if err := testbed.CheckRoot(); err != nil {
 		t.Skip("needs root for the test bed and XDP: ", err)
 	}
-	if stub() {
+	if !bench.HABuilt() {
 		t.Skip("internal/ha is not built yet (ha.Start returns ErrNotYet)")
 	}
 }
 
-// stub says whether ha.Start is still the scaffold's (an empty
-// configuration is refused either way; only the scaffold says ErrNotYet).
-func stub() (is bool) {
-	defer func() {
-		if recover() != nil {
-			is = false
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n, err := ha.Start(ctx, ha.Config{}, nil)
-	if n != nil {
-		n.Close()
-	}
-	return errors.Is(err, ha.ErrNotYet)
-}
 
 func startBed(t *testing.T, mode string, directors int) *bench.HABed {
 	t.Helper()
