@@ -29,7 +29,6 @@ func needHA(t *testing.T) {
 	}
 }
 
-
 func startBed(t *testing.T, mode string, directors int) *bench.HABed {
 	t.Helper()
 	bin := pfstest.Binary(t)
