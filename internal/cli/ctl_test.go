@@ -144,6 +144,18 @@ func TestCtl(t *testing.T) {
 	if !ok || json.Unmarshal([]byte(out), &cs) != nil {
 		t.Errorf("conns --json: ok=%v %q %s", ok, out, stderr)
 	}
+
+	// ha and handover on a director without HA: said plainly; a
+	// handover is a change and wants the token first.
+	if _, stderr, ok := ctl(empty, nil, "ha"); ok || !strings.Contains(stderr, "HA is off") || !strings.Contains(stderr, "docs/ha.md") {
+		t.Errorf("ha without HA: ok=%v %q", ok, stderr)
+	}
+	if _, stderr, ok := ctl(empty, nil, "handover"); ok || !strings.Contains(stderr, "--token-file") {
+		t.Errorf("handover without a token: ok=%v %q", ok, stderr)
+	}
+	if _, stderr, ok := ctl(upDir, nil, "handover", "--to", "d2"); ok || !strings.Contains(stderr, "HA is off") {
+		t.Errorf("handover without HA: ok=%v %q", ok, stderr)
+	}
 }
 
 // TestCtlHelpExamples: every ctl page has an Examples section.

@@ -66,6 +66,14 @@ admin API (JSON and /metrics) listens on the configured address (keep it on
 loopback); 'corral ctl' talks to it. Changes through the admin API need the
 bearer token the director writes on first start to --token-file (mode 0600).
 
+High availability: an 'ha { }' block in FILE makes the director one of a
+group of directors with the same services. Active-standby: one is elected
+through the station's etcd and forwards; its XDP program stops by itself if
+its lease is not renewed, and the others take over with the connection table
+it streamed to them. Active-active: all forward behind an ECMP router.
+'corral ctl ha' shows the group; docs/ha.md explains it all. Stopping an
+active director cleanly (SIGTERM) hands over first.
+
 With --join the director takes its configuration from a management station
 instead of FILE: it joins with the token (once; the credential is kept in
 --state), starts with no services, and applies every version the station
@@ -374,7 +382,8 @@ Listings (services, conns) are open on loopback; changes (drain, weight,
 enable, add, remove) send the director's admin token, which it writes on first
 start beside its configuration as admin.token (mode 0600). ctl reads it from
 --token-file, else ./corral-data/admin.token (the one 'corral up' makes), else
-./admin.token. Every listing takes --json.`,
+./admin.token. Every listing takes --json. 'ha' and 'handover' are for a
+director in a high-availability group (docs/ha.md).`,
 		Example: `  corral ctl services
   corral ctl services --json
   corral ctl conns
@@ -383,6 +392,8 @@ start beside its configuration as admin.token (mode 0600). ctl reads it from
   corral ctl enable www 127.0.0.21:8080
   corral ctl add www 127.0.0.24:8080 --weight 2
   corral ctl remove www 127.0.0.24:8080
+  corral ctl ha
+  corral ctl handover --to d2
   corral ctl --token-file /etc/corral/admin.token drain www 127.0.0.21:8080`,
 	}
 	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
@@ -531,6 +542,7 @@ configuration file, like 'add'.`,
 		set("enable SERVICE ADDR", "Undo drain/weight: back to the configured weight", "enable", 2,
 			"  corral ctl enable www 127.0.0.21:8080"),
 		add, remove)
+	c.AddCommand(ctlHACmds(listing, cl, &asJSON)...)
 	return c
 }
 

@@ -8,6 +8,7 @@
 //	interface eth0                # dataplane xdp: the link to attach to
 //	xdp-mode auto                 # auto | native | generic
 //	xdp-conns 262144              # XDP connection-table size
+//	ha { ... }                    # one of a group of directors (ha.go, docs/ha.md)
 //
 //	service www {
 //	    vip 127.0.0.100:8080
@@ -238,6 +239,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var svc *Service
 	skip := false // inside a service that is not kept (a duplicate name)
 	var scratch Service
+	var ha *HA // inside the ha block
+	var haScratch HA
 	line := 0
 	for rest := b; len(rest) > 0; {
 		var raw []byte
@@ -250,6 +253,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			errs = append(errs, &Error{File: name, Line: line, Msg: fmt.Sprintf("line longer than %d bytes", MaxLine)})
 			if svc != nil {
 				bad[svc.Name+" *"] = true
+			}
+			if ha != nil {
+				bad[haKey+" *"] = true
 			}
 			continue
 		}
@@ -266,10 +272,16 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		if svc != nil {
 			field = "service " + svc.Name + ": " + key
 		}
+		if ha != nil {
+			field = "ha: " + key
+		}
 		errf := func(fld, format string, a ...any) {
 			errs = append(errs, &Error{File: name, Line: line, Field: fld, Msg: fmt.Sprintf(format, a...)})
 			if svc != nil {
 				bad[svc.Name+" "+key] = true
+			}
+			if ha != nil {
+				bad[haKey+" "+key] = true
 			}
 		}
 		one := func() (string, bool) {
@@ -278,6 +290,21 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				return "", false
 			}
 			return args[0], true
+		}
+		if ha != nil {
+			if key == "}" {
+				if len(args) != 0 {
+					errf("", "unexpected text after '}'")
+				}
+				ha = nil
+				continue
+			}
+			if key == "service" || key == "ha" {
+				errf(key, "the ha block is not closed before this %s", key)
+				continue
+			}
+			parseHA(ha, key, args, func(format string, a ...any) { errf(field, format, a...) })
+			continue
 		}
 		if svc == nil {
 			switch key {
@@ -341,10 +368,27 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 					d.Services = append(d.Services, nsvc)
 					svc = &d.Services[len(d.Services)-1]
 				}
+			case "ha":
+				if len(args) != 1 || args[0] != "{" {
+					errf(key, "want: ha {")
+					if len(args) == 0 || args[len(args)-1] != "{" {
+						continue
+					}
+				}
+				if d.HA != nil {
+					errf(key, "ha block already defined on line %d", d.HA.Line)
+					haScratch = *NewHA() // parsed for its errors, then dropped
+					haScratch.Line = line
+					ha = &haScratch
+					continue
+				}
+				d.HA = NewHA()
+				d.HA.Line = line
+				ha = d.HA
 			case "}":
-				errf("", "'}' without an open service")
+				errf("", "'}' without an open service or ha block")
 			default:
-				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha or service)")
 			}
 			continue
 		}
@@ -479,6 +523,10 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		errs = append(errs, &Error{File: name, Line: svc.Line, Field: "service " + svc.Name, Msg: "not closed: missing '}'"})
 		bad[svc.Name+" *"] = true
 	}
+	if ha != nil {
+		errs = append(errs, &Error{File: name, Line: ha.Line, Field: "ha", Msg: "not closed: missing '}'"})
+		bad[haKey+" *"] = true
+	}
 	return d, errs, bad
 }
 
@@ -558,7 +606,7 @@ func validate(d *Director) []placed {
 			}
 		}
 	}
-	return out
+	return append(out, validateHA(d)...)
 }
 
 func parseCheck(args []string) (Check, error) {
@@ -646,6 +694,9 @@ func Format(d *Director) string {
 		fmt.Fprintf(&b, "interface %s\n", d.Interface)
 	}
 	fmt.Fprintf(&b, "xdp-mode %s\nxdp-conns %d\n", d.XDPMode, d.XDPConns)
+	if d.HA != nil {
+		formatHA(&b, d.HA)
+	}
 	for _, s := range d.Services {
 		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)

@@ -90,6 +90,7 @@ func TestErrorsNameTheirPlace(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte("service x {\n vip [::1]:80\n server [::1]:81 weight=3\n}\n"))
+	f.Add([]byte(haGood))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Parse("fuzz", b)
 		if err != nil {
@@ -102,6 +103,13 @@ func FuzzParse(f *testing.F) {
 		for _, s := range d.Services {
 			if !s.VIP.IsValid() {
 				t.Fatal("accepted a service without a VIP")
+			}
+		}
+		if d.HA != nil {
+			// An accepted ha block writes back to the same block.
+			again, err := Parse("fuzz", []byte(Format(d)))
+			if err != nil || !SameHA(d.HA, again.HA) {
+				t.Fatalf("ha block does not round-trip: %v\n%s", err, Format(d))
 			}
 		}
 	})

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/ha"
 )
 
 // ServiceStatus is one service in the admin API.
@@ -143,7 +144,9 @@ type ConnStatus struct {
 // Handler is the admin API's routes: GET /api/services, GET /api/status, GET /api/conns,
 // POST /api/services/NAME/servers/ADDR?action=weight&weight=N|drain|enable,
 // PUT (add, ?weight=N) and DELETE (remove) on the same path, GET /metrics
-// (Prometheus text), GET /healthz. Run serves it behind Guard.
+// (Prometheus text), GET /healthz (with the HA state; 503 when fenced),
+// GET /api/ha (ha.Status), POST /api/ha/handover?to=NAME. Run serves it
+// behind Guard.
 func (d *Director) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/services", func(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +192,27 @@ func (d *Director) Handler() http.Handler {
 		apiResult(w, d.SetServer(r.PathValue("service"), r.PathValue("addr"), action, wt))
 	})
 	mux.Handle("GET /metrics", d.MetricsHandler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /healthz", d.serveHealthz)
+	mux.HandleFunc("GET /api/ha", func(w http.ResponseWriter, r *http.Request) {
+		st, err := d.HAStatus()
+		if err != nil {
+			apiResult(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	mux.HandleFunc("POST /api/ha/handover", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), handoverTimeout)
+		defer cancel()
+		res, err := d.Handover(ctx, r.URL.Query().Get("to"))
+		if err != nil {
+			apiResult(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(res)
+	})
 	// Profiles, for finding where the director spends its time; Guard
 	// wants the token for them even on loopback.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -413,6 +436,32 @@ func (c Client) SetServer(ctx context.Context, service, addr, action string, w i
 // AddServer adds a real server to a running service.
 func (c Client) AddServer(ctx context.Context, service, addr string, w int) error {
 	return c.change(ctx, http.MethodPut, serverPath(service, addr)+"?weight="+strconv.Itoa(w))
+}
+
+// HA is the director's HA group as it sees it (GET /api/ha); an
+// *APIError with Status 404 when HA is off.
+func (c Client) HA(ctx context.Context) (ha.Status, error) {
+	return getJSON[ha.Status](ctx, c, "/api/ha")
+}
+
+// Handover asks the active director to hand the VIPs to another (to "":
+// the best in-sync one by priority) and says who took over and how long it
+// took. It needs the admin token.
+func (c Client) Handover(ctx context.Context, to string) (HandoverResult, error) {
+	var out HandoverResult
+	p := "/api/ha/handover"
+	if to != "" {
+		p += "?to=" + url.QueryEscape(to)
+	}
+	resp, err := c.do(ctx, http.MethodPost, p)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil {
+		return out, fmt.Errorf("director admin API at %s%s: %w", c.Base, p, err)
+	}
+	return out, nil
 }
 
 // RemoveServer removes a real server from a running service.

@@ -48,7 +48,14 @@ type Director struct {
 	// now is the clock of the connection tables (tests move it).
 	now func() time.Time
 
-	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs
+	xdp atomic.Pointer[xdpPlane] // set (under mu) while an xdp service runs or HA is on
+
+	// applied: a configuration has been applied (under mu); from then on
+	// the ha block may not change (ha.go).
+	applied bool
+	// haTest, if set, stands for the HA node (tests of the admin API and
+	// metrics without etcd and BPF).
+	haTest atomic.Pointer[haNode]
 
 	rates   rates          // admin API: counters per second (rates.go)
 	drains  sync.WaitGroup // closed l7 proxies finishing their requests (l7.go)
@@ -160,7 +167,14 @@ func (d *Director) Apply(cfg *config.Director) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.applyLocked(cfg)
+	if err := d.checkHAReload(cfg); err != nil {
+		return err
+	}
+	if err := d.applyLocked(cfg); err != nil {
+		return err
+	}
+	d.applied = true
+	return nil
 }
 
 // applyLocked is Apply with cfg validated and d.mu held.
@@ -252,6 +266,13 @@ func (d *Director) applyLocked(cfg *config.Director) error {
 		}
 		started = append(started, s)
 	}
+	// HA: join the group once the services are in the kernel (the
+	// program stays fenced until internal/ha opens it).
+	if p := d.xdp.Load(); cfg.HA != nil && p != nil && p.node == nil {
+		if err := p.startHA(cfg.HA); err != nil {
+			return undo(err)
+		}
+	}
 
 	// Everything stands: commit.
 	next := map[string]*service{}
@@ -296,6 +317,13 @@ func (d *Director) applyLocked(cfg *config.Director) error {
 // drainTimeout.
 func (d *Director) Close() {
 	d.mu.Lock()
+	if p := d.xdp.Load(); p != nil {
+		// Leave the HA group while the services still forward: an active
+		// director hands over first, so a clean stop loses no flow.
+		p.closeHA()
+	}
+	d.cfg.Store(&config.Director{}) // no ha block: settleXDP may detach
+	d.applied = false
 	for _, s := range *d.services.Load() {
 		s.stop()
 	}
@@ -313,7 +341,7 @@ func (d *Director) Close() {
 
 // prepareXDP attaches the XDP program before the first xdp service starts.
 func (d *Director) prepareXDP(cfg *config.Director) error {
-	want := false
+	want := cfg.HA != nil // HA: the program is the fence even with no service
 	for _, s := range cfg.Services {
 		want = want || s.Dataplane == "xdp"
 	}
@@ -338,6 +366,10 @@ func (d *Director) prepareXDP(cfg *config.Director) error {
 func (d *Director) settleXDP(running map[string]*service) {
 	p := d.xdp.Load()
 	if p == nil {
+		return
+	}
+	if d.cfg.Load().HA != nil {
+		p.poke()
 		return
 	}
 	for _, s := range running {

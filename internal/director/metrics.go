@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
+	"github.com/corral-cluster/corral/internal/ha"
 	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -71,13 +72,20 @@ var (
 	descBytes    = prometheus.NewDesc("corral_director_bytes_total", "bytes relayed through the director: in (client to real server), out (real server to client)", append(serverLabels, "direction"), nil)
 	descPackets  = prometheus.NewDesc("corral_director_packets_total", "frames the XDP dataplane forwarded to the real server", serverLabels, nil)
 
-	descFlows    = prometheus.NewDesc("corral_director_flows_total", "new flows (connections; l7: requests) scheduled by the service", []string{"service"}, nil)
-	descDrops    = prometheus.NewDesc("corral_director_drops_total", "new flows with no real server available", []string{"service"}, nil)
-	descXDPPkts  = prometheus.NewDesc("corral_director_xdp_packets_total", "frames of the service seen by the XDP dataplane", []string{"service"}, nil)
-	descXDPDrops = prometheus.NewDesc("corral_director_xdp_drops_total", "frames the XDP dataplane dropped, by reason", []string{"service", "reason"}, nil)
-	descReloadOK = prometheus.NewDesc("corral_director_config_last_reload_successful", "1 if the last load of the configuration file was applied, 0 if it was rejected (the running one stayed)", nil, nil)
-	descReloadAt = prometheus.NewDesc("corral_director_config_last_reload_timestamp_seconds", "when the configuration file was last loaded (applied or rejected), Unix time", nil, nil)
-	descXDPPass  = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
+	descFlows         = prometheus.NewDesc("corral_director_flows_total", "new flows (connections; l7: requests) scheduled by the service", []string{"service"}, nil)
+	descDrops         = prometheus.NewDesc("corral_director_drops_total", "new flows with no real server available", []string{"service"}, nil)
+	descXDPPkts       = prometheus.NewDesc("corral_director_xdp_packets_total", "frames of the service seen by the XDP dataplane", []string{"service"}, nil)
+	descXDPDrops      = prometheus.NewDesc("corral_director_xdp_drops_total", "frames the XDP dataplane dropped, by reason", []string{"service", "reason"}, nil)
+	descReloadOK      = prometheus.NewDesc("corral_director_config_last_reload_successful", "1 if the last load of the configuration file was applied, 0 if it was rejected (the running one stayed)", nil, nil)
+	descReloadAt      = prometheus.NewDesc("corral_director_config_last_reload_timestamp_seconds", "when the configuration file was last loaded (applied or rejected), Unix time", nil, nil)
+	descHAState       = prometheus.NewDesc("corral_director_ha_state", "1 for this director's current HA state (starting, syncing, standby, active, fenced), 0 for the others", []string{"state"}, nil)
+	descHATransitions = prometheus.NewDesc("corral_director_ha_transitions_total", "HA state changes of this director", nil, nil)
+	descHAFence       = prometheus.NewDesc("corral_director_ha_fence_seconds", "how long this director may still forward without another etcd lease renewal (0: fenced or not active)", nil, nil)
+	descHALag         = prometheus.NewDesc("corral_director_ha_sync_lag_seconds", "age of the oldest connection change sent to the peer and not yet acknowledged", []string{"peer"}, nil)
+	descHASyncErrors  = prometheus.NewDesc("corral_director_ha_sync_errors_total", "connection-sync streams that failed (refused, broken, undecodable)", nil, nil)
+	descHAResyncs     = prometheus.NewDesc("corral_director_ha_resyncs_total", "full connection-table snapshots sent again to a peer (it fell behind or the kernel lost changes)", nil, nil)
+	descHAInSync      = prometheus.NewDesc("corral_director_ha_peer_in_sync", "1 if the peer holds the connection table (active-standby: it is standby or active; active-active: both streams up and a full table received)", []string{"peer"}, nil)
+	descXDPPass       = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
 )
 
 // collector reads the live table at scrape time.
@@ -85,7 +93,8 @@ type collector struct{ d *Director }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWeight, descActive, descInactive, descPending, descConns, descRequests,
-		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass, descReloadOK, descReloadAt} {
+		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass, descReloadOK, descReloadAt,
+		descHAState, descHATransitions, descHAFence, descHALag, descHASyncErrors, descHAResyncs, descHAInSync} {
 		ch <- d
 	}
 }
@@ -135,6 +144,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descReloadOK, ok)
 		gauge(descReloadAt, float64(rs.Time.UnixNano())/1e9)
 	}
+	if n := c.d.haNode(); n != nil {
+		collectHA(n.Status(), gauge, counter)
+	}
 	if p := c.d.xdp.Load(); p != nil {
 		if g, err := p.dp.Global(); err == nil {
 			for _, x := range []struct {
@@ -149,3 +161,41 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 
 // MetricsHandler serves the director's /metrics (the admin API mounts it).
 func (d *Director) MetricsHandler() http.Handler { return d.metrics.handler }
+
+// haStates are the values of corral_director_ha_state's label.
+var haStates = []string{ha.StateStarting, ha.StateSyncing, ha.StateStandby, ha.StateActive, ha.StateFenced}
+
+// collectHA turns the HA status into its metrics.
+func collectHA(st ha.Status, gauge, counter func(*prometheus.Desc, float64, ...string)) {
+	for _, s := range haStates {
+		v := 0.0
+		if st.State == s {
+			v = 1
+		}
+		gauge(descHAState, v, s)
+	}
+	counter(descHATransitions, float64(st.Transitions))
+	gauge(descHAFence, max(st.FenceLeft, 0).Seconds())
+	counter(descHASyncErrors, float64(st.SyncErrors))
+	counter(descHAResyncs, float64(st.Resyncs))
+	for _, p := range st.Peers {
+		gauge(descHALag, p.Lag.Seconds(), p.Name)
+		gauge(descHAInSync, b2f(peerInSync(st.Mode, p)), p.Name)
+	}
+}
+
+// peerInSync: whether a peer holds the connection table, as this director
+// can tell.
+func peerInSync(mode string, p ha.PeerStatus) bool {
+	if mode == ha.ActiveActive {
+		return p.OutConnected && p.InConnected && p.InSynced
+	}
+	return p.State == ha.StateStandby || p.State == ha.StateActive
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,6 +1,7 @@
 package director
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,6 +32,16 @@ type xdpPlane struct {
 	svcs  map[*service]bool
 	added map[netip.Addr]bool // VIPs this plane put on the interface
 
+	// HA (ha.go): with an ha block the VIPs stay off the interface and
+	// the program answers ARP for them (haVIPs, as last set) with mac0,
+	// the interface's MAC, while internal/ha (node) keeps its fence open.
+	ha       bool
+	mac0     net.HardwareAddr
+	haVIPs   []netip.Addr
+	node     haNode
+	events   *xdp.Events
+	haCancel context.CancelFunc // ends the node's context, after Close
+
 	macMu  sync.Mutex
 	macs   map[netip.Addr]net.HardwareAddr
 	nudged map[netip.Addr]time.Time
@@ -57,22 +68,38 @@ func startXDPPlane(d *Director, cfg *config.Director) (*xdpPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.HA != nil {
+		// Fenced before it is attached: the program forwards nothing for
+		// the VIPs until internal/ha opens the fence (active-active:
+		// forwards, without answering ARP).
+		if err := dp.SetHA(haMode(cfg.HA), 0); err != nil {
+			dp.Close()
+			return nil, fmt.Errorf("ha: setting the XDP program's HA mode: %w", err)
+		}
+		if err := dp.SetARP(ifc.HardwareAddr, nil); err != nil {
+			dp.Close()
+			return nil, fmt.Errorf("ha: ARP answers on %s: %w", cfg.Interface, err)
+		}
+	}
 	mode, err := dp.Attach(cfg.Interface, cfg.XDPMode)
 	if err != nil {
 		dp.Close()
 		return nil, err
 	}
-	d.log.Info("XDP dataplane attached", "interface", cfg.Interface, "mode", mode)
+	d.log.Info("XDP dataplane attached", "interface", cfg.Interface, "mode", mode, "ha", cfg.HA != nil)
 	p := &xdpPlane{d: d, dp: dp, ifname: cfg.Interface, ifindex: ifc.Index, mode: mode,
 		svcs: map[*service]bool{}, added: map[netip.Addr]bool{},
+		ha: cfg.HA != nil, mac0: ifc.HardwareAddr,
 		macs: map[netip.Addr]net.HardwareAddr{}, nudged: map[netip.Addr]time.Time{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }
 
-// close detaches the program; flows through it stop.
+// close detaches the program; flows through it stop. With HA the group is
+// left first (a handover, if this director is active).
 func (p *xdpPlane) close() {
+	p.closeHA()
 	close(p.stop)
 	<-p.done
 	p.mu.Lock()
@@ -99,7 +126,9 @@ type xdpService struct {
 }
 
 // add starts carrying a service: its VIP goes on the interface (so the
-// director answers ARP for it) and into the kernel's tables.
+// director answers ARP for it) and into the kernel's tables. With HA the
+// VIP stays off the interface: the program answers ARP for it while its
+// fence is open.
 func (p *xdpPlane) add(s *service) (dataplane, error) {
 	cfg := s.cfg.Load()
 	if err := p.push(s); err != nil {
@@ -107,6 +136,16 @@ func (p *xdpPlane) add(s *service) (dataplane, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.ha {
+		p.svcs[s] = true
+		if err := p.haVIPsLocked(); err != nil {
+			delete(p.svcs, s)
+			p.dp.RemoveService(cfg.VIP, cfg.Protocol)
+			return nil, err
+		}
+		p.poke()
+		return &xdpService{p, s}, nil
+	}
 	if err := p.addVIP(cfg.VIP.Addr()); err != nil {
 		p.dp.RemoveService(cfg.VIP, cfg.Protocol)
 		return nil, err
@@ -126,6 +165,11 @@ func (x *xdpService) close() {
 	}
 	if !still && p.added[cfg.VIP.Addr()] {
 		p.delVIP(cfg.VIP.Addr())
+	}
+	if p.ha {
+		if err := p.haVIPsLocked(); err != nil {
+			p.d.log.Warn("ha: removing a VIP", "service", cfg.Name, "err", err)
+		}
 	}
 	p.mu.Unlock()
 	if err := p.dp.RemoveService(cfg.VIP, cfg.Protocol); err != nil {
