@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/ha"
+	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/testbed"
 )
 
@@ -139,4 +144,34 @@ func TestFailoverTools(t *testing.T) {
 	}
 	during := ol.Count(ev, back)
 	t.Logf("new connections: during %+v, after %+v", during, after)
+}
+
+// TestHAConf: the configuration the HA bed writes is one the director
+// takes (its ha block and service), without root.
+func TestHAConf(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "ha.key")
+	if err := os.WriteFile(key, bytes.Repeat([]byte("k"), 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{ha.ActiveStandby, ha.ActiveActive} {
+		hb := &HABed{Cfg: HABedConfig{Mode: mode, LeaseTTL: 2 * time.Second, Scheduler: "rr"},
+			VIP: netip.MustParseAddrPort("10.83.0.100:80"), EtcdURL: "http://10.83.0.1:7601", KeyFile: key,
+			Cluster: &launch.Cluster{FS: &launch.FS{Meta: &launch.Proc{Addr: "10.83.0.20:7400"}},
+				Cfg: launch.ClusterConfig{Check: "http port=9080 path=/healthz status=200 interval=300ms timeout=200ms rise=1 fall=2",
+					NodeListen: []string{"10.83.0.15:80", "10.83.0.16:80"}}}}
+		d := &HADirector{Name: "d2", Addr: netip.MustParseAddr("10.83.0.13"), Dir: filepath.Join(dir, mode), Priority: 100}
+		d.Conf = filepath.Join(d.Dir, "director.conf")
+		if err := hb.writeConf(d); err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.Load(d.Conf)
+		if err != nil {
+			b, _ := os.ReadFile(d.Conf)
+			t.Fatalf("%v\n%s", err, b)
+		}
+		if c.HA == nil || c.HA.Name != "d2" || c.HA.Mode != mode || c.HA.Sync != "10.83.0.13:7700" || len(c.Services) != 1 {
+			t.Fatalf("%s: parsed %+v", mode, c.HA)
+		}
+	}
 }
