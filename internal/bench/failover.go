@@ -52,6 +52,7 @@ type EventRow struct {
 	// connection.
 	Established int      `json:"established"`
 	Survived    int      `json:"survived"`
+	Idle        int      `json:"idle"` // alive, but no response completed since the takeover
 	SurvivedPct float64  `json:"survived_pct"`
 	ConnErrors  []string `json:"conn_errors,omitempty"`
 	// New connections offered from the event until the takeover, and
@@ -102,6 +103,12 @@ type FailoverResult struct {
 	Problems []string   `json:"problems,omitempty"`
 	Notes    []string   `json:"notes"`
 }
+
+// failoverSettle is how long the load runs after a takeover before the
+// event is judged: a connection whose segments were lost during a 3 s
+// outage retransmits after TCP's doubling timeouts (0.2, 0.4, ... 3.2 s:
+// 6.2 s in all), so a shorter wait would count live connections as idle.
+const failoverSettle = 8 * time.Second
 
 // Subnets of the scenario's beds (tests use 10.84.0.0/24).
 var (
@@ -288,13 +295,13 @@ func (l *load) event(system, name, old string, wait, settle time.Duration, logf 
 		first = end
 	}
 	s := l.fleet.Survival(t, first)
-	row.Established, row.Survived, row.SurvivedPct, row.ConnErrors = s.Established, s.Survived, s.Pct(), s.Errors
+	row.Established, row.Survived, row.Idle, row.SurvivedPct, row.ConnErrors = s.Established, s.Survived, s.Idle, s.Pct(), s.Errors
 	during := l.ol.Count(t, first)
 	// Attempts still within their timeout are not judged yet.
 	after := l.ol.Count(first, end.Add(-3*time.Second))
 	row.NewDuring, row.NewFailedDuring = during.Tried, during.Failed
 	row.NewAfter, row.NewFailedAfter, row.NewSlowAfter, row.NewP99ms = after.Tried, after.Failed, after.Slow, after.P99ms
-	base, gap, stalled, rec := l.fleet.Bytes.Stall(t, min(settle, 10*time.Second))
+	base, gap, stalled, rec := l.fleet.Bytes.Stall(t, first.Sub(t)+min(settle, 10*time.Second))
 	row.BaseMBps, row.NoByteMs, row.StalledMB, row.RecoveredMs = base/1e6, msOf(gap), stalled/1e6, msOf(rec)
 	ov, near := l.capt.SplitBrain(t.Add(-time.Second), end, 10*time.Millisecond)
 	row.SplitBrain, row.Near = len(ov), near
@@ -327,7 +334,7 @@ func corralEvents(ctx context.Context, hb *HABed, cfg FailoverConfig, logf func(
 	if err := hb.WaitServing(ctx, 20*time.Second); err != nil {
 		return nil, err
 	}
-	settle := 3*time.Second + 2*cfg.Interval
+	settle := failoverSettle + 2*cfg.Interval
 	l, err := startLoad(ctx, hb, cfg, 10*time.Minute)
 	if err != nil {
 		return nil, err
@@ -384,7 +391,7 @@ func keepalivedEvents(ctx context.Context, hb *HABed, cfg FailoverConfig, ver st
 	if err := hb.WaitServing(ctx, 20*time.Second); err != nil {
 		return nil, err
 	}
-	settle := 3*time.Second + 2*cfg.Interval
+	settle := failoverSettle + 2*cfg.Interval
 	l, err := startLoad(ctx, hb, cfg, 10*time.Minute)
 	if err != nil {
 		return nil, err

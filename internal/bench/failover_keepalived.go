@@ -51,7 +51,10 @@ func NewKeepalived(hb *HABed) *Keepalived {
 
 func (k *Keepalived) dir(name string) string { return filepath.Join(k.hb.Cfg.Data, "keepalived", name) }
 
-// nftRules is director name's forwarding table.
+// nftRules is director name's forwarding table. It matches frames sent to
+// the director's own MAC only: the ingress hook also sees frames the bridge
+// floods (to a MAC it has not learnt or has forgotten, as when a port goes
+// down), and forwarding those would make a standby forward.
 func (k *Keepalived) nftRules(name string) (string, error) {
 	d, err := k.hb.Director(name)
 	if err != nil {
@@ -70,10 +73,10 @@ func (k *Keepalived) nftRules(name string) (string, error) {
 	return fmt.Sprintf(`table netdev corralbase {
 	chain ingress {
 		type filter hook ingress device eth0 priority 0; policy accept;
-		ip daddr %s tcp dport %d ether saddr set %s ether daddr set jhash ip saddr . tcp sport mod %d seed 0x5eed map { %s } fwd to eth0
+		ether daddr %s ip daddr %s tcp dport %d ether saddr set %s ether daddr set jhash ip saddr . tcp sport mod %d seed 0x5eed map { %s } fwd to eth0
 	}
 }
-`, k.hb.VIP.Addr(), k.hb.VIP.Port(), d.MAC, len(macs), strings.Join(macs, ", ")), nil
+`, d.MAC, k.hb.VIP.Addr(), k.hb.VIP.Port(), d.MAC, len(macs), strings.Join(macs, ", ")), nil
 }
 
 // Start starts director name's forwarder and keepalived (priority 200 for
