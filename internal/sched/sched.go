@@ -333,9 +333,10 @@ func (h *SH) Pick(s []Server, f Flow) int {
 // each server walks its own permutation of a prime-sized lookup table
 // (offset = h1(key) mod M, skip = h2(key) mod (M-1) + 1), servers taking turns
 // in list order — weight/gcd entries per turn — until the table is full. The
-// source address hashes to an entry. M is 65521 (LVS's default) and only
-// grows past 655 servers, to stay at least 100 times the servers: it must not
-// change with the pool, or every key would move. Removing one of N servers
+// source address hashes to an entry. M is 65537 (Katran's, 2^16+1; every
+// director of an HA group must use the same) and only grows past 655
+// servers, to stay at least 100 times the servers: it must not change with
+// the pool, or every key would move. Removing one of N servers
 // then moves about 1/N of the sources. Hashes are FNV-1a (LVS uses keyed siphash; the
 // table differs, the properties do not).
 type MH struct {
@@ -343,7 +344,7 @@ type MH struct {
 	table []int
 }
 
-var primes = []int{65521, 131071, 262139}
+var primes = []int{65537, 131071, 262139}
 
 // TableSize is the lookup table size MH uses for n servers.
 func TableSize(n int) int {

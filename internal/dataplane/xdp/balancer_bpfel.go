@@ -23,10 +23,15 @@ type balancerConn struct {
 }
 
 type balancerDpConfig struct {
-	_   structs.HostLayout
-	Mac [6]uint8
-	Pad uint16
-	Now uint64
+	_      structs.HostLayout
+	Mac    [6]uint8
+	Pad    uint16
+	Now    uint64
+	HaMode uint32
+	Events uint32
+	Fence  uint64
+	ArpMac [6]uint8
+	Pad2   uint16
 }
 
 type balancerFlowKey struct {
@@ -40,15 +45,18 @@ type balancerFlowKey struct {
 }
 
 type balancerGlobalStats struct {
-	_         structs.HostLayout
-	Passed    uint64
-	Malformed uint64
-	Fragments uint64
+	_          structs.HostLayout
+	Passed     uint64
+	Malformed  uint64
+	Fragments  uint64
+	Fenced     uint64
+	ArpReplies uint64
+	EventsLost uint64
 }
 
 type balancerMhTable struct {
 	_   structs.HostLayout
-	Pos [65521]uint8
+	Pos [65537]uint8
 	Pad [3]uint8
 }
 
@@ -116,10 +124,13 @@ type balancerVipKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	balancerMapArpVips     = "arp_vips"
 	balancerMapConfig      = "config"
 	balancerMapConns       = "conns"
+	balancerMapEvents      = "events"
 	balancerMapGlobalStats = "global_stats"
 	balancerMapMhTables    = "mh_tables"
+	balancerMapNdVips      = "nd_vips"
 	balancerMapRealConns   = "real_conns"
 	balancerMapRealExpired = "real_expired"
 	balancerMapRealStats   = "real_stats"
@@ -180,10 +191,13 @@ type balancerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type balancerMapSpecs struct {
+	ArpVips     *ebpf.MapSpec `ebpf:"arp_vips"`
 	Config      *ebpf.MapSpec `ebpf:"config"`
 	Conns       *ebpf.MapSpec `ebpf:"conns"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
 	GlobalStats *ebpf.MapSpec `ebpf:"global_stats"`
 	MhTables    *ebpf.MapSpec `ebpf:"mh_tables"`
+	NdVips      *ebpf.MapSpec `ebpf:"nd_vips"`
 	RealConns   *ebpf.MapSpec `ebpf:"real_conns"`
 	RealExpired *ebpf.MapSpec `ebpf:"real_expired"`
 	RealStats   *ebpf.MapSpec `ebpf:"real_stats"`
@@ -220,10 +234,13 @@ func (o *balancerObjects) Close() error {
 //
 // It can be passed to loadBalancerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type balancerMaps struct {
+	ArpVips     *ebpf.Map `ebpf:"arp_vips"`
 	Config      *ebpf.Map `ebpf:"config"`
 	Conns       *ebpf.Map `ebpf:"conns"`
+	Events      *ebpf.Map `ebpf:"events"`
 	GlobalStats *ebpf.Map `ebpf:"global_stats"`
 	MhTables    *ebpf.Map `ebpf:"mh_tables"`
+	NdVips      *ebpf.Map `ebpf:"nd_vips"`
 	RealConns   *ebpf.Map `ebpf:"real_conns"`
 	RealExpired *ebpf.Map `ebpf:"real_expired"`
 	RealStats   *ebpf.Map `ebpf:"real_stats"`
@@ -236,10 +253,13 @@ type balancerMaps struct {
 
 func (m *balancerMaps) Close() error {
 	return _BalancerClose(
+		m.ArpVips,
 		m.Config,
 		m.Conns,
+		m.Events,
 		m.GlobalStats,
 		m.MhTables,
+		m.NdVips,
 		m.RealConns,
 		m.RealExpired,
 		m.RealStats,

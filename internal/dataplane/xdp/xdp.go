@@ -33,7 +33,7 @@ import (
 const (
 	MaxServices = 64
 	MaxReals    = 64
-	mhSize      = 65521
+	mhSize      = 65537
 	posNone     = 0xff
 )
 
@@ -100,6 +100,13 @@ type Dataplane struct {
 	mode     string
 	ports    [65536 / 64]uint64 // vip_ports as last written
 	mac      net.HardwareAddr   // config.mac
+
+	// High availability (sync.go), kept here so that every rewrite of
+	// the config (Tick) keeps them.
+	haMode HAMode
+	fence  uint64           // CLOCK_MONOTONIC ns
+	arpMAC net.HardwareAddr // config.arp_mac
+	events *Events          // the event stream, when started
 }
 
 type svcKey struct {
@@ -157,6 +164,12 @@ func (d *Dataplane) writeConfig() error {
 	var c balancerDpConfig
 	copy(c.Mac[:], d.mac)
 	c.Now = nowSeconds()
+	c.HaMode = uint32(d.haMode)
+	c.Fence = d.fence
+	copy(c.ArpMac[:], d.arpMAC)
+	if d.events != nil {
+		c.Events = 1
+	}
 	return d.objs.Config.Put(uint32(0), &c)
 }
 
@@ -220,6 +233,12 @@ func (d *Dataplane) setMAC(mac net.HardwareAddr) error {
 
 // Close detaches the program and frees the maps.
 func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	e := d.events
+	d.mu.Unlock()
+	if e != nil {
+		e.Close()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var err error
@@ -476,7 +495,9 @@ func (d *Dataplane) writeService(k svcKey, st *svcState) error {
 	for i, p := range sched.SHTable(view) {
 		v.Sh[i] = posByte(p)
 	}
-	if st.kind == schedKinds["mh"] {
+	// HA builds every service's Maglev table: it places flows this
+	// director has not seen (see the program's fallback).
+	if st.kind == schedKinds["mh"] || d.haMode != HAOff {
 		key := fmt.Sprint(view)
 		if key != st.mhFor {
 			var t balancerMhTable
@@ -493,6 +514,9 @@ func (d *Dataplane) writeService(k svcKey, st *svcState) error {
 			}
 			st.mhBuf, st.mhFor = next, key
 			v.MhBuf = next
+		}
+		if d.haMode != HAOff {
+			v.Flags |= flagMHFallback
 		}
 	}
 	vk := vipKey(k)
@@ -628,8 +652,14 @@ func (d *Dataplane) Stats(vip netip.AddrPort, protocol string) (ServiceStats, er
 	return out, nil
 }
 
-// GlobalStats counts frames that were not for a service.
-type GlobalStats struct{ Passed, Malformed, Fragments uint64 }
+// GlobalStats counts frames that were not for a service, and the HA
+// counters.
+type GlobalStats struct {
+	Passed, Malformed, Fragments uint64
+	Fenced                       uint64 // VIP frames passed by a closed HA fence
+	ARPReplies                   uint64 // ARP requests for a VIP answered
+	EventsLost                   uint64 // connection events the ring buffer had no room for
+}
 
 // Global reads the counters of frames passed to the kernel.
 func (d *Dataplane) Global() (GlobalStats, error) {
@@ -642,6 +672,9 @@ func (d *Dataplane) Global() (GlobalStats, error) {
 		g.Passed += p.Passed
 		g.Malformed += p.Malformed
 		g.Fragments += p.Fragments
+		g.Fenced += p.Fenced
+		g.ARPReplies += p.ArpReplies
+		g.EventsLost += p.EventsLost
 	}
 	return g, nil
 }
@@ -711,6 +744,11 @@ func (d *Dataplane) expireAt(now uint64) (int, error) {
 		n++
 		if byID[c.Svc] == nil {
 			continue
+		}
+		if d.events != nil {
+			if conn, ok := d.toConn(&cand[i], c.Svc, c.Slot, c.State, 0, 0); ok {
+				d.events.push(ConnEvent{Op: OpDelete, Conn: conn})
+			}
 		}
 		idx := c.Svc*MaxReals + c.Slot
 		switch c.State {

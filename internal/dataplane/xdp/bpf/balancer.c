@@ -30,16 +30,6 @@ static __always_inline void add_conns(__u32 sid, __u32 slot, __s64 active, __s64
 		__sync_fetch_and_add(&rc->inactive, inactive);
 }
 
-/* track follows a known TCP flow's state as LVS does in DR, seeing only the
- * client's side: FIN or RST ends it (active -> inactive). */
-static __always_inline void track(__u32 sid, struct conn *c, __u8 flags)
-{
-	if (flags & (TCP_FIN | TCP_RST)) {
-		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED)
-			add_conns(sid, c->slot, -1, 1);
-	}
-}
-
 /* pass counts a frame left to the kernel, by the parser's verdict. */
 static __always_inline int pass(int parse_result)
 {
@@ -56,6 +46,195 @@ static __always_inline int pass(int parse_result)
 	return XDP_PASS;
 }
 
+/* emit queues a connection-table change for the Go side, when it reads
+ * them (dp_config.events). A full ring buffer is counted: the peers then
+ * need a full resync, which the Go side sees in the lost count. */
+static __always_inline void emit(struct dp_config *cfg, struct flow_key *key, __u32 sid, __u32 slot, __u32 state, __u32 op)
+{
+	if (!cfg->events)
+		return;
+	struct conn_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		__u32 zero = 0;
+		struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+		if (gs)
+			gs->events_lost++;
+		return;
+	}
+	__builtin_memcpy(&ev->key, key, sizeof(ev->key));
+	ev->svc = sid;
+	ev->slot = slot;
+	ev->state = state;
+	ev->op = op;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/* track follows a known TCP flow's state as LVS does in DR, seeing only the
+ * client's side: FIN or RST ends it (active -> inactive). */
+static __always_inline void track(struct dp_config *cfg, struct flow_key *key, __u32 sid, struct conn *c, __u8 flags)
+{
+	if (flags & (TCP_FIN | TCP_RST)) {
+		if (__sync_val_compare_and_swap(&c->state, CONN_ESTABLISHED, CONN_FIN) == CONN_ESTABLISHED) {
+			add_conns(sid, c->slot, -1, 1);
+			emit(cfg, key, sid, c->slot, CONN_FIN, CONN_OP_UPDATE);
+		}
+	}
+}
+
+/* fence_closed says whether HA_FENCED forbids forwarding now. It reads the
+ * clock, so it is asked only for frames of a VIP service. */
+static __always_inline int fence_closed(struct dp_config *cfg)
+{
+	return cfg->ha_mode == HA_FENCED && bpf_ktime_get_ns() >= cfg->fence;
+}
+
+/* fenced counts a VIP frame left to the kernel by a closed fence; the VIP
+ * is not local in HA mode, so the kernel drops it. */
+static __always_inline int fenced(void)
+{
+	__u32 zero = 0;
+	struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+	if (gs)
+		gs->fenced++;
+	return XDP_PASS;
+}
+
+struct arp_ipv4 {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 op;
+	__u8 sha[ETH_ALEN];
+	__u8 spa[4];
+	__u8 tha[ETH_ALEN];
+	__u8 tpa[4];
+} __attribute__((packed));
+
+/* arp answers an ARP request for one of the VIPs (arp_vips) in HA_FENCED
+ * mode while the fence is open, turning the frame into the reply in place:
+ * in HA mode the VIP is not on the interface (the kernel would go on
+ * answering for it after the director died), so the program speaks for
+ * it, and a director that is frozen or cut off stops by itself. */
+static __always_inline int arp(void *data, void *data_end)
+{
+	struct ethhdr *eth = data;
+	struct arp_ipv4 *a = (void *)(eth + 1);
+	if ((void *)(a + 1) > data_end)
+		return pass(PARSE_OTHER);
+	if (a->htype != bpf_htons(1) || a->ptype != bpf_htons(ETH_P_IP) || a->hlen != ETH_ALEN || a->plen != 4 ||
+	    a->op != bpf_htons(1))
+		return pass(PARSE_OTHER);
+	__u32 tpa;
+	__builtin_memcpy(&tpa, a->tpa, 4);
+	if (!bpf_map_lookup_elem(&arp_vips, &tpa))
+		return pass(PARSE_OTHER);
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || cfg->ha_mode != HA_FENCED || fence_closed(cfg))
+		return pass(PARSE_OTHER);
+	struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+	if (gs)
+		gs->arp_replies++;
+	a->op = bpf_htons(2);
+	__builtin_memcpy(a->tha, a->sha, ETH_ALEN);
+	__builtin_memcpy(a->tpa, a->spa, 4);
+	__builtin_memcpy(a->sha, cfg->arp_mac, ETH_ALEN);
+	__builtin_memcpy(a->spa, &tpa, 4);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, cfg->arp_mac, ETH_ALEN);
+	return XDP_TX;
+}
+
+/* The frame nd() turns a solicitation into: Ethernet, IPv6, an
+ * advertisement with the target link-layer address option. */
+#define ND_NA_LEN (sizeof(struct ethhdr) + sizeof(struct ipv6hdr) + 32)
+
+struct nd_msg {
+	__u8 type;
+	__u8 code;
+	__be16 csum;
+	__be32 flags;
+	__u8 target[16];
+	__u8 opt_type;
+	__u8 opt_len;
+	__u8 opt_mac[ETH_ALEN];
+};
+
+/* nd answers a neighbour solicitation for one of the VIPs (nd_vips) as
+ * arp() answers ARP: with a solicited, overriding advertisement carrying
+ * the MAC, only in HA_FENCED mode with the fence open. Duplicate address
+ * detection probes (from ::) pass. */
+static __always_inline int nd(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	struct nd_msg *m = (void *)(ip6 + 1);
+	/* type .. target: 24 bytes */
+	if ((void *)m + 24 > data_end)
+		return pass(PARSE_OTHER);
+	if (ip6->version != 6 || ip6->nexthdr != IPPROTO_ICMPV6 || ip6->hop_limit != 255 || m->type != 135 ||
+	    m->code != 0)
+		return pass(PARSE_OTHER);
+	if (!(ip6->saddr.in6_u.u6_addr32[0] | ip6->saddr.in6_u.u6_addr32[1] | ip6->saddr.in6_u.u6_addr32[2] |
+	      ip6->saddr.in6_u.u6_addr32[3]))
+		return pass(PARSE_OTHER);
+	__u8 target[16];
+	__builtin_memcpy(target, m->target, 16);
+	if (!bpf_map_lookup_elem(&nd_vips, target))
+		return pass(PARSE_OTHER);
+	__u32 zero = 0;
+	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || cfg->ha_mode != HA_FENCED || fence_closed(cfg))
+		return pass(PARSE_OTHER);
+	/* Make room for the option when the solicitation had none; a longer
+	 * frame keeps its tail (the IPv6 length says where ours ends). */
+	long room = (long)ND_NA_LEN - (long)(data_end - data);
+	if (room > 0) {
+		if (room > 8 || bpf_xdp_adjust_tail(ctx, (int)room))
+			return pass(PARSE_OTHER);
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+	}
+	if (data + ND_NA_LEN > data_end)
+		return XDP_DROP; /* cannot happen: checked or grown above */
+	eth = data;
+	ip6 = (void *)(eth + 1);
+	m = (void *)(ip6 + 1);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, cfg->arp_mac, ETH_ALEN);
+	ip6->payload_len = bpf_htons(32);
+	__builtin_memcpy(&ip6->daddr, &ip6->saddr, 16);
+	__builtin_memcpy(&ip6->saddr, target, 16);
+	m->type = 136;
+	m->code = 0;
+	m->csum = 0;
+	m->flags = bpf_htonl(0x60000000); /* solicited, override */
+	m->opt_type = 2;                  /* target link-layer address */
+	m->opt_len = 1;
+	__builtin_memcpy(m->opt_mac, cfg->arp_mac, ETH_ALEN);
+	/* The checksum: the pseudo-header (addresses, length 32, next header
+	 * 58) and the 32-byte message, in 16-bit words. */
+	__u32 sum = 32 + IPPROTO_ICMPV6;
+	__u16 *w = (__u16 *)&ip6->saddr;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += bpf_ntohs(w[i]);
+	w = (__u16 *)m;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		sum += bpf_ntohs(w[i]);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	m->csum = bpf_htons(~sum & 0xffff);
+	struct global_stats *gs = bpf_map_lookup_elem(&global_stats, &zero);
+	if (gs)
+		gs->arp_replies++;
+	return XDP_TX;
+}
+
 SEC("xdp")
 int balancer(struct xdp_md *ctx)
 {
@@ -65,8 +244,16 @@ int balancer(struct xdp_md *ctx)
 	struct packet p = {};
 
 	int r = parse(data, data_end, &p);
-	if (r != PARSE_OK)
+	if (r != PARSE_OK) {
+		struct ethhdr *eth = data;
+		if (r == PARSE_OTHER && (void *)(eth + 1) <= data_end) {
+			if (eth->h_proto == bpf_htons(ETH_P_ARP))
+				return arp(data, data_end);
+			if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+				return nd(ctx);
+		}
 		return pass(r);
+	}
 
 	/* Most frames that are not for a service stop here, at one array
 	 * lookup: no service listens on their destination port. */
@@ -85,9 +272,12 @@ int balancer(struct xdp_md *ctx)
 	int is_tcp = p.key.proto == IPPROTO_TCP;
 	int syn = is_tcp && (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
 	int new_flow = 0;
+	int reused = 0;
 
 	/* A known flow needs one lookup: its entry names service and slot. */
 	struct conn *c = bpf_map_lookup_elem(&conns, &p.key);
+	if (c && fence_closed(cfg))
+		return fenced();
 	if (c && syn) {
 		/* A SYN on a known flow is a new connection reusing the port (or
 		 * a retransmitted SYN). It is scheduled afresh when the old flow
@@ -107,6 +297,7 @@ int balancer(struct xdp_md *ctx)
 					add_conns(osid, old, 0, -1);
 			}
 			c = 0;
+			reused = 1;
 		}
 	}
 	if (c) {
@@ -114,7 +305,7 @@ int balancer(struct xdp_md *ctx)
 		slot = c->slot;
 		ss = bpf_map_lookup_elem(&svc_stats, &sid);
 		if (is_tcp)
-			track(sid, c, p.tcp_flags);
+			track(cfg, &p.key, sid, c, p.tcp_flags);
 		if (c->seen != now) /* one write a second, not per packet */
 			c->seen = now;
 	} else {
@@ -123,13 +314,24 @@ int balancer(struct xdp_md *ctx)
 		struct service *svc = bpf_map_lookup_elem(&services, &vk);
 		if (!svc)
 			return pass(0);
+		/* (a reused flow's fence was checked above: one clock read) */
+		if (!reused && fence_closed(cfg))
+			return fenced();
 		sid = svc->id;
 		ss = bpf_map_lookup_elem(&svc_stats, &sid);
+		int pos;
 		if (is_tcp && !syn && !(svc->flags & SVC_F_SCHED_NON_SYN)) {
-			count_drop(ss, DROP_NO_CONN);
-			return XDP_DROP;
+			/* HA: a flow of another director that did not reach this
+			 * one's table (the gap before a takeover) goes where
+			 * every director of the group would put it. */
+			if (!(svc->flags & SVC_F_MH_FALLBACK)) {
+				count_drop(ss, DROP_NO_CONN);
+				return XDP_DROP;
+			}
+			pos = sched_mh(svc, &p);
+		} else {
+			pos = schedule(svc, &p);
 		}
-		int pos = schedule(svc, &p);
 		if (pos < 0 || (__u32)pos >= svc->n) {
 			count_drop(ss, DROP_NO_REAL);
 			return XDP_DROP;
@@ -144,6 +346,7 @@ int balancer(struct xdp_md *ctx)
 			nc.state = CONN_ESTABLISHED;
 		if (bpf_map_update_elem(&conns, &p.key, &nc, BPF_NOEXIST) == 0) {
 			new_flow = 1;
+			emit(cfg, &p.key, sid, slot, nc.state, CONN_OP_NEW);
 			if (nc.state == CONN_ESTABLISHED)
 				add_conns(sid, slot, 1, 0);
 			else

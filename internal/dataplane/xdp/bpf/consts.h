@@ -11,8 +11,10 @@
 /* ip_vs_sh's table: 2^8 buckets. */
 #define SH_BITS 8
 #define SH_SIZE (1 << SH_BITS)
-/* Maglev lookup table: LVS's default prime, at least 100 x MAX_REALS. */
-#define MH_SIZE 65521
+/* Maglev lookup table: Katran's prime (2^16 + 1), at least 100 x
+ * MAX_REALS. Directors of one group must agree on it: the fallback of
+ * high availability schedules a flow where any of them would. */
+#define MH_SIZE 65537
 /* Default connection-table size; the Go side may change it before loading. */
 #define CONN_TABLE_SIZE 262144
 
@@ -46,6 +48,28 @@ enum drop_reason {
 
 /* Service flags. */
 #define SVC_F_SCHED_NON_SYN 1 /* sh, mh: a mid-flow miss is scheduled (same answer) */
+#define SVC_F_MH_FALLBACK 2   /* HA: a mid-flow miss goes through the Maglev table */
+
+/* High-availability modes (internal/dataplane/xdp HAMode). */
+enum ha_mode {
+	HA_OFF = 0,         /* forward always */
+	HA_FENCED = 1,      /* forward and answer ARP only before dp_config.fence */
+	HA_ACTIVE_ACTIVE = 2, /* forward always, no ARP */
+};
+
+/* Connection-table changes sent to the Go side (ring buffer). */
+enum conn_op {
+	CONN_OP_NEW = 1,    /* the flow was scheduled (or replaced a reused one) */
+	CONN_OP_UPDATE = 2, /* the client's FIN or RST */
+	CONN_OP_DELETE = 3, /* the Go side emits these itself */
+};
+
+/* The event ring buffer's size in bytes (a power of two, page multiple):
+ * 4 MiB hold about 70000 events. */
+#define EVENTS_SIZE (4 << 20)
+/* VIPs the program answers ARP (IPv4) or neighbour solicitations (IPv6)
+ * for, of each family. */
+#define MAX_ARP_VIPS 256
 
 /* Real-server flags. */
 #define REAL_F_AVAILABLE 1 /* in the pool with a weight: takes new flows */

@@ -108,3 +108,28 @@ struct {
 	__type(key, __u32);
 	__type(value, struct global_stats);
 } global_stats SEC(".maps");
+
+/* IPv4 VIP (network order) -> 1: the addresses the program answers ARP
+ * requests for in HA_FENCED mode while the fence is open. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ARP_VIPS);
+	__type(key, __u32);
+	__type(value, __u8);
+} arp_vips SEC(".maps");
+
+/* IPv6 VIP -> 1: the addresses the program answers neighbour
+ * solicitations for, as arp_vips. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ARP_VIPS);
+	__type(key, __u8[16]);
+	__type(value, __u8);
+} nd_vips SEC(".maps");
+
+/* Connection-table changes for the Go side, which streams them to the
+ * other directors of the group (struct conn_event records). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, EVENTS_SIZE);
+} events SEC(".maps");

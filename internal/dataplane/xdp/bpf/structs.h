@@ -83,6 +83,24 @@ struct dp_config {
 	 * a flow's last-seen stamp costs a load instead of a clock read per
 	 * packet, and timeouts are whole seconds anyway. */
 	__u64 now;
+	__u32 ha_mode; /* enum ha_mode */
+	/* 1 while the Go side reads the event ring buffer: without a
+	 * reader, new flows cost no reservation. */
+	__u32 events;
+	/* HA_FENCED: VIP traffic is forwarded (and ARP answered) only while
+	 * bpf_ktime_get_ns() is below this (CLOCK_MONOTONIC ns). */
+	__u64 fence;
+	__u8 arp_mac[6]; /* the MAC ARP replies give for the VIPs */
+	__u16 pad2;
+};
+
+/* One connection-table change, as the ring buffer carries it. */
+struct conn_event {
+	struct flow_key key;
+	__u32 svc;
+	__u32 slot;
+	__u32 state; /* enum conn_state */
+	__u32 op;    /* enum conn_op */
 };
 
 /* Per-CPU counters of a service. */
@@ -105,4 +123,7 @@ struct global_stats {
 	__u64 passed;    /* not for a VIP service */
 	__u64 malformed; /* too short to parse: passed */
 	__u64 fragments; /* IPv4 fragments: passed (no ports to match) */
+	__u64 fenced;    /* VIP traffic passed because the HA fence was closed */
+	__u64 arp_replies; /* ARP requests (and IPv6 solicitations) for a VIP answered */
+	__u64 events_lost; /* connection events the ring buffer had no room for */
 };

@@ -1,0 +1,414 @@
+package feedback
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Clock is the controller's time source; tests inject a fake one.
+type Clock interface{ Now() time.Time }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// ControllerConfig tunes the weight rule. Zero fields take the defaults
+// named in their comments (see Defaults).
+type ControllerConfig struct {
+	Interval  time.Duration // poll interval the controller is stepped at; default 2 s
+	Options   Options       // how samples become equations 1-8
+	Target    float64       // aggregate load the rule steers towards; default 1 (LVS: 1 - load)
+	LoadScale float64       // Total_load (percent) that is aggregate load 1; default 100
+	A         float64       // LVS's coefficient: weight units per poll at |target-load| = 1; default Max/3
+	Floor     int           // lowest weight the rule or decay gives; default 1
+	Max       int           // highest weight; default 100
+	Initial   int           // weight of a node before it has two samples; default Max
+	Smoothing float64       // share of the newest load in the smoothed load, (0,1]; default 1 (no smoothing: it lags and overshoots, see docs/feedback.md)
+	DeadBand  float64       // no change while |target - smoothed load| <= DeadBand; default 0.05
+	MinGain   float64       // lowest damping gain after repeated reversals; default 1/32
+	// DecayHalfLife: a node that does not answer moves half-way to Floor per
+	// half-life, by the clock; default 2*Interval.
+	DecayHalfLife time.Duration
+}
+
+// Defaults returns c with every zero field set to its default.
+func (c ControllerConfig) Defaults() ControllerConfig {
+	if c.Interval <= 0 {
+		c.Interval = 2 * time.Second
+	}
+	if c.Target <= 0 {
+		c.Target = 1
+	}
+	if c.LoadScale <= 0 {
+		c.LoadScale = 100
+	}
+	if c.Max <= 0 {
+		c.Max = 100
+	}
+	if c.Floor <= 0 {
+		c.Floor = 1
+	}
+	if c.A <= 0 {
+		c.A = float64(c.Max) / 3
+	}
+	if c.Initial <= 0 {
+		c.Initial = c.Max
+	}
+	if c.Smoothing <= 0 || c.Smoothing > 1 {
+		c.Smoothing = 1
+	}
+	if c.DeadBand <= 0 {
+		c.DeadBand = 0.05
+	}
+	if c.MinGain <= 0 || c.MinGain > 1 {
+		c.MinGain = 1.0 / 32
+	}
+	if c.DecayHalfLife <= 0 {
+		c.DecayHalfLife = 2 * c.Interval
+	}
+	return c
+}
+
+// Validate reports a configuration the rule cannot work with.
+func (c ControllerConfig) Validate() error {
+	switch {
+	case c.Floor > c.Max:
+		return fmt.Errorf("feedback: floor weight %d above max weight %d", c.Floor, c.Max)
+	case c.Max > 65535:
+		return fmt.Errorf("feedback: max weight %d above 65535", c.Max)
+	case c.Initial < c.Floor || c.Initial > c.Max:
+		return fmt.Errorf("feedback: initial weight %d outside [%d, %d]", c.Initial, c.Floor, c.Max)
+	case c.Options.CPU != "" && c.Options.CPU != CPULaLoad && c.Options.CPU != CPURaw:
+		return fmt.Errorf("feedback: unknown cpu source %q (want %s or %s)", c.Options.CPU, CPULaLoad, CPURaw)
+	}
+	return nil
+}
+
+// Reading is what a poll returned for one node: a sample or an error.
+type Reading struct {
+	Node   string
+	Sample Sample
+	Err    error
+}
+
+// Decision is one node's weight after a Step and every term that led to it,
+// so that `corral ctl feedback` and the metrics can show why.
+type Decision struct {
+	Node      string    `json:"node"`
+	At        time.Time `json:"at"`
+	Weight    int       `json:"weight"`    // the weight to apply
+	Previous  int       `json:"previous"`  // the weight before this step
+	Exact     float64   `json:"exact"`     // the unrounded weight the controller carries
+	Terms     *Terms    `json:"terms"`     // equations 1-8; nil when there were none this step
+	Aggregate float64   `json:"aggregate"` // Total_load / LoadScale
+	Smoothed  float64   `json:"smoothed"`  // exponentially smoothed aggregate load
+	Target    float64   `json:"target"`    // the load steered to: Target, or the mean load in overload
+	Error     float64   `json:"error"`     // target - Smoothed
+	Raw       float64   `json:"raw"`       // A * cbrt(Error): LVS's step before damping
+	Gain      float64   `json:"gain"`      // damping gain applied to Raw
+	Delta     float64   `json:"delta"`     // change applied before clamping
+	Clamped   string    `json:"clamped"`   // "floor", "max" or ""
+	Missed    int       `json:"missed"`    // polls in a row without an answer
+	Reason    string    `json:"reason"`    // what the step did and why
+	Reversals int       `json:"reversals"` // sign changes of the weight's direction so far
+}
+
+// String is the one-line explanation of d.
+func (d Decision) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: weight %d (was %d): %s", d.Node, d.Weight, d.Previous, d.Reason)
+	if t := d.Terms; t != nil {
+		fmt.Fprintf(&b, "; eth %.2f%% (in+%d out+%d octets over %d ticks at %d bit/s from %s)",
+			t.EthernetUtil, t.DeltaInOctets, t.DeltaOutOctets, t.DeltaTicks, t.Bandwidth, t.BandwidthFrom)
+		fmt.Fprintf(&b, " + sys %.2f%% (swap %.2f + %s %.2f + dsk %.2f", t.SysUtil, t.MemSwapLoad, t.CPUFrom, cpuTerm(t), t.DskLoad)
+		if t.MemRealInSys {
+			fmt.Fprintf(&b, " + memReal %.2f", t.MemRealLoad)
+		}
+		fmt.Fprintf(&b, "; memReal %.2f) = total %.2f%%", t.MemRealLoad, t.TotalLoad)
+		fmt.Fprintf(&b, "; load %.3f smoothed %.3f error %.3f raw %+.3f gain %.3f delta %+.3f",
+			d.Aggregate, d.Smoothed, d.Error, d.Raw, d.Gain, d.Delta)
+	}
+	if d.Clamped != "" {
+		fmt.Fprintf(&b, "; clamped at %s", d.Clamped)
+	}
+	if d.Missed > 0 {
+		fmt.Fprintf(&b, "; %d polls unanswered", d.Missed)
+	}
+	return b.String()
+}
+
+func cpuTerm(t *Terms) float64 {
+	if t.CPUFrom == CPURaw {
+		return t.CPUBusy
+	}
+	return t.LaLoad
+}
+
+type nodeState struct {
+	prev      *Sample
+	w         float64
+	smoothed  float64
+	haveLoad  bool
+	gain      float64
+	lastSign  int
+	sameRun   int
+	reversals int
+	missed    int
+	lastStep  time.Time
+}
+
+// Controller holds per-node state between polls and turns readings into
+// weights with LVS feedbackd's rule, weight += A * cbrt(Target - load),
+// damped three ways: the load is exponentially smoothed, nothing moves
+// inside a dead band around the target, and each reversal of direction
+// halves the node's gain (it doubles back after two steps the same way), so
+// the weight cannot keep swinging around the target. It is safe for
+// concurrent use.
+type Controller struct {
+	cfg   ControllerConfig
+	clock Clock
+	mu    sync.Mutex
+	nodes map[string]*nodeState
+	last  []Decision
+}
+
+// Last returns a copy of the decisions of the latest Step (for `corral ctl
+// feedback` and metrics, which must not step the controller themselves).
+func (c *Controller) Last() []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Decision(nil), c.last...)
+}
+
+// NewController returns a controller; clock nil means the real clock.
+func NewController(cfg ControllerConfig, clock Clock) (*Controller, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = realClock{}
+	}
+	return &Controller{cfg: cfg, clock: clock, nodes: map[string]*nodeState{}}, nil
+}
+
+// Config returns the controller's configuration with defaults filled in.
+func (c *Controller) Config() ControllerConfig { return c.cfg }
+
+// Forget drops a node (it left the pool).
+func (c *Controller) Forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.nodes, node)
+	for i, d := range c.last {
+		if d.Node == node {
+			c.last = append(c.last[:i], c.last[i+1:]...)
+			break
+		}
+	}
+}
+
+// Step feeds one poll's readings and returns every known node's decision,
+// sorted by node. A known node missing from readings, or with an error,
+// counts as not answering.
+//
+// Two things go beyond LVS's rule, both only when they matter. When the
+// answering nodes' mean smoothed load is above Target (the whole cluster is
+// overloaded, so no weight can bring a node down to Target), each node is
+// steered to that mean instead: the rule then balances load instead of
+// driving every weight to the floor together. And when no answering node is
+// at Max, their weights are scaled up together until one is, which keeps the
+// ratios (all the scheduler sees) and keeps integer weights fine-grained.
+func (c *Controller) Step(readings []Reading) []Decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	got := map[string]Reading{}
+	for _, r := range readings {
+		got[r.Node] = r
+		if _, ok := c.nodes[r.Node]; !ok {
+			c.nodes[r.Node] = &nodeState{w: float64(c.cfg.Initial), gain: 1, lastStep: now}
+		}
+	}
+	names := make([]string, 0, len(c.nodes))
+	for n := range c.nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]Decision, len(names))
+	fresh := make([]bool, len(names))
+	sum, nfresh := 0.0, 0
+	for i, n := range names {
+		r, ok := got[n]
+		if !ok {
+			r = Reading{Node: n, Err: errors.New("no reading this poll")}
+		}
+		out[i], fresh[i] = c.observe(now, c.nodes[n], r)
+		if fresh[i] {
+			sum += out[i].Smoothed
+			nfresh++
+		}
+	}
+	target, why := c.cfg.Target, fmt.Sprintf("target %.3f", c.cfg.Target)
+	if nfresh > 0 && sum/float64(nfresh) > target {
+		target = sum / float64(nfresh)
+		why = fmt.Sprintf("cluster overloaded: mean load %.3f as target", target)
+	}
+	for i, n := range names {
+		if fresh[i] {
+			c.apply(c.nodes[n], &out[i], target, why)
+		}
+	}
+	// Rescale the answering nodes so the largest sits at Max.
+	top := 0.0
+	for _, n := range names {
+		if c.nodes[n].missed == 0 && c.nodes[n].prev != nil {
+			top = math.Max(top, c.nodes[n].w)
+		}
+	}
+	if top > 0 && top < float64(c.cfg.Max) {
+		k := float64(c.cfg.Max) / top
+		for i, n := range names {
+			st := c.nodes[n]
+			if st.missed == 0 && st.prev != nil {
+				st.w = math.Min(float64(c.cfg.Max), st.w*k)
+				out[i].Reason += fmt.Sprintf("; all answering weights scaled by %.3f so the largest is %d", k, c.cfg.Max)
+			}
+		}
+	}
+	for i, n := range names {
+		st := c.nodes[n]
+		out[i].Exact = st.w
+		out[i].Weight = c.round(st.w)
+		out[i].Missed = st.missed
+		out[i].Reversals = st.reversals
+		st.lastStep = now
+	}
+	c.last = append(c.last[:0], out...)
+	return out
+}
+
+// observe takes in one node's reading: it computes the terms and the
+// smoothed load, or handles a missing or unusable answer (decay). fresh
+// says the node has a new load for apply.
+func (c *Controller) observe(now time.Time, st *nodeState, r Reading) (d Decision, fresh bool) {
+	cfg := &c.cfg
+	d = Decision{Node: r.Node, At: now, Previous: c.round(st.w), Gain: st.gain}
+	if r.Err != nil {
+		c.decay(now, st)
+		d.Reason = fmt.Sprintf("no answer (%v): decaying towards floor %d", r.Err, cfg.Floor)
+		return d, false
+	}
+	cur := r.Sample
+	if st.prev == nil {
+		st.prev = &cur
+		st.missed = 0
+		d.Reason = "first sample: rates need two"
+		return d, false
+	}
+	t, err := Compute(*st.prev, cur, cfg.Options)
+	if errors.Is(err, ErrReset) {
+		st.prev = &cur
+		st.missed = 0
+		d.Reason = fmt.Sprintf("holding: %v", err)
+		return d, false
+	}
+	if errors.Is(err, ErrStale) {
+		// Keep the older sample: the next difference spans the refresh.
+		st.missed = 0
+		d.Reason = fmt.Sprintf("holding: %v", err)
+		return d, false
+	}
+	st.prev = &cur
+	if err != nil {
+		// A sample we cannot read (no link speed, no CPU counters) is as
+		// good as no answer, and says so.
+		c.decay(now, st)
+		d.Reason = fmt.Sprintf("unusable sample (%v): decaying towards floor %d", err, cfg.Floor)
+		return d, false
+	}
+	st.missed = 0
+	d.Terms = &t
+	d.Aggregate = t.TotalLoad / cfg.LoadScale
+	if !st.haveLoad {
+		st.smoothed, st.haveLoad = d.Aggregate, true
+	} else {
+		st.smoothed += cfg.Smoothing * (d.Aggregate - st.smoothed)
+	}
+	d.Smoothed = st.smoothed
+	return d, true
+}
+
+// apply is LVS's rule with the dead band and the reversal damping.
+func (c *Controller) apply(st *nodeState, d *Decision, target float64, why string) {
+	cfg := &c.cfg
+	d.Target = target
+	d.Error = target - st.smoothed
+	d.Raw = cfg.A * math.Cbrt(d.Error)
+	if math.Abs(d.Error) <= cfg.DeadBand {
+		d.Reason = fmt.Sprintf("inside dead band ±%.3f of %s: unchanged", cfg.DeadBand, why)
+		return
+	}
+	sign := 1
+	if d.Error < 0 {
+		sign = -1
+	}
+	if (sign > 0 && st.w >= float64(cfg.Max)) || (sign < 0 && st.w <= float64(cfg.Floor)) {
+		// Pushing against a clamp is not a direction change: leave the
+		// damping state alone so a later reversal is judged fairly.
+		d.Clamped = map[bool]string{true: "max", false: "floor"}[sign > 0]
+		d.Reason = fmt.Sprintf("rule pushes past the clamp (%s): unchanged", why)
+		return
+	}
+	switch {
+	case st.lastSign != 0 && sign != st.lastSign:
+		st.gain = math.Max(cfg.MinGain, st.gain/2)
+		st.sameRun = 0
+		st.reversals++
+	case sign == st.lastSign:
+		st.sameRun++
+		if st.sameRun >= 3 {
+			st.gain = math.Min(1, st.gain*2)
+			st.sameRun = 0
+		}
+	}
+	st.lastSign = sign
+	d.Gain = st.gain
+	d.Delta = st.gain * d.Raw
+	w := st.w + d.Delta
+	switch {
+	case w > float64(cfg.Max):
+		w, d.Clamped = float64(cfg.Max), "max"
+	case w < float64(cfg.Floor):
+		w, d.Clamped = float64(cfg.Floor), "floor"
+	}
+	st.w = w
+	d.Reason = fmt.Sprintf("weight += gain*A*cbrt(%s - load) = %.3f*%.3f*cbrt(%.3f)", why, st.gain, cfg.A, d.Error)
+}
+
+// decay moves a silent node's weight towards Floor by the clock: half the
+// distance per DecayHalfLife, so a longer gap decays further whatever the
+// poll rhythm was.
+func (c *Controller) decay(now time.Time, st *nodeState) {
+	st.missed++
+	dt := now.Sub(st.lastStep)
+	if dt <= 0 {
+		return
+	}
+	f := math.Exp2(-float64(dt) / float64(c.cfg.DecayHalfLife))
+	fl := float64(c.cfg.Floor)
+	st.w = fl + (st.w-fl)*f
+	if st.w-fl < 0.5 {
+		st.w = fl
+	}
+}
+
+func (c *Controller) round(w float64) int {
+	n := int(math.Round(w))
+	return max(c.cfg.Floor, min(c.cfg.Max, n))
+}
