@@ -88,7 +88,12 @@ func (l *load) takeover(t *testing.T, at time.Time, old string, wait time.Durati
 			return first, who
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no director but %s forwarded within %v%s", old, wait, l.hb.Logs(5))
+			var states []string
+			for _, d := range l.hb.Running() {
+				st, err := l.hb.Status(context.Background(), d)
+				states = append(states, fmt.Sprintf("%s: %s (active %q, fence left %v, %s) %v", d, st.State, st.Active, st.FenceLeft, st.LastReason, err))
+			}
+			t.Fatalf("no director but %s forwarded within %v; %v%s", old, wait, states, l.hb.Logs(12))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
