@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,7 +95,13 @@ func (l *load) takeover(t *testing.T, at time.Time, old string, wait time.Durati
 				st, err := l.hb.Status(context.Background(), d)
 				states = append(states, fmt.Sprintf("%s: %s (active %q, fence left %v, %s) %v", d, st.State, st.Active, st.FenceLeft, st.LastReason, err))
 			}
-			t.Fatalf("no director but %s forwarded within %v; %v%s", old, wait, states, l.hb.Logs(12))
+			neigh, _ := exec.Command("ip", "netns", "exec", l.hb.Bed.Netns("client"), "ip", "neigh", "show", l.hb.VIP.Addr().String()).CombinedOutput()
+			var macs []string
+			for _, d := range l.hb.Directors {
+				macs = append(macs, d.Name+"="+d.MAC.String())
+			}
+			t.Fatalf("no director but %s forwarded within %v; %v; the client's neighbour entry for the VIP: %s (%v)%s",
+				old, wait, states, strings.TrimSpace(string(neigh)), macs, l.hb.Logs(12))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
