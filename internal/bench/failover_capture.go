@@ -136,10 +136,16 @@ func (c *Capture) read(i, fd int) {
 		}
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
 		if err != nil {
-			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-				continue
+			if errors.Is(err, unix.EBADF) {
+				return
 			}
-			return
+			// EAGAIN: the read timed out (Close is checked above).
+			// ENETDOWN: the link went down (a test pulled it); the
+			// socket stays bound and sees frames again once it is up.
+			if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
 		}
 		at := time.Now()
 		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
