@@ -158,7 +158,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 		fmt.Sprintf("new connections: an open-loop generator, %d per second, one request each (GET /, Connection: close), 3 s timeout for the whole exchange", cfg.Rate),
 		"takeover and split brain are measured on the wire: an AF_PACKET socket on each director's bridge-side veth (in the machine's namespace) keeps the TCP frames to the VIP that the director sends (it forwards by rewriting the destination MAC to a node's), with the kernel's receive timestamps; the event's time is taken just before the kill(2), the link change or the command",
 		"split brain: a frame forwarded by one director between two frames of another that are at most 10 ms apart (both forwarding at the same moment); 'near' counts frames of two directors within 10 ms of each other, which a fast clean change also shows",
-		"stalled bytes: the keep-alive connections' received bytes in 10 ms buckets; the deficit against the rate of the 2 s before the event, until the rate over 200 ms is back to 90 %",
+		"stalled bytes: the keep-alive connections' received bytes in 10 ms buckets; from the event to 2 s after the takeover, the bytes not received compared with the mean rate of the 2 s before the event (net of any catch-up); 'no byte' is the longest run of empty buckets in that window",
 		"Corral: the group's etcd is one member embedded in the benchmark process on the machine's address on the bed, standing in for the management station's (same etcd package); lease TTL "+cfg.LeaseTTL.String(),
 		"keepalived: VRRP (advert_int 1, priorities 200/100, preemption on, Debian's defaults otherwise); forwarding by an nftables rule at each director's netdev ingress (VIP tcp/80: source MAC the director's, destination MAC a node's by jhash of the client address and port with a fixed seed, fwd back out of eth0): direct routing as IPVS would do it (this kernel has no IPVS); the rule is on both directors, so a flow hashes to the same node on either (stateless; no table to sync)",
 		"keepalived 'kill -9': keepalived killed with SIGKILL and, at the same instant, its forwarding rule and the VIP removed (the director machine gone); 'handover': SIGTERM, after which keepalived sends a priority-0 advert; 'fail-back': keepalived started again on d1 (priority 200 preempts)",
@@ -301,7 +301,7 @@ func (l *load) event(system, name, old string, wait, settle time.Duration, logf 
 	after := l.ol.Count(first, end.Add(-3*time.Second))
 	row.NewDuring, row.NewFailedDuring = during.Tried, during.Failed
 	row.NewAfter, row.NewFailedAfter, row.NewSlowAfter, row.NewP99ms = after.Tried, after.Failed, after.Slow, after.P99ms
-	base, gap, stalled, rec := l.fleet.Bytes.Stall(t, first.Sub(t)+min(settle, 10*time.Second))
+	base, gap, stalled, rec := l.fleet.Bytes.Stall(t, first)
 	row.BaseMBps, row.NoByteMs, row.StalledMB, row.RecoveredMs = base/1e6, msOf(gap), stalled/1e6, msOf(rec)
 	ov, near := l.capt.SplitBrain(t.Add(-time.Second), end, 10*time.Millisecond)
 	row.SplitBrain, row.Near = len(ov), near
@@ -486,10 +486,10 @@ func failoverAA(ctx context.Context, cfg FailoverConfig, logf func(string, ...an
 		for _, d := range hb.Names() {
 			row.PerDirector[d] = capt.Frames(d, t0, t1)
 		}
-		if len(rows) > 0 && rows[0].ReqPerS > 0 {
-			row.Ratio = row.ReqPerS / (float64(n) * rows[0].ReqPerS)
-		} else {
+		if n == 1 {
 			row.Ratio = 1
+		} else if rows[0].ReqPerS > 0 {
+			row.Ratio = row.ReqPerS / (float64(n) * rows[0].ReqPerS)
 		}
 		logf("active-active %d director(s): %8.0f req/s  ratio to %d x one %.2f  frames %v\n", n, row.ReqPerS, n, row.Ratio, row.PerDirector)
 		rows = append(rows, row)

@@ -57,16 +57,23 @@ func (s *ByteSeries) Rate(from, to time.Time) float64 {
 	return float64(sum) / (float64(b-a) * rateBucket.Seconds())
 }
 
-// Stall measures an event at t: base is the rate over the 2 s before it;
-// gap is the longest run of 10 ms buckets with no byte in [t, t+within);
-// stalled is the bytes the clients did not get compared with base until the
-// rate (over 200 ms) is back to 90 % of it, and recovered when that was.
-func (s *ByteSeries) Stall(t time.Time, within time.Duration) (base float64, gap time.Duration, stalled float64, recovered time.Duration) {
+// Stall measures an event at t whose takeover came at first: base is the
+// rate over the 2 s before t; gap the longest run of 10 ms buckets with no
+// byte in [t, first+2s); stalled the bytes not received in that window
+// compared with base (net: with direct routing, replies already on their
+// way keep arriving after t, and a backlog served after the takeover
+// counts against the deficit); recovered how long after t the rate over
+// 200 ms was back to 90 % of base, looking from first on.
+func (s *ByteSeries) Stall(t, first time.Time) (base float64, gap time.Duration, stalled float64, recovered time.Duration) {
 	base = s.Rate(t.Add(-2*time.Second), t)
-	a, end := max(s.at(t), 0), min(s.at(t.Add(within)), len(s.buckets))
+	end := first.Add(2 * time.Second)
+	a, b := max(s.at(t), 0), min(s.at(end), len(s.buckets))
 	run, best := 0, 0
-	for i := a; i < end; i++ {
-		if s.buckets[i].Load() == 0 {
+	var got int64
+	for i := a; i < b; i++ {
+		v := s.buckets[i].Load()
+		got += v
+		if v == 0 {
 			run++
 			best = max(best, run)
 		} else {
@@ -74,22 +81,18 @@ func (s *ByteSeries) Stall(t time.Time, within time.Duration) (base float64, gap
 		}
 	}
 	gap = time.Duration(best) * rateBucket
+	stalled = max(0, base*end.Sub(t).Seconds()-float64(got))
 	per := base * rateBucket.Seconds()
 	const win = 20 // 200 ms
-	recovered = within
-	for i := a; i < end; i++ {
-		stalled += max(0, per-float64(s.buckets[i].Load()))
-		if i-a >= win {
-			var sum int64
-			for k := i - win + 1; k <= i; k++ {
-				sum += s.buckets[k].Load()
-			}
-			if float64(sum) >= 0.9*per*win {
-				recovered = time.Duration(i+1-a) * rateBucket
-				// The buckets of the recovery window counted deficits of
-				// their own that belong to the normal jitter; keep them.
-				break
-			}
+	recovered = end.Sub(t)
+	for i := max(s.at(first), a) + win; i < min(b+2*win, len(s.buckets)); i++ {
+		var sum int64
+		for k := i - win; k < i; k++ {
+			sum += s.buckets[k].Load()
+		}
+		if float64(sum) >= 0.9*per*win {
+			recovered = time.Duration(i-a) * rateBucket
+			break
 		}
 	}
 	return base, gap, stalled, recovered
@@ -140,6 +143,10 @@ type FleetConfig struct {
 func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Span)
 	f := &Fleet{Bytes: NewByteSeries(cfg.Span + time.Second), cancel: cancel}
+	// The loops start once every connection is open: a loaded link
+	// (active-active at its rate) would otherwise drop the later SYNs.
+	gate := make(chan struct{})
+	defer close(gate)
 	pad := ""
 	if cfg.Pad > 0 {
 		pad = "X-Pad: " + strings.Repeat("p", cfg.Pad) + "\r\n"
@@ -167,6 +174,11 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		go func() {
 			defer f.wg.Done()
 			defer c.Close()
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return
+			}
 			// Bounded by the context (cfg.Span) and a count.
 			for k := 0; k < 10_000_000; k++ {
 				t := time.NewTimer(cfg.Interval)

@@ -132,7 +132,7 @@ func TestFailoverTools(t *testing.T) {
 	if s.Established != 20 || s.Survived != 20 {
 		t.Fatalf("fleet over a 300 ms outage: %+v", s)
 	}
-	base, gap, stalled, rec := fleet.Bytes.Stall(ev, 3*time.Second)
+	base, gap, stalled, rec := fleet.Bytes.Stall(ev, back)
 	if base <= 0 || gap < 200*time.Millisecond || stalled <= 0 {
 		t.Fatalf("stall: base %.0f B/s, gap %v, stalled %.0f B, recovered after %v", base, gap, stalled, rec)
 	}
