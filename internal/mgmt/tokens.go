@@ -223,6 +223,15 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	if len(req.Addr) > 256 || strings.ContainsFunc(req.Addr, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad address %.40q (want HOST:PORT)", req.Addr)}
 	}
+	var ha *api.HAJoin
+	if req.Role == api.RoleDirector {
+		// Before the token is used: a join that fails here can be tried
+		// again with a single-use token.
+		var err error
+		if ha, err = s.haJoin(ctx, req.Name); err != nil {
+			return api.JoinReply{}, err
+		}
+	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
 	var tokID, tokCluster string
@@ -279,6 +288,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	}
 	reply := api.JoinReply{Member: req.Name, Credential: cred.ID + "." + secret, CA: string(s.caPEM), Stations: s.stations(ctx)}
 	reply.Secret = s.fsCredential(req.Role, req.Name)
+	reply.HA = ha
 	reply.Meta = s.opt.Meta
 	if len(reply.Meta) == 0 {
 		if ci, err := s.cfgInfo(ctx); err == nil {

@@ -1,0 +1,119 @@
+package mgmt
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"slices"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Directors in an HA group elect through the station's etcd (package ha,
+// keys under /corral/ha/GROUP/). A director's join reply carries what it
+// needs for that (api.HAJoin): the etcd client URLs, a client certificate
+// of the shared CA whose common name is the member's name, and the sync
+// key. docs/mgmt.md, "Directors in an HA group".
+
+const (
+	// keyHA is the prefix of the directors' election keys; they live on
+	// leases, so a backup does not carry them (restoring one would bring
+	// back an active director that is long gone).
+	keyHA = prefix + "ha/"
+	// keyHAKey is the groups' shared sync key: 32 random bytes made once.
+	keyHAKey = keyHA + "key"
+	// haKeyLen is the sync key's length.
+	haKeyLen = 32
+)
+
+// haJoin is a director's HA part of its join reply.
+func (s *Station) haJoin(ctx context.Context, member string) (*api.HAJoin, error) {
+	if member == etcdRootUser {
+		// The certificate's common name is the etcd user: "root" would
+		// be the station's own.
+		return nil, &inputError{fmt.Sprintf("join: a director may not be named %q (the station's etcd user)", member)}
+	}
+	key, err := s.haKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	h := &api.HAJoin{Etcd: s.etcdClientURLs(ctx), SyncKey: key}
+	if s.ca != nil {
+		cert, k, err := s.ca.clientCert(member)
+		if err != nil {
+			return nil, fmt.Errorf("join: etcd client certificate for %s: %w", member, err)
+		}
+		h.CA, h.Cert, h.Key = string(s.ca.Cert), string(cert), string(k)
+	}
+	return h, nil
+}
+
+// haKey is the sync key in etcd, made (once, whoever is first) if absent.
+func (s *Station) haKey(ctx context.Context) ([]byte, error) {
+	k := make([]byte, haKeyLen)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(keyHAKey), "=", 0)).
+		Then(clientv3.OpPut(keyHAKey, string(k))).Else(clientv3.OpGet(keyHAKey)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("join: HA sync key in etcd (%s): %w", keyHAKey, err)
+	}
+	if resp.Succeeded {
+		return k, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || len(kvs[0].Value) != haKeyLen {
+		return nil, fmt.Errorf("join: HA sync key in etcd (%s) is not %d bytes", keyHAKey, haKeyLen)
+	}
+	return kvs[0].Value, nil
+}
+
+// etcdClientURLs are the client URLs directors reach etcd at: an
+// external cluster's endpoints, else every member's advertised ones, the
+// loopback ones left out when there are others (a director on another
+// host cannot use them).
+func (s *Station) etcdClientURLs(ctx context.Context) []string {
+	if s.etcd == nil {
+		return slices.Clone(s.opt.Etcd)
+	}
+	var all []string
+	if resp, err := s.cli.MemberList(ctx); err == nil {
+		for _, m := range resp.Members {
+			all = append(all, m.ClientURLs...)
+		}
+	} else {
+		s.log.Warn("etcd member list; giving this station's etcd only", "err", err)
+	}
+	if len(all) == 0 {
+		all = []string{s.endpoint}
+	}
+	var far []string
+	for _, u := range all {
+		if !loopbackURL(u) {
+			far = append(far, u)
+		}
+	}
+	if len(far) > 0 {
+		all = far
+	}
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+// loopbackURL says whether u's host is a loopback address (or localhost).
+func loopbackURL(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	if p.Hostname() == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(p.Hostname())
+	return err == nil && ip.IsLoopback()
+}

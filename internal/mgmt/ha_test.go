@@ -1,0 +1,182 @@
+package mgmt
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdTry is one Put through a fresh client of eps with tc (nil: plain),
+// bounded to a few seconds.
+func etcdTry(eps []string, tc *tls.Config, key string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, TLS: tc, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = cli.Put(ctx, key, "x")
+	return err
+}
+
+// haTLS is the client TLS of a director's join reply.
+func haTLS(t *testing.T, h *api.HAJoin) *tls.Config {
+	t.Helper()
+	cert, err := tls.X509KeyPair([]byte(h.Cert), []byte(h.Key))
+	if err != nil {
+		t.Fatalf("HA client certificate: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(h.CA)) {
+		t.Fatal("HA CA unreadable")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// TestEtcdClientTLS: with TLS on the etcd client listener, a client
+// without a certificate (or with one of another CA) is refused; the one a
+// director's join hands out works; the sync key is made once.
+func TestEtcdClientTLS(t *testing.T) {
+	opt := stationOpts("127.0.85.1", t.TempDir())
+	opt.EtcdClientTLS = true
+	ts := startStation(t, opt)
+
+	jr := join(t, ts, api.RoleDirector, "d1")
+	h := jr.HA
+	if h == nil {
+		t.Fatal("director's join reply has no HA part")
+	}
+	if len(h.Etcd) != 1 || h.Etcd[0] != "https://127.0.85.1:7601" {
+		t.Fatalf("HA etcd URLs: %v", h.Etcd)
+	}
+	if len(h.SyncKey) != haKeyLen {
+		t.Fatalf("sync key: %d bytes", len(h.SyncKey))
+	}
+	good := haTLS(t, h)
+	if err := etcdTry(h.Etcd, good, "/corral/ha/g/probe"); err != nil {
+		t.Fatalf("the director's certificate is refused: %v", err)
+	}
+	if c := good.Certificates[0]; c.Leaf == nil {
+		if leaf, err := x509.ParseCertificate(c.Certificate[0]); err != nil || leaf.Subject.CommonName != "d1" {
+			t.Fatalf("certificate's common name: %v %v", leaf, err)
+		}
+	}
+
+	if err := etcdTry([]string{"http://127.0.85.1:7601"}, nil, "/corral/ha/g/probe"); err == nil {
+		t.Fatal("plain http to the TLS listener worked")
+	}
+	noCert := &tls.Config{RootCAs: good.RootCAs, MinVersion: tls.VersionTLS12}
+	if err := etcdTry(h.Etcd, noCert, "/corral/ha/g/probe"); err == nil {
+		t.Fatal("a client without a certificate was let in")
+	}
+	other, err := newCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := etcdClientTLS(other, "d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign.RootCAs = good.RootCAs // it trusts the station; the station does not trust it
+	if err := etcdTry(h.Etcd, foreign, "/corral/ha/g/probe"); err == nil {
+		t.Fatal("a certificate of another CA was let in")
+	}
+
+	// The key is the group's: the same for every director.
+	jr2 := join(t, ts, api.RoleDirector, "d2")
+	if jr2.HA == nil || !bytes.Equal(jr2.HA.SyncKey, h.SyncKey) {
+		t.Fatal("second director got another sync key")
+	}
+	if nr := join(t, ts, api.RoleNode, "n1"); nr.HA != nil {
+		t.Fatal("a node got an HA part")
+	}
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleDirector, TTL: time.Hour})
+	err = ts.client(t, tok.Secret).Do(ctxT(t), "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleDirector, Name: etcdRootUser}, nil)
+	if status(err) != 400 || !strings.Contains(err.Error(), "root") {
+		t.Fatalf("director named root: %v", err)
+	}
+}
+
+// TestEtcdLoopbackPlain: a station on loopback keeps plain http; a
+// director still gets the URL and the sync key.
+func TestEtcdLoopbackPlain(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.85.2", t.TempDir()))
+	h := join(t, ts, api.RoleDirector, "d1").HA
+	if h == nil || len(h.Etcd) != 1 || h.Etcd[0] != "http://127.0.85.2:7601" {
+		t.Fatalf("HA part: %+v", h)
+	}
+	if err := etcdTry(h.Etcd, nil, "/corral/ha/g/probe"); err != nil {
+		t.Fatalf("plain loopback etcd: %v", err)
+	}
+	for _, c := range []struct {
+		addr string
+		tls  bool
+	}{{"127.0.0.1:7601", false}, {"localhost:7601", false}, {"[::1]:7601", false},
+		{"10.0.0.1:7601", true}, {"0.0.0.0:7601", true}, {"station.example:7601", true}} {
+		if got := etcdNeedsTLS(Options{EtcdClient: c.addr}); got != c.tls {
+			t.Errorf("etcdNeedsTLS(%s) = %v", c.addr, got)
+		}
+	}
+}
+
+// TestThreeStationsEtcdTLS: three stations with TLS client listeners each
+// make their own CA before they can read the shared one; those that lost
+// the race restart their member on the shared CA, so one director
+// certificate works with every station's etcd.
+func TestThreeStationsEtcdTLS(t *testing.T) {
+	ips := []string{"127.0.85.11", "127.0.85.12", "127.0.85.13"}
+	var ic []string
+	for _, ip := range ips {
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=http://"+ip+":7602")
+	}
+	opts := make([]Options, 3)
+	sts := make([]*Station, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, ip := range ips {
+		opts[i] = stationOpts(ip, t.TempDir())
+		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
+		opts[i].EtcdClientTLS = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sts[i], errs[i] = New(opts[i])
+		}()
+	}
+	wg.Wait()
+	for i := range sts {
+		if errs[i] != nil {
+			for _, s := range sts {
+				if s != nil {
+					s.Close()
+				}
+			}
+			t.Fatalf("station %d: %v", i, errs[i])
+		}
+	}
+	var ts []*tstation
+	for i := range sts {
+		ts = append(ts, serve(t, sts[i], opts[i]))
+	}
+	h := join(t, ts[1], api.RoleDirector, "d1").HA
+	if h == nil || len(h.Etcd) != 3 {
+		t.Fatalf("HA part: %+v", h)
+	}
+	tc := haTLS(t, h)
+	for _, ep := range h.Etcd {
+		if err := etcdTry([]string{ep}, tc, "/corral/ha/g/probe"); err != nil {
+			t.Errorf("etcd %s refuses the director: %v", ep, err)
+		}
+	}
+}
