@@ -129,9 +129,9 @@ func DirectorView(c *Config, name string, drained []string) (*config.Director, e
 // etcd CA, client certificate and key (all empty for a station whose etcd
 // takes plain http on loopback), and of the group's sync key.
 type HAState struct {
-	Etcd                     []string
+	Etcd                      []string
 	EtcdCA, EtcdCert, EtcdKey string
-	KeyFile                  string
+	KeyFile                   string
 }
 
 // DirectorViewHA is DirectorView for a director that joined the station:
