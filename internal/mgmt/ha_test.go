@@ -5,11 +5,15 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clustercfg"
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -179,4 +183,93 @@ func TestThreeStationsEtcdTLS(t *testing.T) {
 			t.Errorf("etcd %s refuses the director: %v", ep, err)
 		}
 	}
+}
+
+// TestAgentDirectorHA: a director's agent saves its join's HA part
+// (0600) in the state directory; DirectorViewHA turns it and the ha
+// entry into the director's ha block, whose files open the station's
+// etcd. A restart on the saved credential finds it again.
+func TestAgentDirectorHA(t *testing.T) {
+	ts := startStation(t, func() Options {
+		o := stationOpts("127.0.85.3", t.TempDir())
+		o.EtcdClientTLS = true
+		return o
+	}())
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleDirector, TTL: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	state := t.TempDir()
+	opt := agent.Options{Stations: []string{ts.url}, Token: tok.Secret, State: state, Role: api.RoleDirector, Name: "dir-a"}
+	if _, _, err := agent.Join(ctx, opt); err != nil {
+		t.Fatal(err)
+	}
+	check := func() *clustercfg.HAState {
+		t.Helper()
+		st, err := agent.LoadHAState(state)
+		if err != nil || st == nil {
+			t.Fatalf("LoadHAState: %+v %v", st, err)
+		}
+		for _, f := range []string{st.EtcdCA, st.EtcdCert, st.EtcdKey, st.KeyFile} {
+			fi, err := os.Stat(f)
+			if err != nil || fi.Mode().Perm() != 0o600 || filepath.Dir(f) != state {
+				t.Fatalf("%s: %v %v", f, fi, err)
+			}
+		}
+		return st
+	}
+	st := check()
+	if len(st.Etcd) != 1 || st.Etcd[0] != "https://127.0.85.3:7601" {
+		t.Fatalf("etcd URLs: %v", st.Etcd)
+	}
+	key, _ := os.ReadFile(st.KeyFile)
+	if len(key) != 2*haKeyLen+1 || key[len(key)-1] != '\n' {
+		t.Fatalf("sync key file: %q", key)
+	}
+
+	const doc = `directors:
+  - name: dir-a
+    interface: eth1
+    ha:
+      group: web
+      priority: 200
+      sync: 10.0.0.11:7700
+      lease-ttl: 3s
+services:
+  - name: www
+    vip: 10.0.0.100:80
+    dataplane: xdp
+    servers:
+      - address: 10.0.1.1:80
+`
+	c, err := clustercfg.Parse("ha.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := clustercfg.DirectorViewHA(c, "dir-a", nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.HA
+	if h == nil || h.Group != "web" || h.Name != "dir-a" || h.Mode != "active-standby" || h.Priority != 200 ||
+		h.Sync != "10.0.0.11:7700" || h.LeaseTTL != 3*time.Second || h.KeyFile != st.KeyFile ||
+		h.EtcdCA != st.EtcdCA || h.EtcdCert != st.EtcdCert || h.EtcdKey != st.EtcdKey || len(h.Etcd) != 1 {
+		t.Fatalf("director's ha block: %+v", h)
+	}
+	cert, err := tls.LoadX509KeyPair(h.EtcdCert, h.EtcdKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(h.EtcdCA)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	if err := etcdTry(h.Etcd, &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, "/corral/ha/web/probe"); err != nil {
+		t.Fatalf("the saved files do not open the station's etcd: %v", err)
+	}
+
+	// A restart: the saved credential, no token; the HA part stays.
+	opt.Token = ""
+	if _, _, err := agent.Join(ctx, opt); err != nil {
+		t.Fatal(err)
+	}
+	check()
 }
