@@ -3,6 +3,7 @@ package mgmt
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -28,6 +30,9 @@ const (
 	keyHAKey = keyHA + "key"
 	// haKeyLen is the sync key's length.
 	haKeyLen = 32
+	// etcdHARole is the etcd role of directors: read and write under
+	// keyHA, nothing else (not the CA's key, not the tokens).
+	etcdHARole = "corral-ha"
 )
 
 // haJoin is a director's HA part of its join reply.
@@ -39,6 +44,9 @@ func (s *Station) haJoin(ctx context.Context, member string) (*api.HAJoin, error
 	}
 	key, err := s.haKey(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.etcdHAUser(ctx, member); err != nil {
 		return nil, err
 	}
 	h := &api.HAJoin{Etcd: s.etcdClientURLs(ctx), SyncKey: key}
@@ -116,4 +124,92 @@ func loopbackURL(u string) bool {
 	}
 	ip, err := netip.ParseAddr(p.Hostname())
 	return err == nil && ip.IsLoopback()
+}
+
+// setupEtcdAuth turns etcd's authentication on for an embedded member
+// whose client listener takes certificates: the common name is the user;
+// the station is root, a director a user of its own name with the role
+// etcdHARole. Without it, a director's certificate would open the whole
+// store (the CA's key, the tokens). Every step may be repeated (several
+// stations, a setup tried again).
+func (s *Station) setupEtcdAuth(ctx context.Context) error {
+	ignore := func(err error, exists error) error {
+		if errors.Is(err, exists) {
+			return nil
+		}
+		return err
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"role " + etcdHARole, func() error {
+			_, err := s.cli.RoleAdd(ctx, etcdHARole)
+			return ignore(err, rpctypes.ErrRoleAlreadyExist)
+		}},
+		{"role " + etcdHARole + "'s permission on " + keyHA, func() error {
+			_, err := s.cli.RoleGrantPermission(ctx, etcdHARole, keyHA, clientv3.GetPrefixRangeEnd(keyHA), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		}},
+	}
+	st, err := s.cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("mgmt: etcd auth status: %w", err)
+	}
+	if !st.Enabled {
+		steps = append(steps, []struct {
+			what string
+			do   func() error
+		}{
+			{"role root", func() error {
+				_, err := s.cli.RoleAdd(ctx, "root")
+				return ignore(err, rpctypes.ErrRoleAlreadyExist)
+			}},
+			{"user root", func() error {
+				_, err := s.cli.UserAddWithOptions(ctx, etcdRootUser, "", &clientv3.UserAddOptions{NoPassword: true})
+				return ignore(err, rpctypes.ErrUserAlreadyExist)
+			}},
+			{"user root's role", func() error {
+				_, err := s.cli.UserGrantRole(ctx, etcdRootUser, "root")
+				return err
+			}},
+			{"enabling auth", func() error {
+				_, err := s.cli.AuthEnable(ctx)
+				return err
+			}},
+		}...)
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			return fmt.Errorf("mgmt: etcd auth: %s: %w", st.what, err)
+		}
+	}
+	return nil
+}
+
+// etcdHAUser makes member an etcd user of the role etcdHARole (its
+// certificate's common name), when the station runs etcd's auth.
+func (s *Station) etcdHAUser(ctx context.Context, member string) error {
+	if s.etcdCA == nil {
+		return nil
+	}
+	_, err := s.cli.UserAddWithOptions(ctx, member, "", &clientv3.UserAddOptions{NoPassword: true})
+	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		return fmt.Errorf("join: etcd user %s: %w", member, err)
+	}
+	if _, err := s.cli.UserGrantRole(ctx, member, etcdHARole); err != nil {
+		return fmt.Errorf("join: etcd user %s: role %s: %w", member, etcdHARole, err)
+	}
+	return nil
+}
+
+// dropEtcdHAUser deletes a director's etcd user: its revoked credential's
+// certificate then opens nothing, on live connections too.
+func (s *Station) dropEtcdHAUser(ctx context.Context, member string) {
+	if s.etcdCA == nil || member == etcdRootUser {
+		return
+	}
+	if _, err := s.cli.UserDelete(ctx, member); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+		s.log.Warn("deleting a revoked director's etcd user", "member", member, "err", err)
+	}
 }

@@ -34,6 +34,19 @@ func etcdTry(eps []string, tc *tls.Config, key string) error {
 	return err
 }
 
+// etcdGet is one Get like etcdTry.
+func etcdGet(eps []string, tc *tls.Config, key string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, TLS: tc, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = cli.Get(ctx, key)
+	return err
+}
+
 // haTLS is the client TLS of a director's join reply.
 func haTLS(t *testing.T, h *api.HAJoin) *tls.Config {
 	t.Helper()
@@ -77,6 +90,16 @@ func TestEtcdClientTLS(t *testing.T) {
 		}
 	}
 
+	// etcd's auth: a director reads and writes under /corral/ha/ only.
+	if err := etcdTry(h.Etcd, good, "/corral/cfg/current"); err == nil {
+		t.Fatal("a director's certificate wrote the configuration")
+	}
+	if err := etcdGet(h.Etcd, good, keyCA); err == nil {
+		t.Fatal("a director's certificate read the CA's key")
+	}
+	if err := etcdGet(h.Etcd, good, keyHAKey); err != nil {
+		t.Fatalf("a director cannot read the sync key: %v", err)
+	}
 	if err := etcdTry([]string{"http://127.0.85.1:7601"}, nil, "/corral/ha/g/probe"); err == nil {
 		t.Fatal("plain http to the TLS listener worked")
 	}
@@ -101,6 +124,17 @@ func TestEtcdClientTLS(t *testing.T) {
 	jr2 := join(t, ts, api.RoleDirector, "d2")
 	if jr2.HA == nil || !bytes.Equal(jr2.HA.SyncKey, h.SyncKey) {
 		t.Fatal("second director got another sync key")
+	}
+	// Revoking d1's credential takes its etcd user away.
+	id, _, _ := strings.Cut(jr.Credential, ".")
+	if err := ts.client(t, ts.admin).Do(ctxT(t), "DELETE", api.RouteToken+id, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdTry(h.Etcd, good, "/corral/ha/g/probe"); err == nil {
+		t.Fatal("a revoked director's certificate still writes")
+	}
+	if err := etcdTry(jr2.HA.Etcd, haTLS(t, jr2.HA), "/corral/ha/g/probe"); err != nil {
+		t.Fatalf("d2 lost its access with d1's revocation: %v", err)
 	}
 	if nr := join(t, ts, api.RoleNode, "n1"); nr.HA != nil {
 		t.Fatal("a node got an HA part")

@@ -486,6 +486,11 @@ func (s *Station) setup() error {
 		}
 		s.ca = ca
 	}
+	if s.etcdCA != nil {
+		if err := s.setupEtcdAuth(ctx); err != nil {
+			return err
+		}
+	}
 	if !s.opt.Insecure {
 		tc, caPEM, err := s.setupTLS(s.ca)
 		if err != nil {

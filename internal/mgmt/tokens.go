@@ -179,7 +179,9 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 		return &inputError{fmt.Sprintf("token: bad ID %q", id)}
 	}
 	e := &api.AuditEntry{User: who, Action: "token-revoke", Detail: id}
-	return s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+	var director string // a director whose live credential this is
+	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+		director = ""
 		t, rev, err := s.getToken(ctx, id)
 		if err != nil {
 			return nil, nil, err
@@ -193,11 +195,18 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 			// one itself): it leaves the members list rather than show
 			// as down for ever.
 			ops = append(ops, clientv3.OpDelete(keyMembers+t.Member))
+			if t.Role == api.RoleDirector {
+				director = t.Member
+			}
 		}
 		t.Revoked = true
 		ops[0] = tokenPut(t)
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, ops, nil
 	})
+	if err == nil && director != "" {
+		s.dropEtcdHAUser(ctx, director)
+	}
+	return err
 }
 
 // nameTakenError is a join under a name a member of another role holds (409).
