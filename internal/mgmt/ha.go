@@ -184,6 +184,19 @@ func (s *Station) setupEtcdAuth(ctx context.Context) error {
 			return fmt.Errorf("mgmt: etcd auth: %s: %w", st.what, err)
 		}
 	}
+	// Directors that joined before (a restored backup, a station that
+	// was on loopback) get their users: their credentials stand.
+	recs, err := s.tokenRecords(ctx)
+	if err != nil {
+		return fmt.Errorf("mgmt: etcd auth: directors: %w", err)
+	}
+	for _, t := range recs {
+		if t.Kind == kindMember && t.Role == api.RoleDirector && !t.Revoked && t.Member != "" && t.Member != etcdRootUser {
+			if err := s.etcdHAUser(ctx, t.Member); err != nil {
+				return fmt.Errorf("mgmt: etcd auth: %w", err)
+			}
+		}
+	}
 	return nil
 }
 

@@ -307,3 +307,24 @@ services:
 	}
 	check()
 }
+
+// TestEtcdUsersRemade: a station makes the etcd users of the directors
+// whose credentials stand on every start (a restored backup has the
+// credentials, not etcd's users).
+func TestEtcdUsersRemade(t *testing.T) {
+	opt := stationOpts("127.0.85.4", t.TempDir())
+	opt.EtcdClientTLS = true
+	ts := startStation(t, opt)
+	h := join(t, ts, api.RoleDirector, "d1").HA
+	if _, err := ts.s.cli.UserDelete(ctxT(t), "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdTry(h.Etcd, haTLS(t, h), "/corral/ha/g/probe"); err == nil {
+		t.Fatal("d1 without its user still writes")
+	}
+	ts.stop()
+	startStation(t, opt)
+	if err := etcdTry(h.Etcd, haTLS(t, h), "/corral/ha/g/probe"); err != nil {
+		t.Fatalf("d1's user not made again on start: %v", err)
+	}
+}
