@@ -234,11 +234,15 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	}
 	var ha *api.HAJoin
 	if req.Role == api.RoleDirector {
-		// Before the token is used: a join that fails here can be tried
-		// again with a single-use token.
-		var err error
-		if ha, err = s.haJoin(ctx, req.Name); err != nil {
-			return api.JoinReply{}, err
+		// Before the token is used, so that a join failing here can be
+		// tried again with a single-use token; but only for a token that
+		// would join (the commit checks it again): no etcd user is made
+		// for whoever asks.
+		t, _, err := s.checkToken(ctx, bearerTok)
+		if err == nil && t.Kind == kindJoin && t.Role == req.Role && !(t.SingleUse && t.Used) {
+			if ha, err = s.haJoin(ctx, req.Name); err != nil {
+				return api.JoinReply{}, err
+			}
 		}
 	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
