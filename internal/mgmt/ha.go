@@ -3,6 +3,8 @@ package mgmt
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -35,29 +37,36 @@ const (
 	etcdHARole = "corral-ha"
 )
 
-// haJoin is a director's HA part of its join reply.
-func (s *Station) haJoin(ctx context.Context, member string) (*api.HAJoin, error) {
+// haJoin is a director's HA part of its join reply, and the serial
+// number (hex) of the certificate in it ("" without one).
+func (s *Station) haJoin(ctx context.Context, member string) (*api.HAJoin, string, error) {
 	if member == etcdRootUser {
 		// The certificate's common name is the etcd user: "root" would
 		// be the station's own.
-		return nil, &inputError{fmt.Sprintf("join: a director may not be named %q (the station's etcd user)", member)}
+		return nil, "", &inputError{fmt.Sprintf("join: a director may not be named %q (the station's etcd user)", member)}
 	}
 	key, err := s.haKey(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := s.etcdHAUser(ctx, member); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	h := &api.HAJoin{Etcd: s.etcdClientURLs(ctx), SyncKey: key}
+	serial := ""
 	if s.ca != nil {
 		cert, k, err := s.ca.clientCert(member)
 		if err != nil {
-			return nil, fmt.Errorf("join: etcd client certificate for %s: %w", member, err)
+			return nil, "", fmt.Errorf("join: etcd client certificate for %s: %w", member, err)
 		}
 		h.CA, h.Cert, h.Key = string(s.ca.Cert), string(cert), string(k)
+		if b, _ := pem.Decode(cert); b != nil {
+			if c, err := x509.ParseCertificate(b.Bytes); err == nil {
+				serial = c.SerialNumber.Text(16)
+			}
+		}
 	}
-	return h, nil
+	return h, serial, nil
 }
 
 // haKey is the sync key in etcd, made (once, whoever is first) if absent.

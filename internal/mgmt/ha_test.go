@@ -328,3 +328,28 @@ func TestEtcdUsersRemade(t *testing.T) {
 		t.Fatalf("d1's user not made again on start: %v", err)
 	}
 }
+
+// TestEtcdCRL: a director that joins again under its name (a replaced
+// machine) gets a new certificate; the old one, of the same common name,
+// is refused by the CRL on its next connection.
+func TestEtcdCRL(t *testing.T) {
+	opt := stationOpts("127.0.85.5", t.TempDir())
+	opt.EtcdClientTLS = true
+	ts := startStation(t, opt)
+	old := join(t, ts, api.RoleDirector, "d1").HA
+	oldTLS := haTLS(t, old)
+	if err := etcdTry(old.Etcd, oldTLS, "/corral/ha/g/probe"); err != nil {
+		t.Fatal(err)
+	}
+	cur := join(t, ts, api.RoleDirector, "d1").HA
+	deadline := time.Now().Add(10 * time.Second)
+	for etcdTry(old.Etcd, oldTLS, "/corral/ha/g/probe") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the replaced certificate still works after 10 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := etcdTry(cur.Etcd, haTLS(t, cur), "/corral/ha/g/probe"); err != nil {
+		t.Fatalf("the new certificate: %v", err)
+	}
+}

@@ -109,6 +109,8 @@ type Station struct {
 	// ca is the cluster's shared CA (nil: Insecure on plain loopback
 	// etcd); it signs the directors' etcd client certificates.
 	ca *caPair
+	// crlKick wakes crlLoop (nil without etcd TLS).
+	crlKick chan struct{}
 
 	tlsConf *tls.Config // nil: Insecure
 	caPEM   []byte      // what members are given and pin
@@ -205,6 +207,10 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 	}
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.watchCancel = wcancel
+	if s.etcdCA != nil {
+		s.crlKick = make(chan struct{}, 1)
+		go s.crlLoop(wctx)
+	}
 	go s.watch(wctx)
 	return s, nil
 }
@@ -321,7 +327,7 @@ func etcdURL(opt Options, tls bool) string {
 // etcdTLSFiles are the files the embedded member's client listener uses:
 // its certificate (server and client use: etcd's gateway dials the
 // member with it) and the CA whose certificates it accepts.
-type etcdTLSFiles struct{ cert, key, ca string }
+type etcdTLSFiles struct{ cert, key, ca, crl string }
 
 // etcdTLS prepares the client listener's TLS from this station's CA in
 // DATA/tls (made there when absent; setup replaces it with the cluster's
@@ -353,7 +359,11 @@ func (s *Station) etcdTLS() (*etcdTLSFiles, *tls.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
 	}
-	f := &etcdTLSFiles{cert: filepath.Join(dir, "etcd.pem"), key: filepath.Join(dir, "etcd.key"), ca: filepath.Join(dir, "etcd-ca.pem")}
+	f := &etcdTLSFiles{cert: filepath.Join(dir, "etcd.pem"), key: filepath.Join(dir, "etcd.key"), ca: filepath.Join(dir, "etcd-ca.pem"),
+		crl: filepath.Join(dir, crlFile)}
+	if err := ensureCRL(f.crl, ca); err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+	}
 	for name, b := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.ca: ca.Cert} {
 		if err := writeFile0600(name, b); err != nil {
 			return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
@@ -429,7 +439,7 @@ func startEtcd(ctx context.Context, opt Options, files *etcdTLSFiles) (*embed.Et
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	if files != nil {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.cert, KeyFile: files.key,
-			TrustedCAFile: files.ca, ClientCertAuth: true}
+			TrustedCAFile: files.ca, ClientCertAuth: true, CRLFile: files.crl}
 	}
 	// etcd's own /metrics and health on the client port stay off the API.
 	cfg.InitialCluster = opt.EtcdName + "=" + pu.String()

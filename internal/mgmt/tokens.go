@@ -233,6 +233,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad address %.40q (want HOST:PORT)", req.Addr)}
 	}
 	var ha *api.HAJoin
+	var haSerial string
 	if req.Role == api.RoleDirector {
 		// Before the token is used, so that a join failing here can be
 		// tried again with a single-use token; but only for a token that
@@ -240,13 +241,14 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 		// for whoever asks.
 		t, _, err := s.checkToken(ctx, bearerTok)
 		if err == nil && t.Kind == kindJoin && t.Role == req.Role && !(t.SingleUse && t.Used) {
-			if ha, err = s.haJoin(ctx, req.Name); err != nil {
+			if ha, haSerial, err = s.haJoin(ctx, req.Name); err != nil {
 				return api.JoinReply{}, err
 			}
 		}
 	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
+	cred.HASerial = haSerial
 	var tokID, tokCluster string
 	e := &api.AuditEntry{User: "member " + req.Name, Action: "join"}
 	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
