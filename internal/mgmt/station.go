@@ -195,7 +195,7 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 		// Stations forming one cluster may restart their members at the
 		// same moment (restartEtcd): quorum and leader come back within
 		// seconds. setup's steps may be repeated.
-		if try == setupTries || !transientEtcd(err) || ctx.Err() != nil {
+		if try == setupTries || !transientEtcd(err) || ctx.Err() != nil || s.cli == nil {
 			s.Close()
 			return nil, err
 		}
