@@ -353,3 +353,78 @@ func TestEtcdCRL(t *testing.T) {
 		t.Fatalf("the new certificate: %v", err)
 	}
 }
+
+// TestEtcdHARolePermits: what the election does (internal/ha, docs/ha.md)
+// is allowed to a director's etcd user under auth: a session's lease and
+// its keep-alive, the active key taken in a transaction on the lease, a
+// watch on the group's prefix, and another director revoking the dead
+// active's lease (its keys are under /corral/ha/) and taking over.
+func TestEtcdHARolePermits(t *testing.T) {
+	opt := stationOpts("127.0.85.6", t.TempDir())
+	opt.EtcdClientTLS = true
+	ts := startStation(t, opt)
+	client := func(name string) *clientv3.Client {
+		h := join(t, ts, api.RoleDirector, name).HA
+		cli, err := clientv3.New(clientv3.Config{Endpoints: h.Etcd, DialTimeout: 2 * time.Second, TLS: haTLS(t, h), Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	a, b := client("dir-a"), client("dir-b")
+	ctx := ctxT(t)
+	const active = "/corral/ha/web/active"
+	take := func(cli *clientv3.Client, me string) (clientv3.LeaseID, bool) {
+		t.Helper()
+		l, err := cli.Grant(ctx, 2)
+		if err != nil {
+			t.Fatalf("%s: lease: %v", me, err)
+		}
+		if _, err := cli.KeepAliveOnce(ctx, l.ID); err != nil {
+			t.Fatalf("%s: keep-alive: %v", me, err)
+		}
+		if _, err := cli.Put(ctx, "/corral/ha/web/members/"+me, `{}`, clientv3.WithLease(l.ID)); err != nil {
+			t.Fatalf("%s: member key: %v", me, err)
+		}
+		r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(active), "=", 0)).
+			Then(clientv3.OpPut(active, me, clientv3.WithLease(l.ID))).Commit()
+		if err != nil {
+			t.Fatalf("%s: take: %v", me, err)
+		}
+		return l.ID, r.Succeeded
+	}
+	la, ok := take(a, "dir-a")
+	if !ok {
+		t.Fatal("dir-a did not take the group")
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wc := b.Watch(wctx, "/corral/ha/web/", clientv3.WithPrefix())
+	if _, ok := take(b, "dir-b"); ok {
+		t.Fatal("dir-b took a group dir-a holds")
+	}
+	// dir-a is gone (its stream ended without Bye): dir-b revokes its lease.
+	if _, err := b.Revoke(ctx, la); err != nil {
+		t.Fatalf("dir-b revoking dir-a's lease: %v", err)
+	}
+	select {
+	case wr := <-wc:
+		if err := wr.Err(); err != nil {
+			t.Fatalf("watch: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("dir-b's watch saw nothing")
+	}
+	if _, ok := take(b, "dir-b"); !ok {
+		t.Fatal("dir-b could not take the group after revoking dir-a's lease")
+	}
+	r, err := a.Get(ctx, active)
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "dir-b" {
+		t.Fatalf("active: %v %v", r, err)
+	}
+	// Still nothing outside /corral/ha/.
+	if _, err := b.Get(ctx, keyTokens, clientv3.WithPrefix()); err == nil {
+		t.Fatal("a director read the tokens")
+	}
+}
