@@ -34,6 +34,9 @@ func startEtcd(t *testing.T) string {
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(t.TempDir(), "etcd.log")}
 	cfg.TickMs, cfg.ElectionMs = 10, 100
+	// A test's etcd need not survive a power cut; fsyncs on a shared
+	// machine's disk would only add jitter.
+	cfg.UnsafeNoFsync = true
 	pu, _ := url.Parse("http://" + freeAddr(t))
 	cu, _ := url.Parse("http://" + freeAddr(t))
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}

@@ -337,7 +337,7 @@ func (n *Node) keepAliveLoop() {
 			case err == nil && lease == n.lease:
 				n.grantedTTL = time.Duration(r.TTL) * time.Second
 				n.deadline = send + n.grantedTTL - n.guard
-				if n.state == StateActive {
+				if n.state == StateActive && !n.handingOver {
 					n.setFenceLocked(n.deadline)
 				}
 			case errors.Is(err, rpctypes.ErrLeaseNotFound) && lease == n.lease:
@@ -723,14 +723,25 @@ func (n *Node) Handover(ctx context.Context, to string) error {
 		Then(clientv3.OpPut(key, to, clientv3.WithLease(clientv3.LeaseID(m.Lease)))).
 		Commit()
 	ecancel()
-	if err != nil || !r.Succeeded {
-		if err == nil {
-			err = errors.New("this director no longer holds the active key")
+	if err != nil {
+		// The put may have happened: only reopen if the key is still ours.
+		gctx, gcancel := context.WithTimeout(n.ctx, etcdOp)
+		g, gerr := n.cli.Get(gctx, key)
+		gcancel()
+		if gerr == nil && len(g.Kvs) == 1 && string(g.Kvs[0].Value) == n.cfg.Name {
+			return reopen(fmt.Errorf("ha: handover to %s: %w", to, err))
 		}
-		return reopen(fmt.Errorf("ha: handover to %s: %w", to, err))
+		n.mu.Lock()
+		n.fenceLocked("handover to " + to + " ended in doubt")
+		n.mu.Unlock()
+		return fmt.Errorf("ha: handover to %s: %w (fenced: the outcome is unknown)", to, err)
+	}
+	if !r.Succeeded {
+		return reopen(fmt.Errorf("ha: handover to %s: this director no longer holds the active key", to))
 	}
 	n.mu.Lock()
 	n.active, n.activeLease = to, clientv3.LeaseID(m.Lease)
+	n.setFenceLocked(0)
 	n.transitionLocked(StateStandby, "handed over to "+to)
 	n.mu.Unlock()
 	return nil
