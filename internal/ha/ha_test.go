@@ -328,3 +328,57 @@ func TestActiveActive(t *testing.T) {
 		return len(g.nodes["a"].dp.snapshot()) == 70 && g.sameTable("a", "b")
 	})
 }
+
+func TestCloseHandsOver(t *testing.T) {
+	g := newGroup(t)
+	g.start("a", 100)
+	if act := g.waitActive(5 * time.Second); act != "a" {
+		t.Fatalf("active %s", act)
+	}
+	g.start("b", 100)
+	g.nodes["a"].dp.forward(flows(100, 0)...)
+	waitFor(t, 3*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
+	a := g.nodes["a"]
+	delete(g.nodes, "a")
+	if err := a.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Second, "b active", func() bool { return g.nodes["b"].n.Status().State == StateActive })
+	if len(g.nodes["b"].dp.snapshot()) != 100 {
+		t.Errorf("b holds %d flows", len(g.nodes["b"].dp.snapshot()))
+	}
+	a.dp.mu.Lock()
+	last := a.dp.calls[len(a.dp.calls)-1]
+	a.dp.mu.Unlock()
+	if last.until != 0 {
+		t.Errorf("a's fence left open after Close: %+v", last)
+	}
+	g.checkNoOverlap()
+}
+
+func TestLostChangesResync(t *testing.T) {
+	g := newGroup(t)
+	g.start("a", 100)
+	if act := g.waitActive(5 * time.Second); act != "a" {
+		t.Fatalf("active %s", act)
+	}
+	g.start("b", 100)
+	adp := g.nodes["a"].dp
+	adp.forward(flows(10, 0)...)
+	waitFor(t, 3*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
+	// The kernel dropped changes: the table has a flow b never heard of.
+	adp.mu.Lock()
+	for _, c := range flows(5, 100) {
+		adp.table[connKey(c)] = c
+	}
+	adp.lost++
+	adp.mu.Unlock()
+	adp.forward(flows(1, 200)...)
+	waitFor(t, 3*time.Second, "b resynced", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
+	if s := g.nodes["a"].n.Status(); s.Resyncs == 0 {
+		t.Errorf("no resync counted: %+v", s)
+	}
+	if len(g.nodes["b"].dp.snapshot()) != 16 {
+		t.Errorf("b holds %d flows, want 16", len(g.nodes["b"].dp.snapshot()))
+	}
+}
