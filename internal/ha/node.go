@@ -681,7 +681,7 @@ func (n *Node) Handover(ctx context.Context, to string) error {
 	}
 	o, ok := n.out[to]
 	m, mok := n.members[to]
-	if !ok || !mok || !o.caughtUpLocked() {
+	if !ok || !mok || !o.syncedLocked() {
 		n.mu.Unlock()
 		return fmt.Errorf("ha: group %s: %q is not in sync with %s", n.cfg.Group, to, n.cfg.Name)
 	}
@@ -747,12 +747,13 @@ func (n *Node) Handover(ctx context.Context, to string) error {
 	return nil
 }
 
-// bestPeerLocked is the in-sync peer of the highest priority.
+// bestPeerLocked is the in-sync peer (it holds our snapshot) of the
+// highest priority, then name.
 func (n *Node) bestPeerLocked() string {
 	best, prio := "", 0
 	for name, o := range n.out {
 		m, ok := n.members[name]
-		if !ok || !o.caughtUpLocked() {
+		if !ok || !o.syncedLocked() {
 			continue
 		}
 		if best == "" || m.Priority > prio || m.Priority == prio && name < best {

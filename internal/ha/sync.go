@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,6 +28,9 @@ const (
 	maxQueue   = 64 << 10    // events queued per peer before a resync
 	redial     = 100 * time.Millisecond
 	ioDeadline = time.Second
+	// probeTimeout bounds the liveness probe after a stream ended
+	// without Bye (the kill -9 path waits for its answer).
+	probeTimeout = 100 * time.Millisecond
 )
 
 var errRole = errors.New("ha: stream role changed")
@@ -63,6 +68,11 @@ type sentBatch struct {
 // caughtUpLocked: the peer acknowledged our snapshot and every change.
 func (o *outStream) caughtUpLocked() bool {
 	return o.conn != nil && o.source && o.snapAcked && len(o.pending) == 0 && o.acked == o.seq
+}
+
+// syncedLocked: the peer holds our snapshot; changes may be in flight.
+func (o *outStream) syncedLocked() bool {
+	return o.conn != nil && o.source && o.snapAcked
 }
 
 func (o *outStream) lagLocked(now time.Time) time.Duration {
@@ -183,13 +193,30 @@ func (n *Node) outSession(o *outStream) error {
 
 	readDone := make(chan error, 1)
 	go func() { readDone <- n.readAcks(o, conn) }()
-	defer func() { conn.Close(); <-readDone }()
-
 	send := func(b []byte) error {
 		o.wmu.Lock()
 		defer o.wmu.Unlock()
 		return writeConn(conn, b)
 	}
+	byeSent := false
+	bye := func(reason string) {
+		byeSent = true
+		send(byeFrame(reason))
+	}
+	defer func() {
+		// A stream that ends without Bye tells the peer this process is
+		// gone: say it whenever the process is not (best effort: a full
+		// socket buffer may swallow it; the peer then probes).
+		n.mu.Lock()
+		crashed := n.crashed
+		n.mu.Unlock()
+		if !byeSent && !crashed {
+			bye("stream closed")
+		}
+		conn.Close()
+		<-readDone
+	}()
+
 	sendEvents := func(evs []xdp.ConnEvent) error {
 		for len(evs) > 0 {
 			k := min(len(evs), maxBatch)
@@ -245,13 +272,13 @@ func (n *Node) outSession(o *outStream) error {
 		n.mu.Lock()
 		if n.isSourceLocked() != source {
 			n.mu.Unlock()
-			send(byeFrame("role change"))
+			bye("role change")
 			return errRole
 		}
 		if o.overflow {
 			n.resyncs++
 			n.mu.Unlock()
-			send(byeFrame("resync"))
+			bye("resync")
 			n.log.Info("ha: resync", "peer", o.name, "reason", "queue overflow or lost changes")
 			return errRole
 		}
@@ -424,6 +451,9 @@ func (n *Node) serveIn(conn net.Conn) {
 	defer n.wg.Done()
 	defer conn.Close()
 	name, err := n.handshake(conn, false, "")
+	if errors.Is(err, io.EOF) {
+		return // a liveness probe (probeDead)
+	}
 	if err != nil {
 		n.countSyncError()
 		n.log.Warn("ha: sync stream refused", "from", conn.RemoteAddr(), "err", err)
@@ -476,12 +506,12 @@ func (n *Node) serveIn(conn net.Conn) {
 	timeout := errors.As(err, &ne) && ne.Timeout()
 	dead := !bye && !timeout && !st.replaced && !n.closed && !n.crashed && n.ctx.Err() == nil &&
 		n.cfg.Mode == ActiveStandby && n.active == name
-	lease := n.members[name].Lease
+	lease, addr := n.members[name].Lease, n.members[name].Sync
 	n.mu.Unlock()
-	if dead && lease != 0 {
+	if dead && lease != 0 && probeDead(addr) {
 		// The active's process is gone (it never drops a stream without
-		// Bye while it forwards, and its kernel closed the socket): its
-		// lease goes now rather than after a TTL.
+		// Bye while it forwards, and its kernel refuses connections to
+		// its sync port): its lease goes now rather than after a TTL.
 		ctx, cancel := context.WithTimeout(n.ctx, etcdOp)
 		_, rerr := n.cli.Revoke(ctx, leaseID(lease))
 		cancel()
@@ -610,6 +640,21 @@ func (n *Node) drainChanges() {
 			return
 		}
 	}
+}
+
+// probeDead: a connection to the peer's sync port is refused, so its
+// process is gone. A timeout (partition, frozen process) is not proof:
+// the lease's TTL decides those.
+func probeDead(addr string) bool {
+	if addr == "" {
+		return false
+	}
+	c, err := net.DialTimeout("tcp", addr, probeTimeout)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
 func leaseID(v int64) clientv3.LeaseID { return clientv3.LeaseID(v) }
