@@ -382,3 +382,46 @@ func TestLostChangesResync(t *testing.T) {
 		t.Errorf("b holds %d flows, want 16", len(g.nodes["b"].dp.snapshot()))
 	}
 }
+
+// TestProbeDead: only a refused or reset sync port proves a process gone.
+func TestProbeDead(t *testing.T) {
+	g := newGroup(t)
+	a := g.start("a", 100)
+	if a.n.probeDead(a.n.ln.Addr().String()) {
+		t.Error("a live director probed dead")
+	}
+	if s := a.n.Status(); s.SyncErrors != 0 {
+		t.Errorf("a probe counted as a sync error: %+v", s)
+	}
+	closed := freeAddr(t)
+	if !a.n.probeDead(closed) {
+		t.Error("a refused port probed alive")
+	}
+	// Accepts, then closes without a word: a listener going away.
+	ln, err := net.Listen("tcp", testIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if !a.n.probeDead(ln.Addr().String()) {
+		t.Error("a port that closes at once probed alive")
+	}
+	// Accepts and says nothing: frozen (SIGSTOP). Not proof.
+	frozen, err := net.Listen("tcp", testIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	if a.n.probeDead(frozen.Addr().String()) {
+		t.Error("a silent (frozen) port probed dead")
+	}
+}

@@ -241,7 +241,9 @@ func (n *Node) publish() {
 	}
 	n.mu.Unlock()
 	b, _ := json.Marshal(rec)
-	ctx, cancel := context.WithTimeout(n.ctx, etcdOp)
+	// Short: the control loop waits for it (the fence itself is the
+	// kernel's, but state changes should not lag a cut etcd by long).
+	ctx, cancel := context.WithTimeout(n.ctx, n.guard)
 	defer cancel()
 	if _, err := n.cli.Put(ctx, n.prefix+"members/"+n.cfg.Name, string(b), clientv3.WithLease(clientv3.LeaseID(rec.Lease))); err != nil {
 		n.log.Warn("ha: member record not written", "err", err)
@@ -875,8 +877,9 @@ func (n *Node) Close() error {
 
 // shutdown stops every goroutine and closes the sockets.
 func (n *Node) shutdown() {
-	n.cancel()
+	// The listener first: a peer that sees a stream end probes it.
 	n.ln.Close()
+	n.cancel()
 	n.mu.Lock()
 	for _, o := range n.out {
 		o.stopLocked()

@@ -33,7 +33,10 @@ const (
 	probeTimeout = 100 * time.Millisecond
 )
 
-var errRole = errors.New("ha: stream role changed")
+var (
+	errRole  = errors.New("ha: stream role changed")
+	errProbe = errors.New("ha: liveness probe")
+)
 
 // outStream is this director's stream to one peer. Fields other than
 // name, addr, ctx, cancel, notify and wmu are guarded by Node.mu.
@@ -366,6 +369,9 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 		if f.typ != frameHello {
 			return f, fmt.Errorf("ha: sync handshake from %s: frame type %d before hello", conn.RemoteAddr(), f.typ)
 		}
+		if !dialer && f.group == n.cfg.Group && f.name == "" {
+			return f, errProbe
+		}
 		if f.group != n.cfg.Group || f.name == n.cfg.Name || f.name == "" || expect != "" && f.name != expect {
 			return f, fmt.Errorf("ha: sync handshake from %s: group %q name %q (want group %q, name %q)", conn.RemoteAddr(), f.group, f.name, n.cfg.Group, expect)
 		}
@@ -406,7 +412,10 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 		}
 		return theirs.name, nil
 	}
-	if theirs, err = readHello(); err != nil {
+	if theirs, err = readHello(); errors.Is(err, errProbe) {
+		writeConn(conn, helloFrame(n.cfg.Group, n.cfg.Name, mine))
+		return "", err
+	} else if err != nil {
 		return "", err
 	}
 	if err := writeConn(conn, helloFrame(n.cfg.Group, n.cfg.Name, mine)); err != nil {
@@ -451,8 +460,8 @@ func (n *Node) serveIn(conn net.Conn) {
 	defer n.wg.Done()
 	defer conn.Close()
 	name, err := n.handshake(conn, false, "")
-	if errors.Is(err, io.EOF) {
-		return // a liveness probe (probeDead)
+	if errors.Is(err, errProbe) || errors.Is(err, io.EOF) {
+		return // a liveness probe (probeDead), or a port scan
 	}
 	if err != nil {
 		n.countSyncError()
@@ -508,7 +517,7 @@ func (n *Node) serveIn(conn net.Conn) {
 		n.cfg.Mode == ActiveStandby && n.active == name
 	lease, addr := n.members[name].Lease, n.members[name].Sync
 	n.mu.Unlock()
-	if dead && lease != 0 && probeDead(addr) {
+	if dead && lease != 0 && n.probeDead(addr) {
 		// The active's process is gone (it never drops a stream without
 		// Bye while it forwards, and its kernel refuses connections to
 		// its sync port): its lease goes now rather than after a TTL.
@@ -642,19 +651,26 @@ func (n *Node) drainChanges() {
 	}
 }
 
-// probeDead: a connection to the peer's sync port is refused, so its
-// process is gone. A timeout (partition, frozen process) is not proof:
-// the lease's TTL decides those.
-func probeDead(addr string) bool {
+// probeDead: the peer's process is gone if its sync port refuses a
+// connection, or accepts one (from the backlog of a listener being closed)
+// and then resets or closes it without answering a probe Hello. A timeout
+// (partition, frozen process) is not proof: the lease's TTL decides those.
+func (n *Node) probeDead(addr string) bool {
 	if addr == "" {
 		return false
 	}
 	c, err := net.DialTimeout("tcp", addr, probeTimeout)
-	if err == nil {
-		c.Close()
-		return false
+	if err != nil {
+		return errors.Is(err, syscall.ECONNREFUSED)
 	}
-	return errors.Is(err, syscall.ECONNREFUSED)
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(probeTimeout))
+	nonce := make([]byte, nonceLen)
+	if err := writeConn(c, helloFrame(n.cfg.Group, "", nonce)); err != nil {
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+	}
+	_, _, err = readFrame(c, nil)
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func leaseID(v int64) clientv3.LeaseID { return clientv3.LeaseID(v) }
