@@ -82,13 +82,17 @@ func icmpv6Checksum(src, dst [16]byte, msg []byte) uint16 {
 
 // SendGARP sends one gratuitous ARP (IPv4 VIPs) or unsolicited neighbour
 // advertisement (IPv6 VIPs) for every VIP out of ifname, from mac.
+// An empty mac means the interface's own.
 func SendGARP(ifname string, mac net.HardwareAddr, vips []netip.Addr) error {
-	if len(mac) != 6 {
-		return fmt.Errorf("ha: gratuitous ARP on %s: MAC %q is not Ethernet", ifname, mac)
-	}
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return fmt.Errorf("ha: gratuitous ARP: interface %q: %w", ifname, err)
+	}
+	if len(mac) == 0 {
+		mac = ifi.HardwareAddr
+	}
+	if len(mac) != 6 {
+		return fmt.Errorf("ha: gratuitous ARP on %s: MAC %q is not Ethernet", ifname, mac)
 	}
 	// Protocol 0: this socket only sends, it receives nothing.
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)

@@ -82,7 +82,8 @@ func TestGARPOnVeth(t *testing.T) {
 			return
 		}
 		unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100000})
-		if err := SendGARP("hga", mac, []netip.Addr{v4, v6}); err != nil {
+		// No MAC given: the interface's own (set above) is used.
+		if err := SendGARP("hga", nil, []netip.Addr{v4, v6}); err != nil {
 			t.Errorf("SendGARP: %v", err)
 			return
 		}
