@@ -36,7 +36,7 @@ func TestElectExactlyOne(t *testing.T) {
 					st := g.nodes[name].n.Status()
 					return st.State == StateActive || st.State == StateStandby
 				})
-				if s := g.nodes[name].n.Status(); s.Active != "a" || len(s.Peers) != size-1 {
+				if s := g.nodes[name].n.Status(); s.Active != act || len(s.Peers) != size-1 {
 					t.Errorf("%s status: %+v", name, s)
 				}
 			}
@@ -174,10 +174,10 @@ func TestPartitionFenceClosesFirst(t *testing.T) {
 func TestHandoverKeepsFlows(t *testing.T) {
 	g := newGroup(t)
 	g.start("a", 100)
-	g.start("b", 100)
 	if act := g.waitActive(5 * time.Second); act != "a" {
 		t.Fatalf("active %s", act)
 	}
+	g.start("b", 100)
 	adp := g.nodes["a"].dp
 	adp.forward(flows(1000, 0)...)
 	waitFor(t, 3*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
@@ -229,10 +229,10 @@ func TestFailbackAfterResync(t *testing.T) {
 func TestRestartedMidSyncDoesNotCampaign(t *testing.T) {
 	g := newGroup(t)
 	g.start("a", 100)
-	g.start("b", 100)
 	if act := g.waitActive(5 * time.Second); act != "a" {
 		t.Fatalf("active %s", act)
 	}
+	g.start("b", 100)
 	g.nodes["a"].dp.forward(flows(100, 0)...)
 	waitFor(t, 3*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
 	// a's next snapshot is slow: b restarts and a dies before it is sent.

@@ -25,6 +25,7 @@ const (
 	tick           = 20 * time.Millisecond // the control loop's period
 	rankDelay      = 50 * time.Millisecond // per rank before a campaign
 	failbackSynced = time.Second           // a better peer in sync this long takes the VIPs back
+	failbackRetry  = 10 * time.Second      // after a failed fail-back
 	handoverAck    = 2 * time.Second       // the target's last ack, else the handover aborts
 	etcdOp         = 2 * time.Second       // bound on one etcd request
 	garpCount      = 3
@@ -91,7 +92,9 @@ type Node struct {
 	out         map[string]*outStream
 	in          map[string]*inStream
 	handingOver bool
-	closed      bool
+	// failbackAfter: no fail-back attempt before (one just failed).
+	failbackAfter time.Time
+	closed        bool
 	// crashed (tests): the process is gone; nothing more is sent or written.
 	crashed bool
 }
@@ -510,7 +513,7 @@ func (n *Node) step() {
 			// handover completed): stop at once.
 			n.setFenceLocked(0)
 			n.transitionLocked(StateStandby, fmt.Sprintf("the active key is now %q", n.active))
-		} else if !n.handingOver {
+		} else if !n.handingOver && now.After(n.failbackAfter) {
 			failback = n.failbackTargetLocked(now)
 		}
 	case n.active == n.cfg.Name && n.activeLease == n.lease:
@@ -539,7 +542,13 @@ func (n *Node) step() {
 	case failback != "":
 		ctx, cancel := context.WithTimeout(n.ctx, handoverAck+etcdOp)
 		if err := n.Handover(ctx, failback); err != nil {
-			n.log.Warn("ha: fail-back handover failed", "to", failback, "err", err)
+			// Each attempt closes the fence for up to handoverAck: a
+			// peer that cannot take over must not cut the VIP off again
+			// and again.
+			n.mu.Lock()
+			n.failbackAfter = time.Now().Add(failbackRetry)
+			n.mu.Unlock()
+			n.log.Warn("ha: fail-back handover failed", "to", failback, "err", err, "retry_in", failbackRetry)
 		}
 		cancel()
 	}
@@ -547,15 +556,18 @@ func (n *Node) step() {
 }
 
 // rankLocked is this director's place among the live in-sync members:
-// priority descending, then name.
+// priority descending, then name. A director that has never seen an
+// active (a group starting cold) ranks among every live member: the others
+// become in sync at about the same time, before their records say so.
 func (n *Node) rankLocked() int {
 	type c struct {
 		name string
 		prio int
 	}
+	cold := n.lastActive == ""
 	cs := []c{{n.cfg.Name, n.cfg.Priority}}
 	for name, m := range n.members {
-		if name != n.cfg.Name && m.InSync && m.State != StateFenced {
+		if name != n.cfg.Name && (m.InSync || cold) && m.State != StateFenced {
 			cs = append(cs, c{name, m.Priority})
 		}
 	}
