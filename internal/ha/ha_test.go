@@ -425,3 +425,41 @@ func TestProbeDead(t *testing.T) {
 		t.Error("a silent (frozen) port probed dead")
 	}
 }
+
+// TestInSyncStandbyWinsOverSyncing: of two standbys, the one in sync takes
+// over when the active dies; the one restarted mid-sync does not, even if
+// it ranks higher.
+func TestInSyncStandbyWinsOverSyncing(t *testing.T) {
+	g := newGroup(t)
+	g.start("a", 100)
+	if act := g.waitActive(5 * time.Second); act != "a" {
+		t.Fatalf("active %s", act)
+	}
+	g.start("b", 100)
+	g.start("c", 100)
+	g.nodes["a"].dp.forward(flows(50, 0)...)
+	waitFor(t, 3*time.Second, "b and c in sync", func() bool {
+		return g.sameTable("a", "b") && g.peerSynced("a", "b") && g.sameTable("a", "c") && g.peerSynced("a", "c")
+	})
+	adp := g.nodes["a"].dp
+	adp.mu.Lock()
+	adp.exportDelay = 800 * time.Millisecond
+	adp.mu.Unlock()
+	g.kill("b")
+	g.start("b", 200) // would rank first, but has no snapshot
+	waitFor(t, 2*time.Second, "a streams to b", func() bool {
+		a := g.nodes["a"].n
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		o := a.out["b"]
+		return o != nil && o.conn != nil && o.source
+	})
+	g.kill("a")
+	if act := g.waitActive(time.Second); act != "c" {
+		t.Fatalf("active %s, want c (in sync)", act)
+	}
+	if n := len(g.nodes["c"].dp.snapshot()); n != 50 {
+		t.Errorf("c holds %d flows, want 50", n)
+	}
+	g.checkNoOverlap()
+}

@@ -47,11 +47,15 @@ type outStream struct {
 	notify     chan struct{}
 	wmu        sync.Mutex // one writer at a time on conn
 
-	conn        net.Conn // nil while not connected (and authenticated)
-	source      bool     // this connection carries our table
-	queueing    bool
-	pending     []xdp.ConnEvent
-	overflow    bool
+	conn     net.Conn // nil while not connected (and authenticated)
+	source   bool     // this connection carries our table
+	queueing bool
+	pending  []xdp.ConnEvent
+	overflow bool
+	// extra raises the queue's bound by the snapshot's size while it is
+	// sent: changes made meanwhile wait, and a big table under churn
+	// would otherwise overflow on every attempt.
+	extra       int
 	seq, acked  uint64
 	snapSent    bool
 	snapEnd     uint64
@@ -155,7 +159,7 @@ func (n *Node) runOut(o *outStream) {
 	for o.ctx.Err() == nil {
 		err := n.outSession(o)
 		n.mu.Lock()
-		o.conn, o.source, o.queueing, o.pending, o.overflow = nil, false, false, nil, false
+		o.conn, o.source, o.queueing, o.pending, o.overflow, o.extra = nil, false, false, nil, false, 0
 		o.snapSent, o.snapAcked, o.syncedSince, o.unacked = false, false, time.Time{}, nil
 		n.mu.Unlock()
 		if errors.Is(err, errRole) {
@@ -241,6 +245,9 @@ func (n *Node) outSession(o *outStream) error {
 		if err != nil {
 			return fmt.Errorf("ha: exporting the table for %s: %w", o.name, err)
 		}
+		n.mu.Lock()
+		o.extra = len(conns)
+		n.mu.Unlock()
 		evs := make([]xdp.ConnEvent, len(conns))
 		for i, c := range conns {
 			evs[i] = xdp.ConnEvent{Op: xdp.OpNew, Conn: c}
@@ -253,7 +260,7 @@ func (n *Node) outSession(o *outStream) error {
 		}
 		n.mu.Lock()
 		end := o.seq
-		o.snapEnd, o.snapSent = end, true
+		o.snapEnd, o.snapSent, o.extra = end, true, 0
 		n.mu.Unlock()
 		if err := send(seqFrame(frameSnapshotEnd, end)); err != nil {
 			return err
@@ -623,7 +630,7 @@ func (n *Node) enqueue(evs []xdp.ConnEvent) {
 		if !o.queueing {
 			continue
 		}
-		if resync || len(o.pending)+len(evs) > maxQueue {
+		if resync || len(o.pending)+len(evs) > maxQueue+o.extra {
 			o.overflow, o.queueing, o.pending = true, false, nil
 		} else {
 			o.pending = append(o.pending, evs...)
