@@ -25,7 +25,7 @@ const (
 	tick           = 20 * time.Millisecond // the control loop's period
 	rankDelay      = 50 * time.Millisecond // per rank before a campaign
 	failbackSynced = time.Second           // a better peer in sync this long takes the VIPs back
-	failbackRetry  = 10 * time.Second      // after a failed fail-back
+	failbackRetry  = 3 * time.Second       // after a failed fail-back
 	handoverAck    = 2 * time.Second       // the target's last ack, else the handover aborts
 	etcdOp         = 2 * time.Second       // bound on one etcd request
 	garpCount      = 3
@@ -284,15 +284,16 @@ func (n *Node) kickLocked() {
 }
 
 // setFenceLocked drives the program's fence (HAFenced; 0 closes it).
-func (n *Node) setFenceLocked(until time.Duration) {
+func (n *Node) setFenceLocked(until time.Duration) error {
 	if n.crashed || n.cfg.Mode == ActiveActive {
-		return
+		return nil
 	}
 	if err := n.dp.SetHA(xdp.HAFenced, until); err != nil {
 		n.log.Error("ha: setting the fence", "until", until, "err", err)
-		return
+		return err
 	}
 	n.fenceUntil = until
+	return nil
 }
 
 // fenceLocked stops forwarding at once and drops the lease: the director
@@ -488,9 +489,11 @@ func (n *Node) step() {
 		return
 	}
 	n.manageStreamsLocked()
-	if n.lease != 0 && mono >= n.deadline {
+	if n.lease != 0 && mono >= n.deadline && n.state == StateActive {
 		// No renewal acknowledged in time: etcd may expire the lease
-		// soon, so this director must already have stopped.
+		// soon, so this director must already have stopped. (A standby
+		// keeps its lease until etcd says it is gone; it just may not
+		// campaign meanwhile.)
 		n.fenceLocked("fence deadline passed without a lease renewal")
 		n.mu.Unlock()
 		return
@@ -518,7 +521,7 @@ func (n *Node) step() {
 		}
 	case n.active == n.cfg.Name && n.activeLease == n.lease:
 		takeover = true
-	case n.active == "" && n.inSyncLocked(now):
+	case n.active == "" && n.inSyncLocked(now) && mono < n.deadline:
 		if n.campaignAt.IsZero() {
 			n.campaignAt = now.Add(time.Duration(n.rankLocked()) * rankDelay)
 		}
@@ -699,8 +702,12 @@ func (n *Node) Handover(ctx context.Context, to string) error {
 		n.mu.Unlock()
 		return fmt.Errorf("ha: group %s: %q is not in sync with %s", n.cfg.Group, to, n.cfg.Name)
 	}
+	if err := n.setFenceLocked(0); err != nil {
+		// Still forwarding until the deadline: the target must not start.
+		n.mu.Unlock()
+		return fmt.Errorf("ha: handover to %s: closing the fence: %w", to, err)
+	}
 	n.handingOver = true
-	n.setFenceLocked(0)
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()

@@ -444,7 +444,7 @@ func (n *Node) acceptLoop() {
 	for {
 		conn, err := n.ln.Accept()
 		if err != nil {
-			if n.ctx.Err() != nil {
+			if n.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			var ne net.Error
