@@ -463,3 +463,41 @@ func TestInSyncStandbyWinsOverSyncing(t *testing.T) {
 	}
 	g.checkNoOverlap()
 }
+
+// TestFrozenActive: a frozen (SIGSTOP) active keeps its sockets open and
+// says nothing. That is not proof of death: nobody revokes its lease, its
+// fence closes by its deadline, and the standby takes over once etcd
+// expires the lease. Thawed, it finds itself fenced.
+func TestFrozenActive(t *testing.T) {
+	g := newGroup(t)
+	g.start("a", 100)
+	if act := g.waitActive(5 * time.Second); act != "a" {
+		t.Fatalf("active %s", act)
+	}
+	g.start("b", 100)
+	g.nodes["a"].dp.forward(flows(20, 0)...)
+	waitFor(t, 3*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
+	bdp := g.nodes["b"].dp
+	frozen := xdp.MonoNow()
+	g.nodes["a"].n.frozen.Store(true)
+	waitFor(t, 5*time.Second, "b active", func() bool { return bdp.firstOpen(frozen) > 0 })
+	took := bdp.firstOpen(frozen) - frozen
+	ttl := g.nodes["b"].cfg.LeaseTTL
+	t.Logf("frozen at 0: b opened at %v", took)
+	if took < ttl/2 {
+		t.Errorf("b took over %v after the freeze: the frozen active's lease was revoked early", took)
+	}
+	ws := g.nodes["a"].dp.windows()
+	if end := ws[len(ws)-1].to; end >= bdp.firstOpen(frozen) {
+		t.Errorf("a's fence open until %v, b's opened at %v", end-frozen, took)
+	}
+	g.nodes["a"].n.frozen.Store(false)
+	waitFor(t, 3*time.Second, "a standby again", func() bool {
+		s := g.nodes["a"].n.Status()
+		return s.State != StateActive && s.Active == "b"
+	})
+	if a := g.actives(); len(a) != 1 || a[0] != "b" {
+		t.Errorf("actives after the thaw: %v", a)
+	}
+	g.checkNoOverlap()
+}

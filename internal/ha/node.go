@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -97,6 +98,9 @@ type Node struct {
 	closed        bool
 	// crashed (tests): the process is gone; nothing more is sent or written.
 	crashed bool
+	// frozen (tests) stands for SIGSTOP: no goroutine of the node acts,
+	// sockets stay open.
+	frozen atomic.Bool
 }
 
 // Start joins the group: registers in etcd, opens the sync listener and
@@ -314,6 +318,12 @@ func (n *Node) keepAliveLoop() {
 	defer t.Stop()
 	var old clientv3.LeaseID
 	for {
+		if n.frozen.Load() {
+			if !sleepCtx(n.ctx, tick) {
+				return
+			}
+			continue
+		}
 		n.mu.Lock()
 		lease, state := n.lease, n.state
 		if lease != 0 {
@@ -476,7 +486,9 @@ func (n *Node) controlLoop() {
 		case <-t.C:
 		case <-n.kick:
 		}
-		n.step()
+		if !n.frozen.Load() {
+			n.step()
+		}
 	}
 }
 
@@ -918,6 +930,12 @@ func (n *Node) crash() {
 	n.crashed = true
 	n.mu.Unlock()
 	n.shutdown()
+}
+
+// waitThawed (tests) blocks while the node is frozen.
+func (n *Node) waitThawed() {
+	for n.frozen.Load() && sleepCtx(n.ctx, tick) {
+	}
 }
 
 // sleepCtx sleeps d unless ctx ends first (false then).

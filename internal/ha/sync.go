@@ -279,6 +279,7 @@ func (n *Node) outSession(o *outStream) error {
 		case <-o.notify:
 		case <-t.C:
 		}
+		n.waitThawed()
 		n.mu.Lock()
 		if n.isSourceLocked() != source {
 			n.mu.Unlock()
@@ -466,6 +467,7 @@ func (n *Node) acceptLoop() {
 func (n *Node) serveIn(conn net.Conn) {
 	defer n.wg.Done()
 	defer conn.Close()
+	n.waitThawed()
 	name, err := n.handshake(conn, false, "")
 	if errors.Is(err, errProbe) || errors.Is(err, io.EOF) {
 		return // a liveness probe (probeDead), or a port scan
@@ -498,6 +500,7 @@ func (n *Node) serveIn(conn net.Conn) {
 			case <-hbDone:
 				return
 			case <-t.C:
+				n.waitThawed()
 				st.wmu.Lock()
 				err := writeConn(conn, appendFrame(nil, frameHeartbeat, nil))
 				st.wmu.Unlock()
@@ -542,6 +545,7 @@ func (n *Node) receive(st *inStream, ack func(uint64) error) (bool, error) {
 	var buf []byte
 	var last uint64
 	for {
+		n.waitThawed()
 		st.conn.SetReadDeadline(time.Now().Add(silence))
 		typ, p, err := readFrame(st.conn, buf)
 		if err != nil {
