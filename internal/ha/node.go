@@ -278,6 +278,14 @@ func (n *Node) transitionLocked(state, reason string) {
 	n.lastTrans = time.Now()
 	n.lastReason = reason
 	n.kickLocked()
+	// Streams switch role (start or stop carrying our table) now, not at
+	// their next heartbeat.
+	for _, o := range n.out {
+		select {
+		case o.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (n *Node) kickLocked() {
