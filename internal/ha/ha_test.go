@@ -246,7 +246,8 @@ func TestRestartedMidSyncDoesNotCampaign(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		o := a.out["b"]
-		return o != nil && o.conn != nil && o.source
+		// The stream to the new b (the old one may not have ended yet).
+		return o != nil && o.conn != nil && o.source && o.addr == g.nodes["b"].n.ln.Addr().String()
 	})
 	killed := time.Now()
 	g.kill("a")
@@ -452,7 +453,8 @@ func TestInSyncStandbyWinsOverSyncing(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		o := a.out["b"]
-		return o != nil && o.conn != nil && o.source
+		// The stream to the new b (the old one may not have ended yet).
+		return o != nil && o.conn != nil && o.source && o.addr == g.nodes["b"].n.ln.Addr().String()
 	})
 	g.kill("a")
 	if act := g.waitActive(time.Second); act != "c" {

@@ -218,7 +218,11 @@ func newGroup(t *testing.T) *group {
 
 func testLog(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		level := slog.LevelInfo
+		if os.Getenv("HA_TEST_DEBUG") != "" {
+			level = slog.LevelDebug
+		}
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
