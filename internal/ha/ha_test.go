@@ -55,6 +55,21 @@ func TestKillFailover(t *testing.T) {
 	waitFor(t, 3*time.Second, "standby holds the table", func() bool {
 		return g.sameTable(act, other) && g.peerSynced(act, other)
 	})
+	// Member records (the peers' states) follow through etcd.
+	waitFor(t, 2*time.Second, "member records", func() bool {
+		sa, sb := g.nodes[act].n.Status(), g.nodes[other].n.Status()
+		return len(sa.Peers) == 1 && len(sb.Peers) == 1 && sa.Peers[0].State == StateStandby && sb.Peers[0].State == StateActive
+	})
+	sa, sb := g.nodes[act].n.Status(), g.nodes[other].n.Status()
+	if p := sa.Peers[0]; !p.OutConnected || p.OutSent < 500 || p.OutAcked != p.OutSent || p.Lag != 0 || p.State != StateStandby || !p.InConnected {
+		t.Errorf("the active's view of the standby: %+v", p)
+	}
+	if p := sb.Peers[0]; !p.InSynced || p.InApplied < 500 || p.State != StateActive {
+		t.Errorf("the standby's view of the active: %+v", p)
+	}
+	if sa.LastReason != "won the election" || sa.Transitions < 2 || sa.FenceLeft <= 0 || sa.LeaseTTL != time.Second {
+		t.Errorf("active's status: %+v", sa)
+	}
 	newDP := g.nodes[other].dp
 	killed := xdp.MonoNow()
 	g.kill(act)
