@@ -75,7 +75,10 @@ func openCapture(dev string, vip netip.Addr) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+	// Protocol 0 receives nothing until the bind below: a socket opened
+	// on ETH_P_ALL queues frames of every interface (loopback's, with
+	// zero MACs, under a loaded machine) before its filter is attached.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
 	}
