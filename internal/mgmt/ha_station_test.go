@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // tested in internal/dataplane/xdp and internal/director.
 type stationDP struct {
 	mu    sync.Mutex
+	until time.Duration // the fence's deadline (MonoNow terms) last set
 	table map[string]xdp.Conn
 	ch    chan []xdp.ConnEvent
 }
@@ -36,7 +38,19 @@ func stationConnKey(c xdp.Conn) string {
 	return c.Proto + " " + c.Client.String() + " " + c.VIP.String()
 }
 
-func (f *stationDP) SetHA(xdp.HAMode, time.Duration) error { return nil }
+func (f *stationDP) SetHA(_ xdp.HAMode, until time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.until = until
+	return nil
+}
+
+// open: the program would forward now.
+func (f *stationDP) open() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return xdp.MonoNow() < f.until
+}
 
 func (f *stationDP) ExportConns() ([]xdp.Conn, error) {
 	f.mu.Lock()
@@ -98,6 +112,29 @@ func haConfigFromState(t *testing.T, state, name string, prio int, sync string) 
 	}
 }
 
+// tlsAccepted opens one TLS connection to the etcd client URL u with tc
+// sends the HTTP/2 client preface and an empty SETTINGS frame, and reads
+// the server's answer: nil if the server took the certificate, else the
+// handshake's or the alert's error (TLS 1.3 reports a refused client
+// certificate only on the first read).
+func tlsAccepted(u string, tc *tls.Config) error {
+	host := strings.TrimPrefix(u, "https://")
+	tc = tc.Clone()
+	tc.NextProtos = []string{"h2"}
+	d := &net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.91.1")}}
+	c, err := tls.DialWithDialer(d, "tcp", host, tc)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+		return err
+	}
+	_, err = c.Read(make([]byte, 1))
+	return err
+}
+
 // waitCond polls cond every 10 ms for at most within.
 func waitCond(within time.Duration, cond func() bool) bool {
 	end := time.Now().Add(within)
@@ -125,6 +162,7 @@ func TestHAThroughStation(t *testing.T) {
 	defer cancel()
 	creds, states := map[string]string{}, map[string]string{}
 	nodes := map[string]*ha.Node{}
+	dps := map[string]*stationDP{}
 	t.Cleanup(func() {
 		for _, n := range nodes {
 			n.Close()
@@ -142,7 +180,8 @@ func TestHAThroughStation(t *testing.T) {
 		if len(cfg.Etcd) != 1 || !strings.HasPrefix(cfg.Etcd[0], "https://127.0.91.1:") {
 			t.Fatalf("%s: etcd URLs %v: want the station's TLS listener", name, cfg.Etcd)
 		}
-		n, err := ha.Start(ctx, cfg, newStationDP())
+		dps[name] = newStationDP()
+		n, err := ha.Start(ctx, cfg, dps[name])
 		if err != nil {
 			t.Fatalf("%s: ha.Start through the station's etcd: %v", name, err)
 		}
@@ -176,7 +215,7 @@ func TestHAThroughStation(t *testing.T) {
 		for _, p := range st.Peers {
 			seenByStandby = seenByStandby || (p.Name == active && p.InConnected && p.InSynced)
 		}
-		return seenByActive && seenByStandby && st.Active == active
+		return seenByActive && seenByStandby && st.Active == active && dps[active].open() && !dps[standby].open()
 	})
 	if !ok {
 		for name, n := range nodes {
@@ -193,25 +232,51 @@ func TestHAThroughStation(t *testing.T) {
 		t.Fatalf("%s: Close: %v", active, err)
 	}
 	delete(nodes, active)
-	if !waitCond(2*time.Second-time.Since(start), func() bool { return nodes[standby].Status().State == ha.StateActive }) {
+	if !waitCond(2*time.Second-time.Since(start), func() bool {
+		return nodes[standby].Status().State == ha.StateActive && dps[standby].open()
+	}) {
 		t.Fatalf("%s not active within 2 s of %s's Close: %+v", standby, active, nodes[standby].Status())
 	}
 	t.Logf("%s active %v after %s's Close", standby, time.Since(start).Round(time.Millisecond), active)
 
 	// Revoking d2's credential through the station's API deletes its etcd
-	// user: a client with d2's certificate is refused under /corral/ha/.
+	// user (live connections too) and lists its certificate in the CRL
+	// (new connections). d2's own keep-alives are then refused, so its
+	// fence closes within the lease's TTL and it does not forward again;
+	// a client with d2's certificate is refused under /corral/ha/.
 	d2cfg := haConfigFromState(t, states["d2"], "d2", 100, "")
 	probe := "/corral/ha/web/probe"
 	if err := etcdTry(d2cfg.Etcd, d2cfg.EtcdTLS, probe); err != nil {
 		t.Fatalf("d2's certificate refused before the revocation: %v", err)
 	}
+	if err := tlsAccepted(d2cfg.Etcd[0], d2cfg.EtcdTLS); err != nil {
+		t.Fatalf("a TLS connection with d2's certificate before the revocation: %v", err)
+	}
 	id, _, _ := strings.Cut(creds["d2"], ".")
 	if err := ts.client(t, ts.admin).Do(ctxT(t), "DELETE", api.RouteToken+id, nil, nil); err != nil {
 		t.Fatalf("revoking d2's credential: %v", err)
+	}
+	revoked := time.Now()
+	if !waitCond(3*time.Second, func() bool { return !dps["d2"].open() && nodes["d2"].Status().State != ha.StateActive }) {
+		t.Fatalf("d2 still forwards 3 s after its credential was revoked: %+v", nodes["d2"].Status())
+	}
+	fenced := time.Since(revoked)
+	if waitCond(time.Second, func() bool { return dps["d2"].open() || nodes["d2"].Status().State == ha.StateActive }) {
+		t.Fatalf("d2 forwards again without etcd access: %+v", nodes["d2"].Status())
+	}
+	// A new connection: refused in the TLS handshake once the CRL is
+	// rewritten (at once, by crlLoop); etcd's answer to a request is then
+	// a retry until the deadline, or "permission denied" if the request
+	// made it in before the CRL.
+	var tlsErr error
+	if !waitCond(5*time.Second, func() bool { tlsErr = tlsAccepted(d2cfg.Etcd[0], d2cfg.EtcdTLS); return tlsErr != nil }) {
+		t.Fatal("the station's etcd still takes TLS connections with d2's revoked certificate after 5 s")
 	}
 	err := etcdTry(d2cfg.Etcd, d2cfg.EtcdTLS, probe)
 	if err == nil {
 		t.Fatal("d2's certificate still writes under /corral/ha/ after its credential was revoked")
 	}
-	t.Logf("d2 after revocation: etcd says %v; its node is %s", err, nodes["d2"].Status().State)
+	st := nodes["d2"].Status()
+	t.Logf("revoked d2: its fence closed %v later; it is now %s (%s); a new TLS connection: %v; a put: %v",
+		fenced.Round(time.Millisecond), st.State, st.LastReason, tlsErr, err)
 }
