@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
@@ -318,4 +321,187 @@ func (b *Bed) Listen(ctx context.Context, h, network, addr string) (net.Listener
 	}()
 	r := <-ch
 	return r.l, r.err
+}
+
+// ECMPMovement is what one leave and one join of a director did to a fixed
+// set of flows through the router's route to the VIP.
+type ECMPMovement struct {
+	// Resilient: a resilient nexthop group; otherwise the plain
+	// hash-threshold multipath route.
+	Resilient bool `json:"resilient"`
+	Directors int  `json:"directors"`
+	Flows     int  `json:"flows"`
+	// Leaving is the director that left and joined again.
+	Leaving string `json:"leaving"`
+	// Others is how many flows were on the directors that stayed;
+	// OthersMoved how many of those moved when Leaving left (want 0).
+	Others      int `json:"others"`
+	OthersMoved int `json:"others_moved"`
+	// Spread is where Leaving's flows went when it left.
+	Spread map[string]int `json:"leaving_flows_to"`
+	// JoinMoved is how many flows moved when Leaving joined again (want
+	// about Flows/Directors); JoinMovedElsewhere those of them that did
+	// not go to Leaving (want 0).
+	JoinMoved          int `json:"join_moved"`
+	JoinMovedElsewhere int `json:"join_moved_elsewhere"`
+}
+
+// MeasureECMPMovement puts vip on lo of each of dirs (plain hosts), serves
+// vip:80 there with a server that answers its host's name, routes it from
+// client through router (SetupRouter, RouteVia), and dials flows
+// connections from fixed source ports 20000.. three times: over all dirs,
+// after the last of dirs left, after it joined again. resilient selects
+// SetECMPResilient or SetECMP. Connections are made one at a time, each at
+// most 5 s; the servers close when it returns.
+func (b *Bed) MeasureECMPMovement(ctx context.Context, router, client string, vip netip.Addr, dirs []string, flows int, resilient bool) (ECMPMovement, error) {
+	m := ECMPMovement{Resilient: resilient, Directors: len(dirs), Flows: flows}
+	if len(dirs) < 2 || flows < 1 || flows > 20000 {
+		return m, fmt.Errorf("ECMP movement: %d directors and %d flows, want >= 2 and 1..20000", len(dirs), flows)
+	}
+	m.Leaving = dirs[len(dirs)-1]
+	for _, d := range dirs {
+		if err := b.IP(d, "addr", "replace", vip.String()+"/32", "dev", "lo"); err != nil {
+			return m, err
+		}
+		l, err := b.Listen(ctx, d, "tcp", vip.String()+":80")
+		if err != nil {
+			return m, fmt.Errorf("host %s: %w", d, err)
+		}
+		defer l.Close()
+		go func() {
+			for i := 0; i < 4*flows; i++ { // bounded: three rounds of flows
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(c, "%s\n", d)
+				// The server closes first: its side keeps TIME_WAIT,
+				// so the client can reuse its port next round.
+				c.Close()
+			}
+		}()
+	}
+	if err := b.SetupRouter(router); err != nil {
+		return m, err
+	}
+	if err := b.RouteVia(client, vip, router); err != nil {
+		return m, err
+	}
+	c, err := b.Host(client)
+	if err != nil {
+		return m, err
+	}
+	set := func(hops []string) error {
+		if resilient {
+			return b.SetECMPResilient(router, vip, 0, hops...)
+		}
+		return b.SetECMP(router, vip, hops...)
+	}
+	round := func(hops []string) ([]string, error) {
+		if err := set(hops); err != nil {
+			return nil, err
+		}
+		return dialFlows(ctx, b.Netns(client), c.Addr, vip, 20000, flows)
+	}
+	all, err := round(dirs)
+	if err != nil {
+		return m, err
+	}
+	less, err := round(dirs[:len(dirs)-1])
+	if err != nil {
+		return m, err
+	}
+	back, err := round(dirs)
+	if err != nil {
+		return m, err
+	}
+	m.Spread = map[string]int{}
+	for i := range all {
+		if all[i] == m.Leaving {
+			m.Spread[less[i]]++
+		} else {
+			m.Others++
+			if less[i] != all[i] {
+				m.OthersMoved++
+			}
+		}
+		if back[i] != less[i] {
+			m.JoinMoved++
+			if back[i] != m.Leaving {
+				m.JoinMovedElsewhere++
+			}
+		}
+	}
+	return m, nil
+}
+
+// dialFlows connects from addr (in namespace ns) to vip:80 from source
+// ports port..port+n-1, one after the other, and returns the name each
+// server answered. All dials run on one thread kept in ns.
+func dialFlows(ctx context.Context, ns string, addr, vip netip.Addr, port, n int) ([]string, error) {
+	type result struct {
+		names []string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Not unlocked if switching back fails: the thread then dies with
+		// the goroutine instead of serving others in ns.
+		orig, err := netns.Get()
+		if err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(ns)
+		if err != nil {
+			ch <- result{nil, fmt.Errorf("namespace %s: %w", ns, err)}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		names, err := dialEach(ctx, addr, vip, port, n)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{names, err}
+	}()
+	r := <-ch
+	return r.names, r.err
+}
+
+func dialEach(ctx context.Context, addr, vip netip.Addr, port, n int) ([]string, error) {
+	names := make([]string, n)
+	for i := range n {
+		d := net.Dialer{
+			LocalAddr: &net.TCPAddr{IP: addr.AsSlice(), Port: port + i},
+			Timeout:   5 * time.Second,
+			// The port was used by the previous round: allow rebinding it.
+			Control: func(_, _ string, c syscall.RawConn) error {
+				var serr error
+				if err := c.Control(func(fd uintptr) {
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+				}); err != nil {
+					return err
+				}
+				return serr
+			},
+		}
+		c, err := d.DialContext(ctx, "tcp", vip.String()+":80")
+		if err != nil {
+			return nil, fmt.Errorf("flow from port %d to %s: %w", port+i, vip, err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("flow from port %d to %s: reading the server's name: %w", port+i, vip, err)
+		}
+		names[i] = strings.TrimSpace(line)
+	}
+	return names, nil
 }
