@@ -126,13 +126,13 @@ func (b *Bed) SetECMP(router string, dst netip.Addr, nexthops ...string) error {
 // seconds; a leaving next hop's buckets move at once regardless. We set
 // idle_timer 0, under which every bucket counts as idle, so a join
 // rebalances at once and unbalanced_timer (left at its default 0, "never
-// force") never matters. The price: a join moves the flows of the buckets
+// force"; `ip -d nexthop show` confirms both) never matters. The price: a join moves the flows of the buckets
 // it takes even if they are mid-connection, which the directors' connection
 // sync is there to absorb.
 
-// ECMPBuckets is the bucket count SetECMPResilient uses when given 0: a
-// multiple of small N's least common multiples is not possible for every
-// N, so a join is balanced to within one bucket (1/128 of the flows).
+// ECMPBuckets is the bucket count SetECMPResilient uses when given 0. 128
+// does not divide by every N, so shares are balanced to within one bucket
+// (1/128 of the flows); more buckets cost only router memory.
 const ECMPBuckets = 128
 
 // nexthop object ids on the router: host i of the bed is id 1+i; the
