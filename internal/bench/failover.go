@@ -11,6 +11,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/ha"
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // FailoverConfig sizes `corral bench failover`.
@@ -99,9 +100,12 @@ type FailoverResult struct {
 	Rate     int        `json:"new_per_s"`
 	Events   []EventRow `json:"events"`
 	AA       []AARow    `json:"active_active"`
-	Skipped  []string   `json:"skipped,omitempty"`
-	Problems []string   `json:"problems,omitempty"`
-	Notes    []string   `json:"notes"`
+	// AAMoves is the flow movement through the router's route when a
+	// director leaves and joins (resilient group, and the plain route).
+	AAMoves  []testbed.ECMPMovement `json:"active_active_flow_movement,omitempty"`
+	Skipped  []string               `json:"skipped,omitempty"`
+	Problems []string               `json:"problems,omitempty"`
+	Notes    []string               `json:"notes"`
 }
 
 // failoverSettle is how long the load runs after a takeover before the
@@ -127,6 +131,14 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 		res.Events, res.Skipped = rows, append(res.Skipped, skipped...)
 		if err != nil {
 			res.Problems = append(res.Problems, err.Error())
+		}
+	}
+	if cfg.ActiveActive {
+		// Needs no director binary: plain hosts behind the router.
+		moves, err := failoverAAMoves(ctx, logf)
+		res.AAMoves = moves
+		if err != nil {
+			res.Problems = append(res.Problems, "active-active flow movement: "+err.Error())
 		}
 	}
 	if cfg.ActiveActive && !HABuilt() {
@@ -162,6 +174,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 		"Corral: the group's etcd is one member embedded in the benchmark process on the machine's address on the bed, standing in for the management station's (same etcd package); lease TTL "+cfg.LeaseTTL.String(),
 		"keepalived: VRRP (advert_int 1, priorities 200/100, preemption on, Debian's defaults otherwise); forwarding by an nftables rule at each director's netdev ingress (VIP tcp/80: source MAC the director's, destination MAC a node's by jhash of the client address and port with a fixed seed, fwd back out of eth0): direct routing as IPVS would do it (this kernel has no IPVS); the rule is on both directors, so a flow hashes to the same node on either (stateless; no table to sync)",
 		"keepalived 'kill -9': keepalived killed with SIGKILL and, at the same instant, its forwarding rule and the VIP removed (the director machine gone); 'handover': SIGTERM, after which keepalived sends a priority-0 advert; 'fail-back': keepalived started again on d1 (priority 200 preempts)",
+		"active-active flow movement: a separate bed (client, router, d1..d3 as plain hosts serving the VIP on port 80 and answering their name); 600 connections from source ports 20000..20599 made over d1..d3, again after d3 left the router's route, again after it joined; a flow 'moved' if it reached another host than in the round before; the router hashes the 5-tuple (fib_multipath_hash_policy 3, fields 0x37); resilient group: nexthop objects, type resilient, 128 buckets, idle_timer 0, members replaced in place",
 		"everything shares this machine's CPUs (2, with other work); figures are for this bed, not for hardware")
 	if cfg.Quick {
 		res.Notes = append(res.Notes, "quick mode: fewer connections and a shorter run; it checks behaviour (survival >= 99 %, no two forwarders) and prints figures")
@@ -497,6 +510,39 @@ func failoverAA(ctx context.Context, cfg FailoverConfig, logf func(string, ...an
 	return rows, nil
 }
 
+// failoverAAMoves measures which flows move when one of three directors
+// leaves the router's route and joins it again, for the resilient nexthop
+// group and for the plain multipath route: 600 flows from fixed source
+// ports, each reaching a server on the director that answers its name
+// (the routing decision alone is measured; no director binary runs).
+func failoverAAMoves(ctx context.Context, logf func(string, ...any)) ([]testbed.ECMPMovement, error) {
+	const name = "h4mv"
+	spec := testbed.NewSpecOn(name, failoverSubnet, []string{"client", "router", "d1", "d2", "d3"}, "")
+	testbed.Down(name)
+	b, err := testbed.Up(spec)
+	if err != nil {
+		return nil, err
+	}
+	defer testbed.Down(name)
+	vip := spec.Subnet.Masked().Addr()
+	for range 100 { // an address inside the subnet past the hosts'
+		vip = vip.Next()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var out []testbed.ECMPMovement
+	for _, resilient := range []bool{true, false} {
+		m, err := b.MeasureECMPMovement(ctx, "router", "client", vip, []string{"d1", "d2", "d3"}, 600, resilient)
+		if err != nil {
+			return out, err
+		}
+		logf("active-active flow movement (resilient %v): leave moved %d of the others' %d; join moved %d of %d\n",
+			resilient, m.OthersMoved, m.Others, m.JoinMoved, m.Flows)
+		out = append(out, m)
+	}
+	return out, nil
+}
+
 // Markdown renders the result.
 func (r *FailoverResult) Markdown() string {
 	var b strings.Builder
@@ -523,6 +569,18 @@ func (r *FailoverResult) Markdown() string {
 				continue
 			}
 			fmt.Fprintf(&b, "| %d | %.0f | %.2f | %v |\n", a.Directors, a.ReqPerS, a.Ratio, a.PerDirector)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.AAMoves) > 0 {
+		b.WriteString("## Active-active: flows moved when a director leaves and joins\n\n| router's route | N | flows | moved on leave (of the others' flows) | leaving director's flows went to | moved on join | 1/N |\n|---|---|---|---|---|---|---|\n")
+		for _, m := range r.AAMoves {
+			kind := "plain multipath (hash-threshold)"
+			if m.Resilient {
+				kind = fmt.Sprintf("resilient group, %d buckets", testbed.ECMPBuckets)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %d of %d | %v | %d (%.1f %%) | %.1f %% |\n", kind, m.Directors, m.Flows,
+				m.OthersMoved, m.Others, m.Spread, m.JoinMoved, 100*float64(m.JoinMoved)/float64(max(m.Flows, 1)), 100/float64(max(m.Directors, 1)))
 		}
 		b.WriteString("\n")
 	}
