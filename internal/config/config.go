@@ -40,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/qos"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -63,7 +64,9 @@ type Director struct {
 	XDPConns  int
 	// HA, if set, makes this director one of a group (internal/ha): the
 	// block `ha { ... }`.
-	HA       *HA
+	HA *HA
+	// QoS are the l7 dataplane's request classes (qos.go), in file order.
+	QoS      []qos.Spec
 	Services []Service
 }
 
@@ -108,6 +111,12 @@ type Service struct {
 	Check        Check
 	Servers      []RealServer
 	Line         int
+	// QoS names the classes that apply (empty: all); QoSInflight and
+	// QoSPerServer set the admission limit (QoSLimit); QoSLine is where
+	// the first of them is (0: none).
+	QoS                       []string
+	QoSInflight, QoSPerServer int
+	QoSLine                   int
 }
 
 // Check is a service's health check.
@@ -241,6 +250,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var scratch Service
 	var ha *HA // inside the ha block
 	var haScratch HA
+	var qb *qosBlock // inside a qos block
 	line := 0
 	for rest := b; len(rest) > 0; {
 		var raw []byte
@@ -290,6 +300,18 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				return "", false
 			}
 			return args[0], true
+		}
+		if qb != nil {
+			if key == "service" || key == "ha" || key == "qos" {
+				errf(key, "the qos block %s is not closed before this %s", qb.spec.Name, key)
+				qb = nil
+				continue
+			}
+			if qosStatements(qb, text, errf) {
+				finishQoS(d, qb)
+				qb = nil
+			}
+			continue
 		}
 		if ha != nil {
 			if key == "}" {
@@ -385,10 +407,12 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				d.HA = NewHA()
 				d.HA.Line = line
 				ha = d.HA
+			case "qos":
+				qb = startQoS(d, text, line, errf)
 			case "}":
-				errf("", "'}' without an open service or ha block")
+				errf("", "'}' without an open service, ha or qos block")
 			default:
-				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, qos or service)")
 			}
 			continue
 		}
@@ -516,12 +540,18 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		case "service":
 			errf(key, "service %q is not closed before this one", svc.Name)
 		default:
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server)")
+			if parseServiceQoS(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
+				continue
+			}
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server, qos, qos-inflight, qos-per-server)")
 		}
 	}
 	if svc != nil {
 		errs = append(errs, &Error{File: name, Line: svc.Line, Field: "service " + svc.Name, Msg: "not closed: missing '}'"})
 		bad[svc.Name+" *"] = true
+	}
+	if qb != nil {
+		errs = append(errs, &Error{File: name, Line: qb.spec.Line, Field: "qos " + qb.spec.Name, Msg: "not closed: missing '}'"})
 	}
 	if ha != nil {
 		errs = append(errs, &Error{File: name, Line: ha.Line, Field: "ha", Msg: "not closed: missing '}'"})
@@ -606,6 +636,7 @@ func validate(d *Director) []placed {
 			}
 		}
 	}
+	out = append(out, validateQoS(d)...)
 	return append(out, validateHA(d)...)
 }
 
@@ -697,6 +728,7 @@ func Format(d *Director) string {
 	if d.HA != nil {
 		formatHA(&b, d.HA)
 	}
+	formatQoS(&b, d.QoS)
 	for _, s := range d.Services {
 		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
@@ -706,6 +738,7 @@ func Format(d *Director) string {
 			b.WriteString("    pass-internal on\n")
 		}
 		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
+		formatServiceQoS(&b, &s)
 		for _, r := range s.Servers {
 			fmt.Fprintf(&b, "    server %s weight=%d\n", r.Addr, r.Weight)
 		}

@@ -46,10 +46,11 @@ func (b *Bucket) Reserve(now time.Time, maxWait time.Duration) (time.Duration, b
 		b.tokens--
 		return 0, true
 	}
-	wait := time.Duration((1 - b.tokens) / b.rate * float64(time.Second))
-	if wait > maxWait {
+	secs := (1 - b.tokens) / b.rate // in float: a tiny rate must not overflow a Duration
+	if secs > maxWait.Seconds() {
 		return 0, false
 	}
+	wait := time.Duration(secs * float64(time.Second))
 	b.tokens-- // below zero: the waiters ahead are paid for first
 	return wait, true
 }

@@ -35,6 +35,8 @@ const (
 	// goroutine and a client connection, so the cap bounds memory.
 	DefaultQueue = 1024
 	MaxQueue     = 1 << 16
+	// MinRate is the lowest rate: one request in about 17 minutes.
+	MinRate = 0.001
 )
 
 // Spec is one class as configured (director.conf's `qos NAME { ... }`,
@@ -170,8 +172,8 @@ func CheckSpec(s *Spec) error {
 			return bad("path %q must start with /", p)
 		}
 	}
-	if s.Rate < 0 || s.Rate > 1e9 || s.Rate != s.Rate {
-		return bad("rate %v: want 0..1e9 requests per second", s.Rate)
+	if s.Rate != 0 && !(s.Rate >= MinRate && s.Rate <= 1e9) {
+		return bad("rate %v: want %v..1e9 requests per second", s.Rate, MinRate)
 	}
 	if s.Burst < 0 || s.Burst > 1<<20 {
 		return bad("burst %d: want 0..1048576", s.Burst)
