@@ -23,7 +23,7 @@ func threadNice(t *testing.T) int {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // after the command name
-	n, err := strconv.Atoi(f[16])                                // field 19 counted from 1, 3 fields before f[0]
+	n, err := strconv.Atoi(f[16])                            // field 19 counted from 1, 3 fields before f[0]
 	if err != nil {
 		t.Fatal(err)
 	}
