@@ -14,6 +14,7 @@ func qosBenchCmd() *cobra.Command {
 	var dir, out, netFlag string
 	var phase time.Duration
 	var load, gold float64
+	var perServer int
 	c := &cobra.Command{
 		Use:   "qos [--quick]",
 		Short: "Request classes under overload: gold's latency and best-effort's shed rate at 120 % of capacity",
@@ -40,7 +41,7 @@ Writes results.json and results.md under --out. --quick: 3 s phases.`,
 			if err != nil {
 				return err
 			}
-			cfg := bench.QoSConfig{Bin: bin, Dir: dir, Net: n, Phase: phase, Load: load, GoldShare: gold, Log: os.Stdout}
+			cfg := bench.QoSConfig{Bin: bin, Dir: dir, Net: n, Phase: phase, Load: load, GoldShare: gold, PerServer: perServer, Log: os.Stdout}
 			if quick && !cmd.Flags().Changed("phase") {
 				cfg.Phase = 3 * time.Second
 			}
@@ -54,6 +55,7 @@ Writes results.json and results.md under --out. --quick: 3 s phases.`,
 	c.Flags().DurationVar(&phase, "phase", 10*time.Second, "length of each measurement")
 	c.Flags().Float64Var(&load, "load", 1.2, "overload as a share of the measured capacity")
 	c.Flags().Float64Var(&gold, "gold", 0.1, "share of gold requests")
+	c.Flags().IntVar(&perServer, "per-server", 8, "the director's qos-per-server and the nodes' --qos-workers")
 	c.Flags().StringVar(&netFlag, "net", "127.0.89.0/24", "loopback /24 the cluster takes (VIP .100, nodes .21..)")
 	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory for the cluster's data")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/qos/TIMESTAMP)")
