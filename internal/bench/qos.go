@@ -6,14 +6,20 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // QoSConfig sizes the QoS scenario (issue 17, docs/qos.md).
@@ -28,10 +34,17 @@ type QoSConfig struct {
 	Load, GoldShare float64
 	// PerServer is the director's qos-per-server (and the nodes'
 	// --qos-workers): small enough that the pool, not this machine's
-	// CPUs, is what runs out (default 8: on one machine the CPUs run out
-	// first anyway, see the notes).
+	// CPUs, is what runs out (default 8 on loopback, where the CPUs run
+	// out first anyway; 2 on the test bed).
 	PerServer int
-	Log       io.Writer
+	// Testbed runs each role in its own namespace (test bed h8qos on
+	// 10.89.0.0/24, root) with the nodes' links shaped to NodeRate, and
+	// fetches a FileSize-byte file: then the nodes, not this machine's
+	// CPUs, are what runs out, as in a real cluster.
+	Testbed  bool
+	NodeRate string
+	FileSize int
+	Log      io.Writer
 }
 
 // QoSPhase is one open-loop (or, for capacity, closed-loop) run.
@@ -57,6 +70,9 @@ type Class struct {
 // QoSResult is the scenario's output.
 type QoSResult struct {
 	Scenario    string     `json:"scenario"`
+	Testbed     bool       `json:"testbed"`
+	NodeRate    string     `json:"node_rate,omitempty"`
+	FileBytes   int        `json:"file_bytes"`
 	When        time.Time  `json:"when"`
 	Nodes       int        `json:"nodes"`
 	Limit       int        `json:"admission_limit"`
@@ -95,6 +111,11 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	}
 	if cfg.PerServer <= 0 {
 		cfg.PerServer = 8
+		if cfg.Testbed {
+			// Near the shaped links' knee: more in flight only shares
+			// the link and lengthens every response.
+			cfg.PerServer = 2
+		}
 	}
 	qosPerServer := cfg.PerServer
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
@@ -105,6 +126,12 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(scratch)
+	if cfg.NodeRate == "" {
+		cfg.NodeRate = "20mbit"
+	}
+	if cfg.FileSize <= 0 {
+		cfg.FileSize = 32 << 10
+	}
 	free := func(host int) (string, error) {
 		l, err := net.Listen("tcp", fmt.Sprintf("%s.%d:0", cfg.Net, host))
 		if err != nil {
@@ -131,26 +158,73 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 			}
 			return nil
 		}}
-	logf("starting the cluster on %s.0/24 ...\n", cfg.Net)
+	path := "/index.html"
+	if cfg.Testbed {
+		const bedName = "h8qos"
+		if err := testbed.CheckRoot(); err != nil {
+			return nil, err
+		}
+		spec := testbed.NewSpecOn(bedName, netip.MustParsePrefix("10.89.0.0/24"), launch.ClusterHosts(2, 1), "")
+		for i := range spec.Hosts {
+			if strings.HasPrefix(spec.Hosts[i].Name, "node") {
+				spec.Hosts[i].Rate = cfg.NodeRate
+			}
+		}
+		testbed.Down(bedName) // one an interrupted run left
+		bed, err := testbed.Up(spec)
+		if err != nil {
+			return nil, err
+		}
+		defer testbed.Down(bedName)
+		da, err := bed.HostAddr("director")
+		if err != nil {
+			return nil, err
+		}
+		cc.Admin = da + ":7500"
+		cc.MetaListen = ""
+		if err := cc.OnTestbed(bed, 2, 1); err != nil {
+			return nil, err
+		}
+		vip, adminAddr = cc.VIP, cc.Admin
+		nodeArgs := cc.Args
+		cc.Args = func(role string) []string {
+			if strings.HasPrefix(role, "node") {
+				return []string{"--qos-workers", fmt.Sprint(qosPerServer), "--qos-trust", "10.89.0.0/24"}
+			}
+			return nodeArgs(role)
+		}
+		path = fmt.Sprintf("/qos-%d.bin", cfg.FileSize)
+	}
+	logf("starting the cluster (testbed %v) ...\n", cfg.Testbed)
 	c, err := launch.StartCluster(ctx, cc)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Stop()
+	if cfg.Testbed {
+		if err := putFile(ctx, c, scratch, "/www/"+launch.SampleDomain+path, cfg.FileSize); err != nil {
+			return nil, err
+		}
+	}
 	plain, err := os.ReadFile(c.ConfPath)
 	if err != nil {
 		return nil, err
 	}
 	withQoS := qosClasses + strings.Replace(string(plain), "    dataplane l7\n", fmt.Sprintf("    dataplane l7\n    qos-per-server %d\n", qosPerServer), 1)
-	res := &QoSResult{Scenario: "qos", When: time.Now().UTC(), Nodes: 2, Limit: 2 * qosPerServer}
-	if err := setConf(ctx, c.ConfPath, withQoS, adminAddr, vip, fmt.Sprintf(`corral_director_qos_limit{service="www"} %d`, res.Limit), true); err != nil {
-		return nil, err
+	res := &QoSResult{Scenario: "qos", When: time.Now().UTC(), Nodes: 2, Limit: 2 * qosPerServer, Testbed: cfg.Testbed, FileBytes: cfg.FileSize}
+	if cfg.Testbed {
+		res.NodeRate = cfg.NodeRate
+	} else {
+		res.FileBytes = len(indexHTML)
+	}
+	if err := setConf(ctx, c.ConfPath, withQoS, adminAddr, vip+path, fmt.Sprintf(`corral_director_qos_limit{service="www"} %d`, res.Limit), true); err != nil {
+		return nil, fmt.Errorf("%w; director log: %s", err, launch.Tail(c.Director.Log, 10))
 	}
 
 	tr := &http.Transport{MaxIdleConnsPerHost: 4096, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	url := "http://" + vip + "/index.html"
+	url := "http://" + vip + path
 
 	// Capacity: best-effort only, closed loop, 4 x the limit of clients.
 	logf("capacity: closed loop, %d clients, %v ...\n", 4*res.Limit, cfg.Phase)
@@ -186,12 +260,16 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	res.Phases = append(res.Phases, run("gold alone (unloaded)", cfg.GoldShare*res.CapacityRPS, 1))
 	res.Phases = append(res.Phases, run(fmt.Sprintf("%.0f %% of capacity, classes", cfg.Load*100), cfg.Load*res.CapacityRPS, cfg.GoldShare))
 	// The same without classes: what gold gets from a plain l7 director.
-	if err := setConf(ctx, c.ConfPath, string(plain), adminAddr, vip, "", false); err != nil {
+	if err := setConf(ctx, c.ConfPath, string(plain), adminAddr, vip+path, "", false); err != nil {
 		return nil, err
 	}
 	res.Phases = append(res.Phases, run(fmt.Sprintf("%.0f %% of capacity, no classes", cfg.Load*100), cfg.Load*res.CapacityRPS, cfg.GoldShare))
+	if cfg.Testbed {
+		res.Notes = append(res.Notes, fmt.Sprintf("test bed: each role in its own namespace, the nodes' links shaped to %s both ways, a %d-byte file: the nodes' links are the bottleneck", cfg.NodeRate, cfg.FileSize))
+	} else {
+		res.Notes = append(res.Notes, "loopback: everything (generator, director, nodes, file system) shares this machine's CPUs: capacity is the whole setup's, and the CPUs, not the pool, run out first")
+	}
 	res.Notes = append(res.Notes,
-		"everything (generator, director, nodes, file system) shares this machine's CPUs: capacity is the whole setup's, not a node's",
 		"latency is from each request's scheduled send time (open loop: no coordinated omission); the generator caps its outstanding requests at 4096 (counted as errors)",
 		fmt.Sprintf("classes: gold (header X-Tier: gold, queue deadline 2s); best-effort = default (queue deadline 50ms, then 503 Retry-After 1); admission limit %d (qos-per-server %d x 2 nodes); nodes --qos-workers %d", res.Limit, qosPerServer, qosPerServer))
 	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
@@ -203,7 +281,7 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 // setConf writes a director.conf and waits until the director runs it:
 // with classes, until /metrics shows want; without, until no qos limit
 // is shown.
-func setConf(ctx context.Context, path, conf, admin, vip, want string, classes bool) error {
+func setConf(ctx context.Context, path, conf, admin, url, want string, classes bool) error {
 	if err := os.WriteFile(path+".tmp", []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -211,9 +289,15 @@ func setConf(ctx context.Context, path, conf, admin, vip, want string, classes b
 		return err
 	}
 	cl := &http.Client{Timeout: 2 * time.Second}
+	var last error
 	for i := 0; i < 300 && ctx.Err() == nil; i++ {
-		fetch(ctx, cl, "http://"+vip+"/index.html", false) // the qos state is built on a request
-		resp, err := cl.Get("http://" + admin + "/metrics")
+		fetch(ctx, cl, "http://"+url, false) // the qos state is built on a request
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+admin+"/metrics", nil)
+		if tok, err := director.LoadToken(director.DefaultTokenFile(path)); err == nil {
+			req.Header.Set("Authorization", "Bearer "+tok) // off loopback every call needs it
+		}
+		resp, err := cl.Do(req)
+		last = err
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -224,7 +308,7 @@ func setConf(ctx context.Context, path, conf, admin, vip, want string, classes b
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("the director did not load %s in 30s", path)
+	return fmt.Errorf("the director did not load %s in 30s (metrics: %v)", path, last)
 }
 
 // fetch GETs url (gold: with the gold header): its status, whether a 503
@@ -317,8 +401,12 @@ func openLoop(ctx context.Context, cl *http.Client, url string, rate, goldShare 
 // Markdown renders the result.
 func (r *QoSResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# qos, %s\n\n%d nodes, admission limit %d, capacity %.0f requests/s (closed loop, best-effort only).\n\n",
-		r.When.Format(time.RFC3339), r.Nodes, r.Limit, r.CapacityRPS)
+	where := "loopback"
+	if r.Testbed {
+		where = "test bed, node links " + r.NodeRate
+	}
+	fmt.Fprintf(&b, "# qos, %s\n\n%s, %d nodes, a %d-byte file, admission limit %d, capacity %.0f requests/s (closed loop, best-effort only).\n\n",
+		r.When.Format(time.RFC3339), where, r.Nodes, r.FileBytes, r.Limit, r.CapacityRPS)
 	b.WriteString("| phase | offered req/s | gold ok | gold shed | gold err | gold p50 ms | gold p99 ms | best-effort ok | best-effort shed | shed % | best-effort err | best-effort p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Phases {
 		shedPct := 0.0
@@ -339,4 +427,26 @@ func (r *QoSResult) Markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// indexHTML stands for the sample site's page in the loopback runs' figures.
+var indexHTML = make([]byte, 438)
+
+// putFile writes a size-byte file into the cluster's file system at dst,
+// with the corral binary as a user would.
+func putFile(ctx context.Context, c *launch.Cluster, scratch, dst string, size int) error {
+	src := filepath.Join(scratch, filepath.Base(dst))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	if err := os.WriteFile(src, b, 0o644); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, c.Bin, "fs", "--meta", c.MetaAddr(), "put", src, dst)
+	cmd.Env = append(os.Environ(), proto.SecretEnv+"="+c.SecretFile)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("corral fs put %s: %v: %s", dst, err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
