@@ -63,6 +63,12 @@ func (s *service) qosFor() *qosState {
 			}
 		}
 	}
+	if st.cls != nil {
+		// Every class's histogram shows from the start, zero until a wait.
+		for _, k := range st.cls.Classes() {
+			s.d.metrics.qosWait.WithLabelValues(scfg.Name, k.Name)
+		}
+	}
 	s.qos.Store(st)
 	return st
 }
