@@ -2,9 +2,11 @@ package director
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -142,6 +144,15 @@ qos default { overload queue deadline=1ms retry-after=3 }
 	if beOther.Load() != 0 {
 		t.Errorf("%d best-effort requests failed otherwise than 503 + Retry-After", beOther.Load())
 	}
+	// The nodes served best-effort on threads with its nice (gold 0, the
+	// default class 5): workers stay 30 s after their last request.
+	niced := 0
+	for _, n := range c.Nodes {
+		niced += threadsWithNice(t, n.Pid(), 5)
+	}
+	if niced == 0 {
+		t.Errorf("no node thread has nice 5 (the default class's) after serving it")
+	}
 	m := metrics()
 	if !strings.Contains(m, `corral_director_qos_shed_total{class="gold",reason="deadline",service="www"} 0`) {
 		t.Errorf("gold shed in the metrics:\n%s", grepLines(m, "corral_director_qos_shed_total"))
@@ -156,4 +167,27 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// threadsWithNice counts process pid's threads whose nice is nice
+// (/proc/PID/task/TID/stat, field 19).
+func threadsWithNice(t *testing.T, pid, nice int) int {
+	t.Helper()
+	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range dirs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, d.Name()))
+		if err != nil {
+			continue // the thread ended
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		if len(f) > 16 && f[16] == strconv.Itoa(nice) {
+			n++
+		}
+	}
+	return n
 }
