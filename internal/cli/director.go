@@ -152,7 +152,11 @@ func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, 
 	o.Addr = admin
 	o.Metrics = "http://" + admin + "/metrics"
 	o.Apply = func(_ context.Context, cfg *clustercfg.Config, version int64, drained []string) error {
-		return d.ApplyCluster(cfg, version, o.Name, drained)
+		ha, err := agent.LoadHAState(o.State)
+		if err != nil {
+			return err
+		}
+		return d.ApplyCluster(cfg, version, o.Name, drained, ha)
 	}
 	o.Report = func() any { return d.Status() }
 	a, reply, err := agent.Join(ctx, o)

@@ -144,7 +144,7 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 	f.StringVar(&etcd, "etcd", "", "an external etcd cluster's client endpoints, comma-separated (default: an embedded member in DATA/etcd)")
 	f.StringVar(&opt.EtcdName, "etcd-name", "", "the embedded etcd member's name (default station)")
 	f.StringVar(&opt.EtcdPeer, "etcd-peer", "127.0.0.1:7602", "the embedded member's peer address")
-	f.StringVar(&opt.EtcdClient, "etcd-client", "127.0.0.1:7601", "the embedded member's client address")
+	f.StringVar(&opt.EtcdClient, "etcd-client", "127.0.0.1:7601", "the embedded member's client address (not loopback: TLS with client certificates from the station's CA and etcd auth; directors of an HA group elect through it)")
 	f.StringVar(&opt.EtcdInitialCluster, "etcd-initial-cluster", "", "every station's member as NAME=http://PEER,... (several stations, one etcd cluster)")
 	f.StringVar(&opt.TLSCert, "tls-cert", "", "the API's certificate, PEM (default: one signed by the CA the station makes)")
 	f.StringVar(&opt.TLSKey, "tls-key", "", "private key of --tls-cert")

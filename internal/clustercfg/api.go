@@ -116,8 +116,29 @@ func Import(d *config.Director) (*Config, error) { return importDirector(d) }
 // DirectorView is the director's configuration cut from c for the
 // director named name (its Admin, Interface, XDP settings; every service
 // with its pool), drained nodes at weight 0.
+//
+// A director with an ha entry gets config.HA from it without the
+// station's etcd, TLS files and key (DirectorViewHA adds them).
 func DirectorView(c *Config, name string, drained []string) (*config.Director, error) {
-	return directorView(c, name, drained)
+	return directorView(c, name, drained, nil)
+}
+
+// HAState is what a joined director keeps for its HA group (the agent
+// saves its join reply's HA part in the member's state directory; see
+// agent.LoadHAState): the station's etcd client URLs and the paths of the
+// etcd CA, client certificate and key (all empty for a station whose etcd
+// takes plain http on loopback), and of the group's sync key.
+type HAState struct {
+	Etcd                      []string
+	EtcdCA, EtcdCert, EtcdKey string
+	KeyFile                   string
+}
+
+// DirectorViewHA is DirectorView for a director that joined the station:
+// its ha entry's config.HA is completed with st (nil: as DirectorView),
+// and checked as the director checks it.
+func DirectorViewHA(c *Config, name string, drained []string, st *HAState) (*config.Director, error) {
+	return directorView(c, name, drained, st)
 }
 
 // NodeConfig is what a web node applies.

@@ -87,6 +87,7 @@ func FuzzApplyOp(f *testing.F) {
 	f.Add("put", "layout", "", []byte(`{"path":"/www","stripe-size":"64K"}`))
 	f.Add("delete", "node", "node1", []byte(nil))
 	f.Add("put", "qos", "", []byte(`{"name":"q","priority":1,"match":{"networks":["10.0.0.0/8"]}}`))
+	f.Add("put", "director", "", []byte(`{"name":"d2","interface":"eth1","ha":{"group":"web","mode":"active-active","sync":"10.0.0.12:7700","lease-ttl":"3s"}}`))
 	f.Fuzz(func(t *testing.T, op, kind, name string, value []byte) {
 		c := mustParse(t, "testdata/good/full.yaml")
 		if err := c.ApplyOp(op, kind, name, value); err != nil {

@@ -76,6 +76,35 @@ type Director struct {
 	// XDPConns is the XDP connection table's size (1024..16777216).
 	// Default 262144.
 	XDPConns int `yaml:"xdp-conns,omitempty" json:"xdp-conns,omitempty"`
+	// HA makes the director one of a group: the directors of a group
+	// elect one that forwards for the VIPs (active-standby) or all
+	// forward behind an ECMP router (active-active), and stream their
+	// connection tables to each other. Every service must then use the
+	// xdp dataplane and Interface must be set. docs/ha.md.
+	HA *DirectorHA `yaml:"ha,omitempty" json:"ha,omitempty"`
+}
+
+// DirectorHA is a director's place in an HA group. The station's etcd
+// (where the group elects) and the group's key come with the director's
+// join, not from here (docs/mgmt.md, "Directors in an HA group").
+type DirectorHA struct {
+	// Group names the VIP set the group's directors share (letters,
+	// digits, '-', '_', '.').
+	Group string `yaml:"group" json:"group"`
+	// Mode is active-standby (one forwards; another takes over when it
+	// fails) or active-active (all forward). Every director of a group
+	// has the same. Default active-standby.
+	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
+	// Priority is 1..255: the in-sync director with the highest takes
+	// the VIPs back (fail-back); equal ones do not preempt. Default 100.
+	Priority int `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// Sync is where the director takes its peers' connection streams: an
+	// ip:port on its link. No two directors share one.
+	Sync string `yaml:"sync" json:"sync"`
+	// LeaseTTL is the election lease's time to live, whole seconds
+	// (1s..60s): how long a director that stops renewing it keeps the
+	// group from electing another. Default 2s.
+	LeaseTTL string `yaml:"lease-ttl,omitempty" json:"lease-ttl,omitempty"`
 }
 
 // Service is one virtual service.

@@ -19,6 +19,7 @@ import (
 // and the generated schema both use them.
 var enums = map[string][]string{
 	"Director.xdp-mode": {"auto", "native", "generic"},
+	"DirectorHA.mode":   {"active-standby", "active-active"},
 	"Service.protocol":  {"tcp", "udp"},
 	"Service.dataplane": sched.Dataplanes,
 	"Service.scheduler": sortedKeys(sched.Names),
@@ -34,6 +35,7 @@ var bounds = map[string][2]int{
 	"Node.weight":          {0, 65535},
 	"RealServer.weight":    {0, 65535},
 	"Director.xdp-conns":   {0, 1 << 24},
+	"DirectorHA.priority":  {0, 255},
 	"Service.port":         {0, 65535},
 	"Check.port":           {0, 65535},
 	"Check.status":         {0, 599},
@@ -91,13 +93,14 @@ var (
 // patterns are the names' forms, for the schema (an editor then flags
 // "www:80" as a service name, as Parse does).
 var patterns = map[string]*regexp.Regexp{
-	"Cluster.name":  nameRE,
-	"Service.name":  nameRE,
-	"QoSClass.name": nameRE,
-	"Account.name":  nameRE,
-	"Node.name":     memberRE,
-	"Director.name": memberRE,
-	"Domain.name":   hostRE,
+	"Cluster.name":     nameRE,
+	"Service.name":     nameRE,
+	"QoSClass.name":    nameRE,
+	"Account.name":     nameRE,
+	"Node.name":        memberRE,
+	"Director.name":    memberRE,
+	"DirectorHA.group": nameRE,
+	"Domain.name":      hostRE,
 }
 
 // names checks one section's names: present, well formed, unique.
@@ -274,6 +277,7 @@ func (k *checker) validate() {
 			k.bad(p+".interface", "%q is not a network interface name", clip(d.Interface))
 		}
 	}
+	k.directorsHA()
 
 	type vipKey struct {
 		proto string
@@ -587,4 +591,71 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// directorsHA checks the directors' ha blocks, alone and against each
+// other: a group's directors share one mode, no two share a sync
+// address.
+func (k *checker) directorsHA() {
+	c := k.c
+	type first struct {
+		i    int
+		mode string
+	}
+	groups := map[string]first{}
+	syncs := map[netip.AddrPort]int{}
+	for i, d := range c.Directors {
+		h := d.HA
+		if h == nil {
+			continue
+		}
+		p := fmt.Sprintf("directors[%d].ha", i)
+		if d.Name != "" && !nameRE.MatchString(d.Name) {
+			k.bad(fmt.Sprintf("directors[%d].name", i), "%q: a director in an HA group is named in it: letters, digits, '-', '_', '.' (no ':')", clip(d.Name))
+		}
+		switch {
+		case h.Group == "":
+			k.bad(p+".group", "missing: name the VIP set the group's directors share (group: web)")
+		case !nameRE.MatchString(h.Group):
+			k.bad(p+".group", "%q is not a well-formed name (letters, digits, '-', '_', '.')", clip(h.Group))
+		}
+		modeOK := k.enum(p+".mode", h.Mode, enums["DirectorHA.mode"]...)
+		if h.Priority != 0 && (h.Priority < 1 || h.Priority > 255) {
+			k.bad(p+".priority", "%d: want 1..255", h.Priority)
+		}
+		if h.Sync == "" {
+			k.bad(p+".sync", "missing: the ip:port on the director's link its peers stream connections to (sync: 10.0.0.11:7700)")
+		} else if ap, ok := k.addrPort(p+".sync", h.Sync); ok {
+			if ap.Addr().IsUnspecified() {
+				k.bad(p+".sync", "%s: want the director's own address, which its peers dial", ap)
+			} else if j, dup := syncs[ap]; dup {
+				k.bad(p+".sync", "%s is also directors[%d]'s (%s) sync address", ap, j, c.Directors[j].Name)
+			} else {
+				syncs[ap] = i
+			}
+		}
+		if ttl, ok := k.duration(p+".lease-ttl", h.LeaseTTL, true); ok && h.LeaseTTL != "" &&
+			(ttl < time.Second || ttl > time.Minute || ttl%time.Second != 0) {
+			k.bad(p+".lease-ttl", "%s: want whole seconds, 1s..60s (etcd grants leases in seconds)", h.LeaseTTL)
+		}
+		if d.Interface == "" {
+			k.bad(p, "a director in an HA group needs its interface: the XDP program there answers ARP for the VIPs and forwards")
+		}
+		if h.Group != "" && modeOK {
+			mode := or(h.Mode, "active-standby")
+			if f, seen := groups[h.Group]; !seen {
+				groups[h.Group] = first{i, mode}
+			} else if f.mode != mode {
+				k.bad(p+".mode", "%s: group %s is %s on directors[%d] (%s); every director of a group has one mode", mode, h.Group, f.mode, f.i, c.Directors[f.i].Name)
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return
+	}
+	for i, s := range c.Services {
+		if s.Dataplane != "xdp" {
+			k.bad(fmt.Sprintf("services[%d].dataplane", i), "%q: directors in an HA group sync the XDP connection table; every service must use dataplane xdp", or(s.Dataplane, "l4"))
+		}
+	}
 }

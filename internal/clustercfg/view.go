@@ -136,7 +136,7 @@ func dur(v string, dflt time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func directorView(c *Config, name string, drained []string) (*config.Director, error) {
+func directorView(c *Config, name string, drained []string, st *HAState) (*config.Director, error) {
 	var dir *Director
 	for i := range c.Directors {
 		if c.Directors[i].Name == name {
@@ -169,6 +169,14 @@ func directorView(c *Config, name string, drained []string) (*config.Director, e
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	ha, err := haView(dir, st)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		// The whole block is known: the director's own checks apply.
+		d.HA = ha
+	}
 	if err := config.Validate(d); err != nil {
 		// Its errors name a file and lines this view does not have.
 		var ce config.Errors
@@ -181,7 +189,37 @@ func directorView(c *Config, name string, drained []string) (*config.Director, e
 		}
 		return nil, fmt.Errorf("director %s would refuse it: %w", name, err)
 	}
+	d.HA = ha
 	return d, nil
+}
+
+// HA defaults, as internal/config fills them in.
+const (
+	defaultHAMode     = "active-standby"
+	defaultHAPriority = 100
+	defaultLeaseTTL   = 2 * time.Second
+)
+
+// haView is the director's config.HA: its entry with the defaults, and
+// the station's etcd and the files from st (nil: left empty). nil when
+// the director has no ha entry.
+func haView(dir *Director, st *HAState) (*config.HA, error) {
+	h := dir.HA
+	if h == nil {
+		return nil, nil
+	}
+	ttl, err := dur(h.LeaseTTL, defaultLeaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("ha.lease-ttl: %w", err)
+	}
+	o := &config.HA{Group: h.Group, Name: dir.Name, Mode: or(h.Mode, defaultHAMode),
+		Priority: or(h.Priority, defaultHAPriority), Sync: h.Sync, LeaseTTL: ttl}
+	if st != nil {
+		o.Etcd = slices.Clone(st.Etcd)
+		o.EtcdCA, o.EtcdCert, o.EtcdKey = st.EtcdCA, st.EtcdCert, st.EtcdKey
+		o.KeyFile = st.KeyFile
+	}
+	return o, nil
 }
 
 func serviceView(c *Config, s *Service, drained []string) (config.Service, error) {

@@ -218,3 +218,35 @@ services:
 		}
 	}
 }
+
+// TestDirectorViewHA: the ha entry becomes config.HA with its defaults;
+// the join's state adds the etcd and the files; a director without an
+// entry has none.
+func TestDirectorViewHA(t *testing.T) {
+	c := mustParse(t, "testdata/good/ha.yaml")
+	d, err := DirectorView(c, "dir-b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &config.HA{Group: "web", Name: "dir-b", Mode: "active-standby", Priority: 100, Sync: "10.0.0.12:7700", LeaseTTL: 2 * time.Second}
+	if !reflect.DeepEqual(d.HA, want) {
+		t.Fatalf("without state: %+v, want %+v", d.HA, want)
+	}
+	st := &HAState{Etcd: []string{"https://10.0.0.5:7601"}, EtcdCA: "/s/ca.pem", EtcdCert: "/s/cert.pem", EtcdKey: "/s/key.pem", KeyFile: "/s/ha.key"}
+	d, err = DirectorViewHA(c, "dir-c", nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = &config.HA{Group: "api", Name: "dir-c", Mode: "active-active", Priority: 100, Sync: "10.0.0.13:7700", LeaseTTL: 2 * time.Second,
+		Etcd: st.Etcd, EtcdCA: st.EtcdCA, EtcdCert: st.EtcdCert, EtcdKey: st.EtcdKey, KeyFile: st.KeyFile}
+	if !reflect.DeepEqual(d.HA, want) {
+		t.Fatalf("with state: %+v, want %+v", d.HA, want)
+	}
+	if d, err := DirectorViewHA(c, "dir-a", nil, st); err != nil || d.HA.Priority != 200 || d.HA.LeaseTTL != 3*time.Second {
+		t.Fatalf("dir-a: %+v %v", d, err)
+	}
+	c.Directors[0].HA = nil
+	if d, err := DirectorViewHA(c, "dir-a", nil, st); err != nil || d.HA != nil {
+		t.Fatalf("no ha entry: %+v %v", d, err)
+	}
+}

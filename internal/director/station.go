@@ -45,9 +45,10 @@ func (d *Director) ApplyView(cfg *config.Director, source string) error {
 
 // ApplyCluster applies version of the cluster configuration c as the
 // director named name: its view (clustercfg.DirectorView) with the nodes
-// in drained at weight 0.
-func (d *Director) ApplyCluster(c *clustercfg.Config, version int64, name string, drained []string) error {
-	view, err := clustercfg.DirectorView(c, name, drained)
+// in drained at weight 0. ha is what the director's join saved for an HA
+// group (etcd URLs, TLS and key files; nil when it has none).
+func (d *Director) ApplyCluster(c *clustercfg.Config, version int64, name string, drained []string, ha *clustercfg.HAState) error {
+	view, err := clustercfg.DirectorViewHA(c, name, drained, ha)
 	if err != nil {
 		err = fmt.Errorf("version %d: %w", version, err)
 		d.reload.Store(&ReloadStatus{Time: time.Now(), File: fmt.Sprintf("station version %d", version), Error: err.Error()})

@@ -70,6 +70,10 @@ type tokenRecord struct {
 	SingleUse bool      `json:"single_use,omitempty"`
 	Used      bool      `json:"used,omitempty"`
 	Revoked   bool      `json:"revoked,omitempty"`
+	// HASerial is the serial number (hex) of the etcd client certificate
+	// a director's join issued with this credential: once the credential
+	// is revoked, the stations' etcd CRL lists it.
+	HASerial string `json:"ha_serial,omitempty"`
 }
 
 func (t *tokenRecord) api() api.Token {

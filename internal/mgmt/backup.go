@@ -294,6 +294,9 @@ func (s *Station) finishRestore(ctx context.Context) error {
 		if strings.HasPrefix(kv.K, keyStations) {
 			continue // stations register themselves when they serve
 		}
+		if strings.HasPrefix(kv.K, keyHA) && kv.K != keyHAKey {
+			continue // the directors' election: on leases, long gone
+		}
 		if len(ops) == 100 || (len(ops) > 0 && size+len(kv.K)+len(kv.V) > maxEtcdRequest/2) {
 			if err := flush(); err != nil {
 				return fmt.Errorf("mgmt: restore: %w", err)

@@ -10,14 +10,17 @@
 package mgmt
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,9 +31,13 @@ import (
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 )
 
 // Options configure a station.
@@ -52,6 +59,12 @@ type Options struct {
 	EtcdPeer           string
 	EtcdClient         string
 	EtcdInitialCluster string
+	// EtcdClientTLS puts TLS with client-certificate authentication on
+	// the embedded member's client listener even on a loopback address
+	// (tests). A client address that is not loopback always has it:
+	// directors on other hosts reach the etcd there (docs/mgmt.md,
+	// "Directors in an HA group").
+	EtcdClientTLS bool
 	// TLSCert, TLSKey, TLSCA bring your own certificate; otherwise the
 	// station makes a CA on first start (DATA/tls/ca.pem) and a server
 	// certificate for Listen's host, 127.0.0.1, ::1 and localhost.
@@ -90,6 +103,14 @@ type Station struct {
 	etcd     *embed.Etcd      // nil with an external cluster
 	cli      *clientv3.Client // every read and write
 	endpoint string           // this station's etcd endpoint (for /healthz)
+	// etcdCA is the CA the embedded member's client listener trusts and
+	// its certificate is signed by (nil: plain http on loopback).
+	etcdCA *caPair
+	// ca is the cluster's shared CA (nil: Insecure on plain loopback
+	// etcd); it signs the directors' etcd client certificates.
+	ca *caPair
+	// crlKick wakes crlLoop (nil without etcd TLS).
+	crlKick chan struct{}
 
 	tlsConf *tls.Config // nil: Insecure
 	caPEM   []byte      // what members are given and pin
@@ -166,11 +187,50 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 		s.Close()
 		return nil, err
 	}
-	if err := s.setup(); err != nil {
-		s.Close()
-		return nil, err
+	for try := 1; ; try++ {
+		err := s.setup()
+		if err == nil {
+			break
+		}
+		// Stations forming one cluster may restart their members at the
+		// same moment (restartEtcd): quorum and leader come back within
+		// seconds. setup's steps may be repeated.
+		if try == setupTries || !transientEtcd(err) || ctx.Err() != nil || s.cli == nil {
+			s.Close()
+			return nil, err
+		}
+		s.log.Warn("station setup: etcd not ready; trying again", "try", try, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
 	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	s.watchCancel = wcancel
+	if s.etcdCA != nil {
+		s.crlKick = make(chan struct{}, 1)
+		go s.crlLoop(wctx)
+	}
+	go s.watch(wctx)
 	return s, nil
+}
+
+// setupTries bounds setup's attempts while etcd settles.
+const setupTries = 10
+
+// transientEtcd says whether err is etcd losing its leader or quorum for
+// a moment (a request timed out, unavailable), worth trying again.
+func transientEtcd(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrTimeout) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) || errors.Is(err, rpctypes.ErrLeaderChanged) {
+		return true
+	}
+	switch grpcstatus.Code(errors.Unwrap(err)) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return strings.Contains(err.Error(), "etcdserver: request timed out") || strings.Contains(err.Error(), "etcdserver: leader changed")
 }
 
 // lockData takes DATA/lock: a second station on the same directory
@@ -191,20 +251,28 @@ func lockData(dir string) (*os.File, error) {
 // and opens the client.
 func (s *Station) connect(ctx context.Context) error {
 	eps := s.opt.Etcd
+	var ctls *tls.Config
 	if len(eps) == 0 {
 		s.name = s.opt.EtcdName
-		e, err := startEtcd(ctx, s.opt)
+		var files *etcdTLSFiles
+		if etcdNeedsTLS(s.opt) {
+			var err error
+			if files, ctls, err = s.etcdTLS(); err != nil {
+				return err
+			}
+		}
+		e, err := startEtcd(ctx, s.opt, files)
 		if err != nil {
 			return err
 		}
 		s.etcd = e
-		eps = []string{"http://" + s.opt.EtcdClient}
+		eps = []string{etcdURL(s.opt, files != nil)}
 	} else {
 		s.name = s.opt.Listen
 	}
 	s.endpoint = eps[0]
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		MaxCallSendMsgSize: maxEtcdRequest + 1<<20})
+		MaxCallSendMsgSize: maxEtcdRequest + 1<<20, TLS: ctls})
 	if err != nil {
 		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
 	}
@@ -230,9 +298,129 @@ func (s *Station) connect(ctx context.Context) error {
 	}
 }
 
+// etcdNeedsTLS says whether the embedded member's client listener takes
+// TLS and client certificates: on any address but loopback (directors of
+// other hosts reach it), or when asked to.
+func etcdNeedsTLS(opt Options) bool {
+	if opt.EtcdClientTLS {
+		return true
+	}
+	host, _, err := net.SplitHostPort(opt.EtcdClient)
+	if err != nil {
+		return true // startEtcd names the bad address
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err != nil || !ip.IsLoopback()
+}
+
+// etcdURL is the embedded member's client URL.
+func etcdURL(opt Options, tls bool) string {
+	if tls {
+		return "https://" + opt.EtcdClient
+	}
+	return "http://" + opt.EtcdClient
+}
+
+// etcdTLSFiles are the files the embedded member's client listener uses:
+// its certificate (server and client use: etcd's gateway dials the
+// member with it) and the CA whose certificates it accepts.
+type etcdTLSFiles struct{ cert, key, ca, crl string }
+
+// etcdTLS prepares the client listener's TLS from this station's CA in
+// DATA/tls (made there when absent; setup replaces it with the cluster's
+// shared one if that differs, restarting the member). It returns the
+// files and the station's own client configuration: a certificate with
+// common name root, which etcd takes as its user when auth is on.
+func (s *Station) etcdTLS() (*etcdTLSFiles, *tls.Config, error) {
+	dir := filepath.Join(s.opt.Data, "tls")
+	ca, err := loadLocalCA(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+	}
+	if ca == nil {
+		if ca, err = newCA(); err != nil {
+			return nil, nil, err
+		}
+		for name, b := range map[string][]byte{"ca.pem": ca.Cert, "ca.key": ca.Key} {
+			if err := writeFile0600(filepath.Join(dir, name), b); err != nil {
+				return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(s.opt.EtcdClient)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd client address %q: %w", s.opt.EtcdClient, err)
+	}
+	certPEM, keyPEM, err := ca.issue("corral station etcd "+s.opt.EtcdName, host,
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+	}
+	f := &etcdTLSFiles{cert: filepath.Join(dir, "etcd.pem"), key: filepath.Join(dir, "etcd.key"), ca: filepath.Join(dir, "etcd-ca.pem"),
+		crl: filepath.Join(dir, crlFile)}
+	if err := ensureCRL(f.crl, ca); err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+	}
+	for name, b := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.ca: ca.Cert} {
+		if err := writeFile0600(name, b); err != nil {
+			return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+		}
+	}
+	ctls, err := etcdClientTLS(ca, etcdRootUser)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
+	}
+	s.etcdCA = ca
+	return f, ctls, nil
+}
+
+// etcdRootUser is the etcd user (the common name of its client
+// certificate) the station acts as.
+const etcdRootUser = "root"
+
+// etcdClientTLS is a client TLS configuration trusting ca, with a fresh
+// certificate for user signed by it.
+func etcdClientTLS(ca *caPair, user string) (*tls.Config, error) {
+	certPEM, keyPEM, err := ca.clientCert(user)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca.Cert) {
+		return nil, errors.New("CA certificate unreadable")
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+// restartEtcd brings the embedded member up again on the cluster's shared
+// CA: a station that joined the others made its own CA for its client
+// listener before it could read the shared one.
+func (s *Station) restartEtcd(ctx context.Context, ca *caPair) error {
+	dir := filepath.Join(s.opt.Data, "tls")
+	for name, b := range map[string][]byte{"ca.pem": ca.Cert, "ca.key": ca.Key} {
+		if err := writeFile0600(filepath.Join(dir, name), b); err != nil {
+			return fmt.Errorf("mgmt: etcd TLS: %w", err)
+		}
+	}
+	s.log.Info("restarting the embedded etcd on the cluster's shared CA", "etcd", s.endpoint)
+	s.cli.Close()
+	s.etcd.Close()
+	s.cli, s.etcd = nil, nil
+	return s.connect(ctx)
+}
+
 // startEtcd starts the embedded member in DATA/etcd; its log goes to
 // DATA/etcd.log at level warn.
-func startEtcd(ctx context.Context, opt Options) (*embed.Etcd, error) {
+// With files, the client listener takes TLS and requires client
+// certificates signed by the CA in files.ca.
+func startEtcd(ctx context.Context, opt Options, files *etcdTLSFiles) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = opt.EtcdName
 	cfg.Dir = filepath.Join(opt.Data, "etcd")
@@ -243,12 +431,16 @@ func startEtcd(ctx context.Context, opt Options) (*embed.Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mgmt: etcd peer address %q: %w", opt.EtcdPeer, err)
 	}
-	cu, err := url.Parse("http://" + opt.EtcdClient)
+	cu, err := url.Parse(etcdURL(opt, files != nil))
 	if err != nil {
 		return nil, fmt.Errorf("mgmt: etcd client address %q: %w", opt.EtcdClient, err)
 	}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	if files != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.cert, KeyFile: files.key,
+			TrustedCAFile: files.ca, ClientCertAuth: true, CRLFile: files.crl}
+	}
 	// etcd's own /metrics and health on the client port stay off the API.
 	cfg.InitialCluster = opt.EtcdName + "=" + pu.String()
 	if opt.EtcdInitialCluster != "" {
@@ -285,31 +477,38 @@ func startEtcd(ctx context.Context, opt Options) (*embed.Etcd, error) {
 }
 
 // setup runs once etcd answers: a pending restore, the shared CA, TLS,
-// the bootstrap admin token, the watch.
+// the bootstrap admin token (NewContext starts the watch).
 func (s *Station) setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.finishRestore(ctx); err != nil {
 		return err
 	}
-	if !s.opt.Insecure {
+	if !s.opt.Insecure || s.etcdCA != nil {
 		ca, err := s.sharedCA(ctx)
 		if err != nil {
 			return err
 		}
-		tc, caPEM, err := s.setupTLS(ca)
+		if s.etcdCA != nil && !bytes.Equal(s.etcdCA.Cert, ca.Cert) {
+			if err := s.restartEtcd(ctx, ca); err != nil {
+				return err
+			}
+		}
+		s.ca = ca
+	}
+	if s.etcdCA != nil {
+		if err := s.setupEtcdAuth(ctx); err != nil {
+			return err
+		}
+	}
+	if !s.opt.Insecure {
+		tc, caPEM, err := s.setupTLS(s.ca)
 		if err != nil {
 			return fmt.Errorf("mgmt: TLS: %w", err)
 		}
 		s.tlsConf, s.caPEM = tc, caPEM
 	}
-	if err := s.bootstrapAdmin(ctx); err != nil {
-		return err
-	}
-	wctx, wcancel := context.WithCancel(context.Background())
-	s.watchCancel = wcancel
-	go s.watch(wctx)
-	return nil
+	return s.bootstrapAdmin(ctx)
 }
 
 // sharedCA is the CA every station of the cluster uses: the one in etcd,

@@ -511,6 +511,9 @@ func (s *Station) watch(ctx context.Context) {
 				if k == keyCurrent || strings.HasPrefix(k, keyDrain) || strings.HasPrefix(k, keyBinary) {
 					hit = true
 				}
+				if strings.HasPrefix(k, keyTokens) {
+					s.kickCRL() // a revoked director's certificate
+				}
 				var c currentRec
 				if k == keyCurrent && json.Unmarshal(ev.Kv.Value, &c) == nil {
 					newVer = c.Version
@@ -526,6 +529,7 @@ func (s *Station) watch(ctx context.Context) {
 		// The watch ended (etcd restarted, leader lost): wake everyone so
 		// they re-read, then watch again.
 		s.wakeAll()
+		s.kickCRL()
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):

@@ -93,6 +93,18 @@ func (ca *caPair) parse() (*x509.Certificate, *ecdsa.PrivateKey, error) {
 // serverCert signs a server certificate (1 year) for host, 127.0.0.1, ::1
 // and localhost; it returns the certificate and key PEM.
 func (ca *caPair) serverCert(host string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue("corral station", host, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth})
+}
+
+// clientCert signs a client certificate (1 year) whose common name is cn:
+// etcd takes it as the user name of the requests made with it.
+func (ca *caPair) clientCert(cn string) (certPEM, keyPEM []byte, err error) {
+	return ca.issue(cn, "", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+}
+
+// issue signs a certificate (1 year, ECDSA P-256) for cn with the given
+// uses; a server one also names host, 127.0.0.1, ::1 and localhost.
+func (ca *caPair) issue(cn, host string, usage []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	caCert, caKey, err := ca.parse()
 	if err != nil {
 		return nil, nil, err
@@ -103,20 +115,22 @@ func (ca *caPair) serverCert(host string) (certPEM, keyPEM []byte, err error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "corral station", Organization: []string{"corral"}},
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{"corral"}},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(serverValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		ExtKeyUsage:  usage,
 	}
-	if ip := net.ParseIP(host); ip != nil {
-		if !ip.IsUnspecified() {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+	if slices.Contains(usage, x509.ExtKeyUsageServerAuth) {
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+		if ip := net.ParseIP(host); ip != nil {
+			if !ip.IsUnspecified() {
+				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+			}
+		} else if host != "" && host != "localhost" {
+			tmpl.DNSNames = append(tmpl.DNSNames, host)
 		}
-	} else if host != "" && host != "localhost" {
-		tmpl.DNSNames = append(tmpl.DNSNames, host)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {

@@ -179,7 +179,9 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 		return &inputError{fmt.Sprintf("token: bad ID %q", id)}
 	}
 	e := &api.AuditEntry{User: who, Action: "token-revoke", Detail: id}
-	return s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+	var director string // a director whose live credential this is
+	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+		director = ""
 		t, rev, err := s.getToken(ctx, id)
 		if err != nil {
 			return nil, nil, err
@@ -193,11 +195,18 @@ func (s *Station) revokeToken(ctx context.Context, id, who string) error {
 			// one itself): it leaves the members list rather than show
 			// as down for ever.
 			ops = append(ops, clientv3.OpDelete(keyMembers+t.Member))
+			if t.Role == api.RoleDirector {
+				director = t.Member
+			}
 		}
 		t.Revoked = true
 		ops[0] = tokenPut(t)
 		return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(keyTokens+id), "=", rev)}, ops, nil
 	})
+	if err == nil && director != "" {
+		s.dropEtcdHAUser(ctx, director)
+	}
+	return err
 }
 
 // nameTakenError is a join under a name a member of another role holds (409).
@@ -223,8 +232,23 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	if len(req.Addr) > 256 || strings.ContainsFunc(req.Addr, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return api.JoinReply{}, &inputError{fmt.Sprintf("join: bad address %.40q (want HOST:PORT)", req.Addr)}
 	}
+	var ha *api.HAJoin
+	var haSerial string
+	if req.Role == api.RoleDirector {
+		// Before the token is used, so that a join failing here can be
+		// tried again with a single-use token; but only for a token that
+		// would join (the commit checks it again): no etcd user is made
+		// for whoever asks.
+		t, _, err := s.checkToken(ctx, bearerTok)
+		if err == nil && t.Kind == kindJoin && t.Role == req.Role && !(t.SingleUse && t.Used) {
+			if ha, haSerial, err = s.haJoin(ctx, req.Name); err != nil {
+				return api.JoinReply{}, err
+			}
+		}
+	}
 	cred, secret := newToken(kindMember, req.Role, "join", 0)
 	cred.Member = req.Name
+	cred.HASerial = haSerial
 	var tokID, tokCluster string
 	e := &api.AuditEntry{User: "member " + req.Name, Action: "join"}
 	err := s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
@@ -279,6 +303,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	}
 	reply := api.JoinReply{Member: req.Name, Credential: cred.ID + "." + secret, CA: string(s.caPEM), Stations: s.stations(ctx)}
 	reply.Secret = s.fsCredential(req.Role, req.Name)
+	reply.HA = ha
 	reply.Meta = s.opt.Meta
 	if len(reply.Meta) == 0 {
 		if ci, err := s.cfgInfo(ctx); err == nil {

@@ -53,14 +53,15 @@ func NewSpec(name string, hosts []string, rate string) Spec {
 	return NewSpecOn(name, netip.MustParsePrefix("10.77.0.0/24"), hosts, rate)
 }
 
-// NewSpecOn lays out hosts on an IPv4 /24 from .10 up: beds that exist at
-// the same time (tests of different packages) need different subnets.
+// NewSpecOn lays out hosts on an IPv4 subnet (a /24, or a /25 for a small
+// bed) from its tenth address up: beds that exist at the same time (tests
+// of different packages) need different subnets.
 func NewSpecOn(name string, subnet netip.Prefix, hosts []string, rate string) Spec {
 	s := Spec{Name: name, Subnet: subnet.Masked()}
 	base := s.Subnet.Addr().As4()
 	for i, h := range hosts {
 		a := base
-		a[3] = byte(10 + i)
+		a[3] = base[3] + byte(10+i)
 		s.Hosts = append(s.Hosts, Host{Name: h, Addr: netip.AddrFrom4(a), Rate: rate})
 	}
 	return s

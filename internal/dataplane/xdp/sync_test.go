@@ -654,3 +654,25 @@ func FuzzNeighbours(f *testing.F) {
 		}
 	})
 }
+
+// TestFloodedFrameNotMine: in a group a frame addressed to another MAC (a
+// bridge flooding unknown unicast to every port) is left alone, so two
+// directors never both forward it; the director's own frames are
+// forwarded, and without HA every frame is taken as before.
+func TestFloodedFrameNotMine(t *testing.T) {
+	d := load(t)
+	if err := d.SetService(Service{VIP: vip, Protocol: "tcp", Scheduler: "rr", Servers: reals(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetARP(DirectorMAC, []netip.Addr{vip.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	other := net.HardwareAddr{0x02, 0xbb, 0, 0, 0, 0x42}
+	for _, mode := range []HAMode{HAFenced, HAActiveActive} {
+		setHA(t, d, mode, MonoNow()+time.Minute)
+		expectAction(t, d, Frame{Src: from(2000), Dst: vip, Flags: SYN, DstMAC: other}, xdpPass)
+		forward(t, d, Frame{Src: from(2001), Dst: vip, Flags: SYN})
+	}
+	setHA(t, d, HAOff, 0)
+	forward(t, d, Frame{Src: from(2002), Dst: vip, Flags: SYN, DstMAC: other})
+}

@@ -115,6 +115,9 @@ type saved struct {
 	CA         string   `json:"ca"`     // PEM
 	Secret     []byte   `json:"secret"` // file-system credential
 	Meta       []string `json:"meta"`
+	// HAEtcd are the station's etcd client URLs of a director's HA part
+	// (its files are beside: HACAFile, HACertFile, HAKeyFile, HASyncKeyFile).
+	HAEtcd []string `json:"ha_etcd,omitempty"`
 }
 
 // Agent is a joined member's link to the station.
@@ -330,7 +333,14 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	}
 	r.CA = string(ca)
 	a.reply = &r
-	return a.save(&saved{Stations: stations, Member: a.opt.Name, Role: a.opt.Role, Credential: r.Credential, CA: string(ca), Secret: r.Secret, Meta: r.Meta})
+	sv := &saved{Stations: stations, Member: a.opt.Name, Role: a.opt.Role, Credential: r.Credential, CA: string(ca), Secret: r.Secret, Meta: r.Meta}
+	if err := a.saveHA(r.HA); err != nil {
+		return err
+	}
+	if r.HA != nil {
+		sv.HAEtcd = r.HA.Etcd
+	}
+	return a.save(sv)
 }
 
 func (a *Agent) save(sv *saved) error {

@@ -107,7 +107,7 @@ func TestDirectorViaAgent(t *testing.T) {
 	realView := viewErr == nil || !strings.Contains(viewErr.Error(), "not built")
 	apply := func(_ context.Context, c *clustercfg.Config, v int64, drained []string) error {
 		if realView {
-			return d.ApplyCluster(c, v, "d1", drained)
+			return d.ApplyCluster(c, v, "d1", drained, nil)
 		}
 		view, err := viewStandIn(c, drained)
 		if err != nil {

@@ -151,6 +151,27 @@ type JoinReply struct {
 	Secret     []byte   `json:"secret"`     // file-system credential: read-only for nodes and directors, the cluster secret for meta and iods
 	Meta       []string `json:"meta"`       // metadata members
 	Stations   []string `json:"stations"`   // every station's API address
+	// HA is a director's access to the station's etcd, where the
+	// directors of an HA group elect (role director only).
+	HA *HAJoin `json:"ha,omitempty"`
+}
+
+// HAJoin is what a director needs to take part in an HA group
+// (internal/ha): the station's etcd and the group's shared sync key.
+type HAJoin struct {
+	// Etcd are the stations' etcd client URLs, the non-loopback ones
+	// when the stations have them (https: TLS with client certificates).
+	Etcd []string `json:"etcd"`
+	// CA is the PEM of the CA the etcd listeners' certificates are
+	// signed by and client certificates must be signed by.
+	CA string `json:"ca"`
+	// Cert and Key are the director's etcd client certificate (common
+	// name: the member name, etcd's user name) and key, PEM.
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+	// SyncKey authenticates the connection streams between the
+	// directors (32 bytes, one for every group of the cluster).
+	SyncKey []byte `json:"sync_key"`
 }
 
 // Desired is what a member should run; Rev changes whenever any of it

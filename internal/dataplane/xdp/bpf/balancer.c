@@ -235,6 +235,19 @@ static __always_inline int nd(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
+/* not_mine says whether the frame's destination is a MAC other than the
+ * director's own (arp_mac; unset: every frame is taken). parse() checked
+ * the Ethernet header's bounds. */
+static __always_inline int not_mine(struct dp_config *cfg, void *data)
+{
+	struct ethhdr *eth = data;
+	__u8 *m = cfg->arp_mac;
+	if (!(m[0] | m[1] | m[2] | m[3] | m[4] | m[5]))
+		return 0;
+	return (eth->h_dest[0] ^ m[0]) | (eth->h_dest[1] ^ m[1]) | (eth->h_dest[2] ^ m[2]) |
+	       (eth->h_dest[3] ^ m[3]) | (eth->h_dest[4] ^ m[4]) | (eth->h_dest[5] ^ m[5]);
+}
+
 SEC("xdp")
 int balancer(struct xdp_md *ctx)
 {
@@ -265,6 +278,12 @@ int balancer(struct xdp_md *ctx)
 	struct dp_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return XDP_PASS; /* cannot happen: an array of one */
+	/* In a group, a frame for another director's MAC is not ours: a bridge
+	 * floods unknown unicast to every port, and two directors forwarding
+	 * one flooded frame would duplicate it (active-active) or a standby
+	 * would forward beside the active. */
+	if (cfg->ha_mode != HA_OFF && not_mine(cfg, data))
+		return pass(0);
 	__u64 now = cfg->now;
 	__u64 len = data_end - data;
 	__u32 sid, slot;
