@@ -224,8 +224,8 @@ func parseQoS(s *qos.Spec, key string, args []string, errf func(format string, a
 			return
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1<<20 {
-			errf("%q: want 1..1048576 requests in flight", v)
+		if err != nil || n < 1 || n > 1<<30 {
+			errf("%q: want 1..1073741824 requests in flight", v)
 			return
 		}
 		s.Concurrency = n
@@ -247,8 +247,8 @@ func parseQoS(s *qos.Spec, key string, args []string, errf func(format string, a
 					err = fmt.Errorf("want more than 0, at most 1m")
 				}
 			case "retry-after":
-				if t.RetryAfter, err = strconv.Atoi(v); err == nil && (t.RetryAfter < 0 || t.RetryAfter > 3600) {
-					err = fmt.Errorf("want 0..3600 seconds")
+				if t.RetryAfter, err = strconv.Atoi(v); err == nil && (t.RetryAfter < 0 || t.RetryAfter > 86400) {
+					err = fmt.Errorf("want 0..86400 seconds")
 				}
 			case "queue":
 				if t.Overload == qos.Reject {

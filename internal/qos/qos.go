@@ -178,8 +178,8 @@ func CheckSpec(s *Spec) error {
 	if s.Burst < 0 || s.Burst > 1<<20 {
 		return bad("burst %d: want 0..1048576", s.Burst)
 	}
-	if s.Concurrency < 0 || s.Concurrency > 1<<20 {
-		return bad("concurrency %d: want 0..1048576", s.Concurrency)
+	if s.Concurrency < 0 || s.Concurrency > 1<<30 {
+		return bad("concurrency %d: want 0..1073741824", s.Concurrency)
 	}
 	if s.Overload != Queue && s.Overload != Reject {
 		return bad("overload %q: want queue or reject", s.Overload)
@@ -187,8 +187,8 @@ func CheckSpec(s *Spec) error {
 	if s.Deadline <= 0 || s.Deadline > time.Minute {
 		return bad("deadline %v: want more than 0, at most 1m", s.Deadline)
 	}
-	if s.RetryAfter < 0 || s.RetryAfter > 3600 {
-		return bad("retry-after %d: want 0..3600 seconds", s.RetryAfter)
+	if s.RetryAfter < 0 || s.RetryAfter > 86400 {
+		return bad("retry-after %d: want 0..86400 seconds", s.RetryAfter)
 	}
 	if s.QueueMax < 0 || s.QueueMax > MaxQueue {
 		return bad("queue %d: want 0..%d", s.QueueMax, MaxQueue)
