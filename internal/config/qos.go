@@ -325,8 +325,8 @@ func validateQoS(d *Director) []placed {
 	}
 	for i := range d.Services {
 		s := &d.Services[i]
-		if s.QoSLine == 0 {
-			continue
+		if len(s.QoS) == 0 && s.QoSInflight == 0 && s.QoSPerServer == 0 {
+			continue // (a configuration built in code, as the station's view, has no lines)
 		}
 		errf := func(format string, a ...any) {
 			out = append(out, placed{&Error{File: d.File, Line: s.QoSLine, Field: "service " + s.Name + ": qos", Msg: fmt.Sprintf(format, a...)}, s.Name, "qos"})
