@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/qos"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -234,4 +235,23 @@ func (s *Server) serveQoS(w http.ResponseWriter, r *http.Request, serve func()) 
 	defer q.release()
 	q.run(tag.Nice, serve)
 	return true
+}
+
+// registerQoSMetrics adds the worker slots' gauges (0 with --qos-workers off).
+func registerQoSMetrics(reg prometheus.Registerer, q *nodeQoS) {
+	read := func(f func(*nodeQoS) int) func() float64 {
+		return func() float64 {
+			if q == nil {
+				return 0
+			}
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return float64(f(q))
+		}
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_qos_running",
+			Help: "requests holding one of the --qos-workers slots"}, read(func(q *nodeQoS) int { return q.running })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_qos_waiting",
+			Help: "requests waiting for a --qos-workers slot, highest class first"}, read(func(q *nodeQoS) int { return len(q.waiting) })))
 }
