@@ -417,6 +417,7 @@ director in a high-availability group (docs/ha.md).`,
   corral ctl remove www 127.0.0.24:8080
   corral ctl ha
   corral ctl handover --to d2
+  corral ctl feedback
   corral ctl --token-file /etc/corral/admin.token drain www 127.0.0.21:8080`,
 	}
 	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
@@ -566,6 +567,7 @@ configuration file, like 'add'.`,
 			"  corral ctl enable www 127.0.0.21:8080"),
 		add, remove)
 	c.AddCommand(ctlHACmds(listing, cl, &asJSON)...)
+	c.AddCommand(ctlFeedbackCmd(listing))
 	return c
 }
 
@@ -611,6 +613,8 @@ func printServices(st []director.ServiceStatus) error {
 			w := strconv.Itoa(r.Weight)
 			if r.Override >= 0 && r.Override != r.ConfigWeight {
 				w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+			} else if r.Override < 0 && r.Feedback >= 0 {
+				w += fmt.Sprintf(" (feedback; config %d)", r.ConfigWeight)
 			}
 			out := human(r.BytesOut)
 			if s.XDP != nil {

@@ -9,6 +9,7 @@
 //	xdp-mode auto                 # auto | native | generic
 //	xdp-conns 262144              # XDP connection-table size
 //	ha { ... }                    # one of a group of directors (ha.go, docs/ha.md)
+//	feedback { ... }              # weights from the servers' load (feedback.go, docs/feedback.md)
 //
 //	service www {
 //	    vip 127.0.0.100:8080
@@ -21,6 +22,7 @@
 //	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
 //	    inactive-timeout 60s      # lc/wlc count closed connections this long
 //	    pass-internal off         # l7: pass clients' /load, /healthz, /metrics to nodes
+//	    weights config            # config (weight=N) | feedback (the feedback block's controller)
 //	    check http port=9080 path=/healthz status=200 interval=2s timeout=1s rise=2 fall=3
 //	    server 127.0.0.21:8080 weight=1
 //	    server 127.0.0.22:8080 weight=2
@@ -65,6 +67,9 @@ type Director struct {
 	// HA, if set, makes this director one of a group (internal/ha): the
 	// block `ha { ... }`.
 	HA *HA
+	// Feedback, if set, polls the real servers' load for the services
+	// with `weights feedback` (feedback.go, docs/feedback.md).
+	Feedback *Feedback
 	// QoS are the l7 dataplane's request classes (qos.go), in file order.
 	QoS      []qos.Spec
 	Services []Service
@@ -108,9 +113,12 @@ type Service struct {
 	// PassInternal lets the l7 dataplane pass requests for a node's own
 	// endpoints (/load, /healthz, /metrics) from clients; off by default.
 	PassInternal bool
-	Check        Check
-	Servers      []RealServer
-	Line         int
+	// Weights is where the servers' weights come from: config (their
+	// weight=N) or feedback (the feedback block's controller).
+	Weights string
+	Check   Check
+	Servers []RealServer
+	Line    int
 	// QoS names the classes that apply (empty: all); QoSInflight and
 	// QoSPerServer set the admission limit (QoSLimit); QoSLine is where
 	// the first of them is (0: none).
@@ -250,6 +258,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var scratch Service
 	var ha *HA // inside the ha block
 	var haScratch HA
+	var fb *Feedback // inside the feedback block
+	var fbScratch Feedback
 	var qb *qosBlock // inside a qos block
 	line := 0
 	for rest := b; len(rest) > 0; {
@@ -266,6 +276,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			}
 			if ha != nil {
 				bad[haKey+" *"] = true
+			}
+			if fb != nil {
+				bad[feedbackKey+" *"] = true
 			}
 			continue
 		}
@@ -285,6 +298,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		if ha != nil {
 			field = "ha: " + key
 		}
+		if fb != nil {
+			field = "feedback: " + key
+		}
 		errf := func(fld, format string, a ...any) {
 			errs = append(errs, &Error{File: name, Line: line, Field: fld, Msg: fmt.Sprintf(format, a...)})
 			if svc != nil {
@@ -292,6 +308,9 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			}
 			if ha != nil {
 				bad[haKey+" "+key] = true
+			}
+			if fb != nil {
+				bad[feedbackKey+" "+key] = true
 			}
 		}
 		one := func() (string, bool) {
@@ -302,7 +321,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			return args[0], true
 		}
 		if qb != nil {
-			if key == "service" || key == "ha" || key == "qos" {
+			if key == "service" || key == "ha" || key == "qos" || key == "feedback" {
 				errf(key, "the qos block %s is not closed before this %s", qb.spec.Name, key)
 				qb = nil
 				continue
@@ -326,6 +345,21 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				continue
 			}
 			parseHA(ha, key, args, func(format string, a ...any) { errf(field, format, a...) })
+			continue
+		}
+		if fb != nil {
+			if key == "}" {
+				if len(args) != 0 {
+					errf("", "unexpected text after '}'")
+				}
+				fb = nil
+				continue
+			}
+			if key == "service" || key == "ha" || key == "feedback" {
+				errf(key, "the feedback block is not closed before this %s", key)
+				continue
+			}
+			parseFeedback(fb, key, args, func(format string, a ...any) { errf(field, format, a...) })
 			continue
 		}
 		if svc == nil {
@@ -407,12 +441,29 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				d.HA = NewHA()
 				d.HA.Line = line
 				ha = d.HA
+			case "feedback":
+				if len(args) != 1 || args[0] != "{" {
+					errf(key, "want: feedback {")
+					if len(args) == 0 || args[len(args)-1] != "{" {
+						continue
+					}
+				}
+				if d.Feedback != nil {
+					errf(key, "feedback block already defined on line %d", d.Feedback.Line)
+					fbScratch = *NewFeedback() // parsed for its errors, then dropped
+					fbScratch.Line = line
+					fb = &fbScratch
+					continue
+				}
+				d.Feedback = NewFeedback()
+				d.Feedback.Line = line
+				fb = d.Feedback
 			case "qos":
 				qb = startQoS(d, text, line, errf)
 			case "}":
-				errf("", "'}' without an open service, ha or qos block")
+				errf("", "'}' without an open service, ha, feedback or qos block")
 			default:
-				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, qos or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, feedback, qos or service)")
 			}
 			continue
 		}
@@ -490,6 +541,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				continue
 			}
 			svc.PassInternal = v == "on"
+		case "weights":
+			parseWeights(svc, args, func(format string, a ...any) { errf(field, format, a...) })
 		case "check":
 			c, err := parseCheck(args)
 			if err != nil {
@@ -543,7 +596,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			if parseServiceQoS(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
 				continue
 			}
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, check, server, qos, qos-inflight, qos-per-server)")
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server)")
 		}
 	}
 	if svc != nil {
@@ -557,12 +610,16 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		errs = append(errs, &Error{File: name, Line: ha.Line, Field: "ha", Msg: "not closed: missing '}'"})
 		bad[haKey+" *"] = true
 	}
+	if fb != nil {
+		errs = append(errs, &Error{File: name, Line: fb.Line, Field: "feedback", Msg: "not closed: missing '}'"})
+		bad[feedbackKey+" *"] = true
+	}
 	return d, errs, bad
 }
 
 // NewService is a service with every field at its default.
 func NewService(name string) Service {
-	return Service{Name: name, Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc",
+	return Service{Name: name, Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc", Weights: "config",
 		UDPTimeout: 300 * time.Second, TCPTimeout: 900 * time.Second, TCPFinTimeout: 120 * time.Second,
 		InactiveTimeout: DefaultInactiveTimeout, Check: DefaultCheck()}
 }
@@ -637,7 +694,8 @@ func validate(d *Director) []placed {
 		}
 	}
 	out = append(out, validateQoS(d)...)
-	return append(out, validateHA(d)...)
+	out = append(out, validateHA(d)...)
+	return append(out, validateFeedback(d)...)
 }
 
 func parseCheck(args []string) (Check, error) {
@@ -728,6 +786,9 @@ func Format(d *Director) string {
 	if d.HA != nil {
 		formatHA(&b, d.HA)
 	}
+	if d.Feedback != nil {
+		formatFeedback(&b, d.Feedback)
+	}
 	formatQoS(&b, d.QoS)
 	for _, s := range d.Services {
 		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
@@ -736,6 +797,9 @@ func Format(d *Director) string {
 			s.Persistence, s.UDPTimeout, s.TCPTimeout, s.TCPFinTimeout, s.InactiveTimeout)
 		if s.PassInternal {
 			b.WriteString("    pass-internal on\n")
+		}
+		if s.Weights == "feedback" {
+			b.WriteString("    weights feedback\n")
 		}
 		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
 		formatServiceQoS(&b, &s)

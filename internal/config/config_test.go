@@ -91,6 +91,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte("service x {\n vip [::1]:80\n server [::1]:81 weight=3\n}\n"))
 	f.Add([]byte(haGood))
+	f.Add([]byte(feedbackGood))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := Parse("fuzz", b)
 		if err != nil {
@@ -110,6 +111,13 @@ func FuzzParse(f *testing.F) {
 			again, err := Parse("fuzz", []byte(Format(d)))
 			if err != nil || !SameHA(d.HA, again.HA) {
 				t.Fatalf("ha block does not round-trip: %v\n%s", err, Format(d))
+			}
+		}
+		if d.Feedback != nil {
+			// So does an accepted feedback block.
+			again, err := Parse("fuzz", []byte(Format(d)))
+			if err != nil || again.Feedback == nil || !sameFeedbackBlock(d.Feedback, again.Feedback) {
+				t.Fatalf("feedback block does not round-trip: %v\n%s", err, Format(d))
 			}
 		}
 	})

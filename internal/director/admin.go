@@ -48,6 +48,7 @@ type ServerStatus struct {
 	Weight       int    `json:"weight"`        // effective: 0 when down or drained
 	ConfigWeight int    `json:"config_weight"` // from the configuration
 	Override     int    `json:"override"`      // -1: none (set by ctl weight/drain)
+	Feedback     int    `json:"feedback"`      // -1: none; the feedback controller's weight
 	Healthy      bool   `json:"healthy"`
 	LastError    string `json:"last_error,omitempty"`
 	Active       int64  `json:"active"`
@@ -74,7 +75,7 @@ func (d *Director) Status() []ServiceStatus {
 		s.mu.Lock()
 		for _, r := range s.reals {
 			ss := ServerStatus{Addr: r.addr, Weight: r.weight(), ConfigWeight: int(r.cfgWeight.Load()), Override: int(r.override.Load()),
-				Healthy: r.healthy.Load(), Active: r.active.Load(), Inactive: r.inactive.Load(), Connections: r.conns.Load(),
+				Feedback: int(r.fb.Load()), Healthy: r.healthy.Load(), Active: r.active.Load(), Inactive: r.inactive.Load(), Connections: r.conns.Load(),
 				Requests: r.requests.Load(), Failed: r.failed.Load(), BytesIn: r.bytesIn.Load(), BytesOut: r.bytesOut.Load(), Pending: r.pending.Load(),
 				Packets: r.packets.Load(), Rate: d.rates.get(cfg.Name, r.addr)}
 			if r.checker != nil {
@@ -145,7 +146,8 @@ type ConnStatus struct {
 // POST /api/services/NAME/servers/ADDR?action=weight&weight=N|drain|enable,
 // PUT (add, ?weight=N) and DELETE (remove) on the same path, GET /metrics
 // (Prometheus text), GET /healthz (with the HA state; 503 when fenced),
-// GET /api/ha (ha.Status), POST /api/ha/handover?to=NAME. Run serves it
+// GET /api/ha (ha.Status), POST /api/ha/handover?to=NAME, GET /api/feedback
+// (FeedbackStatus; 404 without a feedback block). Run serves it
 // behind Guard.
 func (d *Director) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -190,6 +192,15 @@ func (d *Director) Handler() http.Handler {
 			}
 		}
 		apiResult(w, d.SetServer(r.PathValue("service"), r.PathValue("addr"), action, wt))
+	})
+	mux.HandleFunc("GET /api/feedback", func(w http.ResponseWriter, r *http.Request) {
+		st, err := d.FeedbackStatus()
+		if err != nil {
+			apiResult(w, notFound(err.Error()))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
 	})
 	mux.Handle("GET /metrics", d.MetricsHandler())
 	mux.HandleFunc("GET /healthz", d.serveHealthz)
@@ -462,6 +473,12 @@ func (c Client) Handover(ctx context.Context, to string) (HandoverResult, error)
 		return out, fmt.Errorf("director admin API at %s%s: %w", c.Base, p, err)
 	}
 	return out, nil
+}
+
+// Feedback is the feedback monitor's latest decisions (GET /api/feedback);
+// an *APIError with Status 404 when no feedback block runs.
+func (c Client) Feedback(ctx context.Context) (FeedbackStatus, error) {
+	return getJSON[FeedbackStatus](ctx, c, "/api/feedback")
 }
 
 // RemoveServer removes a real server from a running service.

@@ -60,6 +60,10 @@ type Director struct {
 	rates   rates          // admin API: counters per second (rates.go)
 	drains  sync.WaitGroup // closed l7 proxies finishing their requests (l7.go)
 	metrics *metrics       // /metrics: reads the counters above at scrape time
+
+	// fb is the feedback monitor while a feedback block is configured
+	// (feedback.go); set under mu.
+	fb atomic.Pointer[fbMonitor]
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc
@@ -98,6 +102,7 @@ type real struct {
 	addr      string
 	cfgWeight atomic.Int64
 	override  atomic.Int64 // -1: none; set by ctl weight/drain
+	fb        atomic.Int64 // -1: none; the feedback controller's weight (feedback.go)
 	healthy   atomic.Bool
 	checker   *health.Checker
 	check     config.Check
@@ -116,6 +121,9 @@ func (r *real) weight() int {
 	}
 	if o := r.override.Load(); o >= 0 {
 		return int(o)
+	}
+	if f := r.fb.Load(); f >= 0 {
+		return int(f)
 	}
 	return int(r.cfgWeight.Load())
 }
@@ -166,6 +174,10 @@ func (d *Director) Apply(cfg *config.Director) error {
 	if err := config.Validate(cfg); err != nil {
 		return err
 	}
+	sec, err := readFeedbackSecrets(cfg)
+	if err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkHAReload(cfg); err != nil {
@@ -175,6 +187,7 @@ func (d *Director) Apply(cfg *config.Director) error {
 		return err
 	}
 	d.applied = true
+	d.syncFeedback(cfg, sec)
 	return nil
 }
 
@@ -318,6 +331,10 @@ func (d *Director) applyLocked(cfg *config.Director) error {
 // drainTimeout.
 func (d *Director) Close() {
 	d.mu.Lock()
+	if m := d.fb.Load(); m != nil {
+		m.stop()
+		d.fb.Store(nil)
+	}
 	if p := d.xdp.Load(); p != nil {
 		// Leave the HA group while the services still forward: an active
 		// director hands over first, so a clean stop loses no flow.
@@ -422,6 +439,7 @@ func (s *service) setPoolLocked(sc *config.Service) {
 		if r == nil {
 			r = &real{addr: addr}
 			r.override.Store(-1)
+			r.fb.Store(-1)
 			r.healthy.Store(true)
 		}
 		r.cfgWeight.Store(int64(rs.Weight))

@@ -88,6 +88,11 @@ var (
 	descHASyncErrors  = prometheus.NewDesc("corral_director_ha_sync_errors_total", "connection-sync streams that failed (refused, broken, undecodable)", nil, nil)
 	descHAResyncs     = prometheus.NewDesc("corral_director_ha_resyncs_total", "full connection-table snapshots sent again to a peer (it fell behind or the kernel lost changes)", nil, nil)
 	descHAInSync      = prometheus.NewDesc("corral_director_ha_peer_in_sync", "1 if the peer holds the connection table (active-standby: it is standby or active; active-active: both streams up and a full table received)", []string{"peer"}, nil)
+	descFBWeight      = prometheus.NewDesc("corral_director_feedback_weight", "weight the feedback controller gave the real server (before health, drain or a ctl weight)", serverLabels, nil)
+	descFBLoad        = prometheus.NewDesc("corral_director_feedback_load", "the real server's aggregate load as the controller used it (Total_load / load scale; 1 = target by default)", serverLabels, nil)
+	descFBTerm        = prometheus.NewDesc("corral_director_feedback_term_percent", "one term of paper 003's equations 1-8 for the real server, in percent (term: total, ethernet, sys, mem_swap, mem_real, la_load, cpu_busy, dsk)", append(serverLabels, "term"), nil)
+	descFBMissed      = prometheus.NewDesc("corral_director_feedback_missed_polls", "polls in a row the real server's load did not come back (its weight decays towards the floor)", serverLabels, nil)
+	descFBPolled      = prometheus.NewDesc("corral_director_feedback_last_poll_timestamp_seconds", "when the service's last feedback round ended, Unix time", []string{"service"}, nil)
 	descXDPPass       = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
 )
 
@@ -97,7 +102,8 @@ type collector struct{ d *Director }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWeight, descActive, descInactive, descPending, descConns, descRequests,
 		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass, descReloadOK, descReloadAt,
-		descHAState, descHATransitions, descHAFence, descHALag, descHASyncErrors, descHAResyncs, descHAInSync} {
+		descHAState, descHATransitions, descHAFence, descHALag, descHASyncErrors, descHAResyncs, descHAInSync,
+		descFBWeight, descFBLoad, descFBTerm, descFBMissed, descFBPolled} {
 		ch <- d
 	}
 	for _, d := range qosDescs {
@@ -150,6 +156,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descReloadOK, ok)
 		gauge(descReloadAt, float64(rs.Time.UnixNano())/1e9)
+	}
+	if st, err := c.d.FeedbackStatus(); err == nil {
+		collectFeedback(st, gauge)
 	}
 	if n := c.d.haNode(); n != nil {
 		collectHA(n.Status(), gauge, counter)
@@ -205,4 +214,29 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// collectFeedback turns the monitor's latest decisions into metrics.
+func collectFeedback(st FeedbackStatus, gauge func(*prometheus.Desc, float64, ...string)) {
+	for _, s := range st.Services {
+		if !s.Polled.IsZero() {
+			gauge(descFBPolled, float64(s.Polled.UnixNano())/1e9, s.Name)
+		}
+		for _, d := range s.Nodes {
+			gauge(descFBWeight, float64(d.Weight), s.Name, d.Node)
+			gauge(descFBMissed, float64(d.Missed), s.Name, d.Node)
+			t := d.Terms
+			if t == nil {
+				continue // no fresh load this round: no terms to show
+			}
+			gauge(descFBLoad, d.Aggregate, s.Name, d.Node)
+			for _, x := range []struct {
+				term string
+				v    float64
+			}{{"total", t.TotalLoad}, {"ethernet", t.EthernetUtil}, {"sys", t.SysUtil}, {"mem_swap", t.MemSwapLoad},
+				{"mem_real", t.MemRealLoad}, {"la_load", t.LaLoad}, {"cpu_busy", t.CPUBusy}, {"dsk", t.DskLoad}} {
+				gauge(descFBTerm, x.v, s.Name, d.Node, x.term)
+			}
+		}
+	}
 }

@@ -9,9 +9,7 @@
 package ha
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -122,30 +120,3 @@ type PeerStatus struct {
 	InApplied   uint64 `json:"in_applied"`
 	InSkipped   uint64 `json:"in_skipped"`
 }
-
-// Node is one director's membership of its group.
-type Node struct{}
-
-// ErrNotYet is returned until the package is built.
-var ErrNotYet = errors.New("ha: not implemented yet")
-
-// Start joins the group: registers in etcd, opens the sync listener and
-// streams, and campaigns once in sync. It returns when registered; the rest
-// runs until Close.
-func Start(ctx context.Context, cfg Config, dp Dataplane) (*Node, error) { return nil, ErrNotYet }
-
-// Status reports the group as this director sees it.
-func (n *Node) Status() Status { return Status{} }
-
-// Handover hands the VIPs to another in-sync director (to "" = the best by
-// priority) without losing a flow: the last changes reach it, this director
-// stops forwarding, then the election passes to it. Only the active may.
-func (n *Node) Handover(ctx context.Context, to string) error { return ErrNotYet }
-
-// Close leaves the group: an active director hands over first when an
-// in-sync peer exists, then stops forwarding and revokes its lease.
-func (n *Node) Close() error { return nil }
-
-// SetVIPs replaces the group's addresses (a reload changed the services):
-// an active director sends gratuitous ARP for the new ones.
-func (n *Node) SetVIPs(vips []netip.Addr) {}

@@ -12,7 +12,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -91,6 +90,10 @@ type Config struct {
 	// one address with free ports, as in tests). It is then reachable
 	// through a VIP: off by default. /load never is.
 	HealthzOnService bool
+	// LoadInterface is the interface /load reports octets of (the
+	// feedback agent source, equation 3). Empty: the one holding the
+	// service address, else the first up non-loopback one.
+	LoadInterface string
 	// ReadAheadBudget: zero takes DefaultReadAheadBudget.
 	ReadAheadBudget int64
 	// DataCache is the size in bytes of the in-memory cache of small
@@ -137,6 +140,9 @@ type Server struct {
 	// sites are the domains' directories (sites.go), read once per request.
 	sites atomic.Pointer[Sites]
 
+	cgMu   sync.Mutex // guards cgIdle (feedback.go)
+	cgIdle uint64
+
 	hmu  sync.Mutex // one probe at a time; guards hAt, hErr
 	hAt  time.Time
 	hErr error
@@ -181,10 +187,7 @@ func New(cfg Config) *Server {
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
-	s.admin.HandleFunc("GET /load", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(s.load())
-	})
+	s.admin.HandleFunc("GET /load", s.serveLoad) // feedback.go
 	s.admin.Handle("GET /metrics", s.MetricsHandler())
 	return s
 }

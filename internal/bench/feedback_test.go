@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+// httperf 0.9's output with -v -v (abridged), as the scenario reads it.
+const httperfOut = `httperf --verbose --timeout=2 --client=0/1 --server=127.0.87.5 --port=18098 --uri=/ --rate=50 --send-buffer=4096 --recv-buffer=16384 --num-conns=100 --num-calls=1
+Maximum connect burst length: 1
+Connection lifetime histogram (time in ms):
+             :
+             1.5 48
+             2.5 15
+             3.5 18
+             4.5 8
+             5.5 5
+             6.5 2
+             7.5 1
+             8.5 1
+             :
+            10.5 1
+             :
+            13.5 1
+
+Total: connections 100 requests 100 replies 100 test-duration 1.982 s
+
+Connection rate: 50.4 conn/s (19.8 ms/conn, <=1 concurrent connections)
+Connection time [ms]: min 1.1 avg 2.9 max 13.4 median 2.5 stddev 2.0
+Reply status: 1xx=0 2xx=98 3xx=0 4xx=2 5xx=0
+Errors: total 3 client-timo 3 socket-timo 0 connrefused 0 connreset 0
+`
+
+func TestParseHTTPerf(t *testing.T) {
+	r, err := parseHTTPerf(httperfOut, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Conns != 100 || r.Errors != 3 || r.Mean != 2.9 || math.Abs(r.Throughput-98/1.982) > 1e-9 {
+		t.Errorf("totals: %+v", r)
+	}
+	// 100 lifetimes: the 50th is in the 2.5 bin, the 90th in 5.5 (48+15+18+8 = 89 before it), the 99th in 10.5.
+	if r.P50 != 2.5 || r.P90 != 5.5 || r.P99 != 10.5 {
+		t.Errorf("percentiles %v %v %v, want 2.5 5.5 10.5", r.P50, r.P90, r.P99)
+	}
+	if _, err := parseHTTPerf("httperf: connection refused\n", 10); err == nil {
+		t.Error("no totals: no error")
+	}
+}
+
+func TestReconvergence(t *testing.T) {
+	var tr []FBPoint
+	for i := 0; i < 40; i++ {
+		w := 100
+		switch {
+		case i >= 10 && i < 14:
+			w = 100 - (i-9)*15
+		case i >= 14:
+			w = 30
+		}
+		tr = append(tr, FBPoint{T: float64(i) / 4, Weights: map[string]int{"node1": w}})
+	}
+	// The step at 2.5 s; the weight is 30 (±3) from i=14, 3.5 s: 1 s after.
+	if got := reconvergence(tr, "node1", 2.5); got != 1 {
+		t.Errorf("reconvergence %v, want 1 s", got)
+	}
+	flat := []FBPoint{}
+	for i := 0; i < 20; i++ {
+		flat = append(flat, FBPoint{T: float64(i), Weights: map[string]int{"node1": 100}})
+	}
+	if got := reconvergence(flat, "node1", 5); got != -2 {
+		t.Errorf("no move: %v, want -2", got)
+	}
+}
