@@ -119,10 +119,11 @@ type Service struct {
 	Check   Check
 	Servers []RealServer
 	Line    int
-	// QoS names the classes that apply (empty: all); QoSInflight and
-	// QoSPerServer set the admission limit (QoSLimit); QoSLine is where
-	// the first of them is (0: none).
+	// QoS names the classes that apply (empty: all; QoSOff: none, no
+	// admission control); QoSInflight and QoSPerServer set the admission
+	// limit (QoSLimit); QoSLine is where the first of them is (0: none).
 	QoS                       []string
+	QoSOff                    bool
 	QoSInflight, QoSPerServer int
 	QoSLine                   int
 }

@@ -31,7 +31,7 @@ import (
 // Every match given must hold. `qos default { ... }` sets the limits of
 // the requests no class matches (it has no match). In a service:
 //
-//	qos gold bulk                 # the classes that apply (default: all)
+//	qos gold bulk                 # the classes that apply (default: all; qos off: none)
 //	qos-inflight 256              # the requests in flight to the pool at most
 //	qos-per-server 32             # or: this many per server with weight > 0 (the default)
 //
@@ -276,7 +276,11 @@ func parseServiceQoS(svc *Service, key string, args []string, line int, errf fun
 	switch key {
 	case "qos":
 		if len(args) == 0 {
-			errf("want: qos CLASS...")
+			errf("want: qos CLASS... or qos off")
+			return true
+		}
+		if len(args) == 1 && args[0] == "off" {
+			svc.QoS, svc.QoSOff, svc.QoSLine = nil, true, line
 			return true
 		}
 		for _, a := range args {
@@ -285,7 +289,7 @@ func parseServiceQoS(svc *Service, key string, args []string, line int, errf fun
 				return true
 			}
 		}
-		svc.QoS, svc.QoSLine = slices.Clone(args), line
+		svc.QoS, svc.QoSOff, svc.QoSLine = slices.Clone(args), false, line
 	case "qos-inflight", "qos-per-server":
 		if len(args) != 1 {
 			errf("want exactly one value, got %d", len(args))
@@ -325,7 +329,7 @@ func validateQoS(d *Director) []placed {
 	}
 	for i := range d.Services {
 		s := &d.Services[i]
-		if len(s.QoS) == 0 && s.QoSInflight == 0 && s.QoSPerServer == 0 {
+		if len(s.QoS) == 0 && s.QoSInflight == 0 && s.QoSPerServer == 0 || s.QoSOff {
 			continue // (a configuration built in code, as the station's view, has no lines)
 		}
 		errf := func(format string, a ...any) {
@@ -351,7 +355,7 @@ func validateQoS(d *Director) []placed {
 // QoSClasses are the classes that apply to service s, or nil if it has
 // no admission control.
 func (d *Director) QoSClasses(s *Service) []qos.Spec {
-	if len(d.QoS) == 0 || s.Dataplane != "l7" {
+	if len(d.QoS) == 0 || s.Dataplane != "l7" || s.QoSOff {
 		return nil
 	}
 	if len(s.QoS) == 0 {
@@ -434,6 +438,9 @@ func formatQoS(b *strings.Builder, specs []qos.Spec) {
 
 // formatServiceQoS writes a service's qos statements.
 func formatServiceQoS(b *strings.Builder, s *Service) {
+	if s.QoSOff {
+		b.WriteString("    qos off\n")
+	}
 	if len(s.QoS) > 0 {
 		fmt.Fprintf(b, "    qos %s\n", strings.Join(s.QoS, " "))
 	}

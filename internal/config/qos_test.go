@@ -67,6 +67,13 @@ func TestQoSParse(t *testing.T) {
 	if _, err := qos.Compile(d.QoSClasses(s)); err != nil {
 		t.Fatal(err)
 	}
+	off, err := Parse("d.conf", []byte(qosGood+"service x {\n vip 127.0.0.100:81\n dataplane l7\n qos off\n}\n"))
+	if err != nil || !off.Services[1].QoSOff || off.QoSClasses(&off.Services[1]) != nil {
+		t.Fatalf("qos off: %v %+v", err, off.Services[1])
+	}
+	if again, err := Parse("d.conf", []byte(Format(off))); err != nil || !again.Services[1].QoSOff {
+		t.Fatalf("qos off does not round-trip: %v", err)
+	}
 	// Round trip.
 	again, err := Parse("d.conf", []byte(Format(d)))
 	if err != nil {
