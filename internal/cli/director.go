@@ -186,6 +186,8 @@ func nodeCmd() *cobra.Command {
 	var writeTimeout, idleTimeout, cacheMaxAge time.Duration
 	var accessLog, healthzOnService bool
 	var dataCache, cacheFileMax string
+	var qosWorkers int
+	var qosTrust []string
 	var sf secFlags
 	var jf joinFlags
 	c := &cobra.Command{
@@ -284,6 +286,21 @@ start after the change.`,
 				}
 				cfg.DRVIP = a
 			}
+			if qosWorkers < 0 {
+				return usageError{fmt.Errorf("--qos-workers %d: want 0 (off) or more", qosWorkers)}
+			}
+			cfg.QoSWorkers = qosWorkers
+			for _, v := range qosTrust {
+				p, err := netip.ParsePrefix(v)
+				if err != nil {
+					a, aerr := netip.ParseAddr(v)
+					if aerr != nil {
+						return usageError{fmt.Errorf("--qos-trust %q: want a network (10.0.0.0/24) or an address", v)}
+					}
+					p = netip.PrefixFrom(a, a.BitLen())
+				}
+				cfg.QoSTrust = append(cfg.QoSTrust, p.Masked())
+			}
 			s := node.New(cfg)
 			defer s.Close()
 			if a != nil {
@@ -305,6 +322,8 @@ start after the change.`,
 	c.Flags().StringVar(&cacheFileMax, "cache-file-max", "64K", "largest file the data cache holds (at most 512K; with its 128 bytes of bookkeeping it must fit in --data-cache)")
 	c.Flags().DurationVar(&writeTimeout, "write-timeout", node.DefaultWriteTimeout, "disconnect a client that accepts no byte of a response for this long")
 	c.Flags().DurationVar(&idleTimeout, "idle-timeout", node.DefaultIdleTimeout, "disconnect a kept-alive connection without a request for this long (also bounds reading a request header)")
+	c.Flags().IntVar(&qosWorkers, "qos-workers", 0, "serve at most this many requests at once, the director's higher classes first, each on a thread with its class's nice (0: off; docs/qos.md)")
+	c.Flags().StringSliceVar(&qosTrust, "qos-trust", nil, "the directors' addresses or networks: only their X-Corral-Class is believed")
 	c.Flags().StringVar(&docroot, "docroot", "/www", "directory of the virtual domains in the file system")
 	c.Flags().StringVar(&defDomain, "default-domain", "", "domain for requests whose Host has no directory (e.g. a bare IP)")
 	c.Flags().BoolVar(&accessLog, "access-log", true, "write an access log line per request to stderr")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/qos"
 )
 
 // Director defaults, as internal/config fills them in.
@@ -67,6 +68,13 @@ func importDirector(d *config.Director) (*Config, error) {
 			o.Scheduler = s.Scheduler
 		}
 		o.Check = importCheck(s.Check)
+		if spec := d.QoSClasses(&s); len(spec) > 0 {
+			// The station lists a service's classes ("all" in
+			// director.conf is every one by name).
+			for _, q := range spec {
+				o.QoS = append(o.QoS, q.Name)
+			}
+		}
 		for _, r := range s.Servers {
 			rs := RealServer{Address: r.Addr.String()}
 			if r.Weight != 1 {
@@ -77,7 +85,34 @@ func importDirector(d *config.Director) (*Config, error) {
 		}
 		c.Services = append(c.Services, o)
 	}
+	c.QoS = importQoS(d.QoS)
 	return c, nil
+}
+
+// importQoS is director.conf's classes as the station's. The station has
+// no paths, burst, queue cap, nor a service's qos-inflight/per-server:
+// those are left out (docs/qos.md).
+func importQoS(specs []qos.Spec) []QoSClass {
+	var out []QoSClass
+	for _, s := range specs {
+		q := QoSClass{Name: s.Name, Priority: s.Priority, Rate: s.Rate, Concurrency: s.Concurrency,
+			Match: QoSMatch{Prefixes: slices.Clone(s.Prefixes), Regex: s.Regex, Domains: slices.Clone(s.Domains),
+				Users: slices.Clone(s.Users), Header: s.Header}}
+		for _, p := range s.Networks {
+			q.Match.Networks = append(q.Match.Networks, p.String())
+		}
+		if s.Overload != qos.Queue {
+			q.Overload = s.Overload
+		}
+		if s.Deadline != qos.DefaultDeadline {
+			q.Deadline = s.Deadline.String()
+		}
+		if s.RetryAfter != qos.DefaultRetryAfter {
+			q.RetryAfter = s.RetryAfter
+		}
+		out = append(out, q)
+	}
+	return out
 }
 
 // importCheck keeps the fields that differ from the default check.
@@ -166,6 +201,11 @@ func directorView(c *Config, name string, drained []string, st *HAState) (*confi
 		}
 		d.Services = append(d.Services, o)
 	}
+	qs, err := qosView(c)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	d.QoS = qs
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -233,6 +273,12 @@ func serviceView(c *Config, s *Service, drained []string) (config.Service, error
 	o.Dataplane = or(s.Dataplane, o.Dataplane)
 	o.Scheduler = or(s.Scheduler, o.Scheduler)
 	o.PassInternal = s.PassInternal
+	// Request classes are the l7 dataplane's (docs/qos.md): a service
+	// lists those that apply, and one that lists none has none.
+	if o.Dataplane == "l7" && len(c.QoS) > 0 {
+		o.QoS = slices.Clone(s.QoS)
+		o.QoSOff = len(s.QoS) == 0
+	}
 	for _, f := range []struct {
 		v   string
 		dst *time.Duration
@@ -375,3 +421,35 @@ func (n Node) AdminAddr() string {
 
 // AdminAddr is the director's admin API address: Admin or the default.
 func (d Director) AdminAddr() string { return or(d.Admin, defaultAdmin) }
+
+// qosView is the cluster's request classes as the director's (internal/qos).
+func qosView(c *Config) ([]qos.Spec, error) {
+	var out []qos.Spec
+	for i, q := range c.QoS {
+		s := qos.NewSpec(q.Name)
+		s.Priority = q.Priority
+		for _, n := range q.Match.Networks {
+			p, err := netip.ParsePrefix(n)
+			if err != nil {
+				return nil, fmt.Errorf("qos[%d] (%s): network %q: %v", i, q.Name, n, err)
+			}
+			s.Networks = append(s.Networks, p.Masked())
+		}
+		s.Prefixes = slices.Clone(q.Match.Prefixes)
+		s.Regex = q.Match.Regex
+		s.Domains = slices.Clone(q.Match.Domains)
+		s.Users = slices.Clone(q.Match.Users)
+		s.Header = q.Match.Header
+		s.Rate, s.Concurrency = q.Rate, q.Concurrency
+		s.Overload = or(q.Overload, qos.Queue)
+		var err error
+		if s.Deadline, err = dur(q.Deadline, qos.DefaultDeadline); err != nil {
+			return nil, fmt.Errorf("qos[%d] (%s): deadline: %w", i, q.Name, err)
+		}
+		if q.RetryAfter > 0 {
+			s.RetryAfter = q.RetryAfter
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

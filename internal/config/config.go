@@ -42,6 +42,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/qos"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -69,6 +70,8 @@ type Director struct {
 	// Feedback, if set, polls the real servers' load for the services
 	// with `weights feedback` (feedback.go, docs/feedback.md).
 	Feedback *Feedback
+	// QoS are the l7 dataplane's request classes (qos.go), in file order.
+	QoS      []qos.Spec
 	Services []Service
 }
 
@@ -116,6 +119,13 @@ type Service struct {
 	Check   Check
 	Servers []RealServer
 	Line    int
+	// QoS names the classes that apply (empty: all; QoSOff: none, no
+	// admission control); QoSInflight and QoSPerServer set the admission
+	// limit (QoSLimit); QoSLine is where the first of them is (0: none).
+	QoS                       []string
+	QoSOff                    bool
+	QoSInflight, QoSPerServer int
+	QoSLine                   int
 }
 
 // Check is a service's health check.
@@ -251,6 +261,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 	var haScratch HA
 	var fb *Feedback // inside the feedback block
 	var fbScratch Feedback
+	var qb *qosBlock // inside a qos block
 	line := 0
 	for rest := b; len(rest) > 0; {
 		var raw []byte
@@ -309,6 +320,18 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				return "", false
 			}
 			return args[0], true
+		}
+		if qb != nil {
+			if key == "service" || key == "ha" || key == "qos" || key == "feedback" {
+				errf(key, "the qos block %s is not closed before this %s", qb.spec.Name, key)
+				qb = nil
+				continue
+			}
+			if qosStatements(qb, text, errf) {
+				finishQoS(d, qb)
+				qb = nil
+			}
+			continue
 		}
 		if ha != nil {
 			if key == "}" {
@@ -436,10 +459,12 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				d.Feedback = NewFeedback()
 				d.Feedback.Line = line
 				fb = d.Feedback
+			case "qos":
+				qb = startQoS(d, text, line, errf)
 			case "}":
-				errf("", "'}' without an open service, ha or feedback block")
+				errf("", "'}' without an open service, ha, feedback or qos block")
 			default:
-				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, feedback or service)")
+				errf(key, "unknown statement (want admin, meta, docroot, interface, xdp-mode, xdp-conns, ha, feedback, qos or service)")
 			}
 			continue
 		}
@@ -569,12 +594,18 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 		case "service":
 			errf(key, "service %q is not closed before this one", svc.Name)
 		default:
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server)")
+			if parseServiceQoS(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
+				continue
+			}
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server)")
 		}
 	}
 	if svc != nil {
 		errs = append(errs, &Error{File: name, Line: svc.Line, Field: "service " + svc.Name, Msg: "not closed: missing '}'"})
 		bad[svc.Name+" *"] = true
+	}
+	if qb != nil {
+		errs = append(errs, &Error{File: name, Line: qb.spec.Line, Field: "qos " + qb.spec.Name, Msg: "not closed: missing '}'"})
 	}
 	if ha != nil {
 		errs = append(errs, &Error{File: name, Line: ha.Line, Field: "ha", Msg: "not closed: missing '}'"})
@@ -663,6 +694,7 @@ func validate(d *Director) []placed {
 			}
 		}
 	}
+	out = append(out, validateQoS(d)...)
 	out = append(out, validateHA(d)...)
 	return append(out, validateFeedback(d)...)
 }
@@ -758,6 +790,7 @@ func Format(d *Director) string {
 	if d.Feedback != nil {
 		formatFeedback(&b, d.Feedback)
 	}
+	formatQoS(&b, d.QoS)
 	for _, s := range d.Services {
 		fmt.Fprintf(&b, "\nservice %s {\n", s.Name)
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
@@ -770,6 +803,7 @@ func Format(d *Director) string {
 			b.WriteString("    weights feedback\n")
 		}
 		fmt.Fprintf(&b, "    check %s\n", FormatCheck(s.Check))
+		formatServiceQoS(&b, &s)
 		for _, r := range s.Servers {
 			fmt.Fprintf(&b, "    server %s weight=%d\n", r.Addr, r.Weight)
 		}

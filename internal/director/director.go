@@ -149,6 +149,7 @@ type service struct {
 	newConns, drops atomic.Int64
 	xdp             atomic.Pointer[XDPCounters] // dataplane xdp: kernel counters
 	plane           dataplane
+	qos             atomic.Pointer[qosState] // l7: request classes and admission (qos.go)
 }
 
 // dataplane moves a service's traffic.

@@ -99,6 +99,11 @@ func (p *httpProxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.NotFound(w, req)
 		return
 	}
+	release, ok := p.s.admit(w, req, src.Addr())
+	if !ok {
+		return
+	}
+	defer release()
 	retry, file := classify(req, p.s.d.cfg.Load().Docroot)
 	var size int64
 	if file != "" && cfg.Scheduler == "mwlc" {

@@ -20,6 +20,7 @@ type metrics struct {
 	reg     *prometheus.Registry
 	handler http.Handler
 	reqDur  *prometheus.HistogramVec
+	qosWait *prometheus.HistogramVec
 	byServ  sync.Map // *service -> prometheus.Observer
 }
 
@@ -28,7 +29,8 @@ func newMetrics(d *Director) *metrics {
 	m.reqDur = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_director_request_duration_seconds",
 		Help: "time from an l7 request's arrival to the end of its response (body included), by service", Buckets: obs.LatencyBuckets},
 		[]string{"service"})
-	m.reg.MustRegister(m.reqDur, collector{d})
+	m.qosWait = newQoSWait()
+	m.reg.MustRegister(m.reqDur, m.qosWait, collector{d})
 	m.handler = obs.MetricsHandler(m.reg)
 	return m
 }
@@ -52,6 +54,7 @@ func (m *metrics) forgetRemoved(live map[string]*service) {
 			m.byServ.Delete(s)
 			if live[name] == nil {
 				m.reqDur.DeleteLabelValues(name)
+				m.qosWait.DeletePartialMatch(prometheus.Labels{"service": name})
 			}
 		}
 		return true
@@ -103,6 +106,9 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 		descFBWeight, descFBLoad, descFBTerm, descFBMissed, descFBPolled} {
 		ch <- d
 	}
+	for _, d := range qosDescs {
+		ch <- d
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -142,6 +148,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	collectQoS(*c.d.services.Load(), gauge, counter)
 	if rs := c.d.ReloadStatus(); rs != nil {
 		ok := 0.0
 		if rs.OK {

@@ -36,6 +36,7 @@ func newNodeMetrics(s *Server) *nodeMetrics {
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_pending_bytes",
 		Help: "response bytes of requests in progress still to be sent"}, func() float64 { return float64(s.inflight.Load()) })
 	m.reg.MustRegister(m.byCode, m.bytes, m.dur, active, pending)
+	registerQoSMetrics(m.reg, s.qos)
 	registerCacheMetrics(m.reg, s.cache)
 	// The node's side of the file system: metadata lookups and stripe
 	// reads as the node waits for them (network included).

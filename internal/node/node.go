@@ -110,6 +110,11 @@ type Config struct {
 	WriteTimeout, IdleTimeout time.Duration
 	// Now is the clock (nil: time.Now); tests step it.
 	Now func() time.Time
+	// QoSWorkers > 0 serves at most this many requests at once, highest
+	// class first, each on a thread with its class's nice (qos.go);
+	// QoSTrust are the peers (the directors) whose class tag is believed.
+	QoSWorkers int
+	QoSTrust   []netip.Prefix
 }
 
 // Server serves the virtual domains.
@@ -129,6 +134,8 @@ type Server struct {
 	fill func(context.Context, proto.Attr) ([]byte, error)
 	// adminAddr is the admin listener's address (a string) once serving.
 	adminAddr atomic.Value
+
+	qos *nodeQoS // nil: no request classes
 
 	// sites are the domains' directories (sites.go), read once per request.
 	sites atomic.Pointer[Sites]
@@ -173,6 +180,9 @@ func New(cfg Config) *Server {
 		}
 	}
 	s.fill = s.readWhole
+	if cfg.QoSWorkers > 0 {
+		s.qos = newNodeQoS(cfg.QoSTrust, cfg.QoSWorkers, cfg.Log)
+	}
 	s.sites.Store(&Sites{Docroot: cfg.Docroot, DefaultDomain: cfg.DefaultDomain})
 	s.metrics = newNodeMetrics(s)
 	s.admin = http.NewServeMux()
@@ -350,6 +360,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		sw.Header().Set("Allow", "GET, HEAD")
 		http.Error(sw, "405 method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	if s.serveQoS(sw, r, func() { s.serveFile(sw, r) }) {
 		return
 	}
 	s.serveFile(sw, r)

@@ -85,6 +85,7 @@ func TestEveryDaemonScrapes(t *testing.T) {
 	vip := freePort(t)
 	conf := filepath.Join(t.TempDir(), "director.conf")
 	os.WriteFile(conf, []byte(fmt.Sprintf(`admin 127.0.0.1:0
+qos gold { priority 10; header X-Tier: gold }
 service www {
     vip %s
     dataplane l7
@@ -111,6 +112,7 @@ service www {
 	get(t, "http://"+vip+"/index.html", "a.test", 200)
 	// Its latency histogram has a series once the request's handler returned.
 	eventually(t, "http://"+dadmin, `corral_director_request_duration_seconds_count{service="www"}`, 1)
+	eventually(t, "http://"+dadmin, `corral_director_qos_admitted_total{class="default",service="www"}`, 1) // qos metrics linted too
 	check("director", "http://"+dadmin)
 
 	if os.Geteuid() == 0 {
