@@ -76,6 +76,7 @@ type Node struct {
 	deadline    time.Duration // MonoNow deadline from the last acknowledged keep-alive
 	fenceUntil  time.Duration // what the fence was last set to (0: closed)
 	published   member        // the record last written to etcd
+	publishAt   time.Time     // not before: a refused write is retried after guard
 	members     map[string]member
 	active      string // the holder of the active key ("" none)
 	activeLease clientv3.LeaseID
@@ -242,7 +243,7 @@ func (n *Node) recordLocked() member {
 func (n *Node) publish() {
 	n.mu.Lock()
 	rec := n.recordLocked()
-	if rec == n.published || n.lease == 0 || n.crashed {
+	if rec == n.published || n.lease == 0 || n.crashed || time.Now().Before(n.publishAt) {
 		n.mu.Unlock()
 		return
 	}
@@ -253,7 +254,10 @@ func (n *Node) publish() {
 	ctx, cancel := context.WithTimeout(n.ctx, n.guard)
 	defer cancel()
 	if _, err := n.cli.Put(ctx, n.prefix+"members/"+n.cfg.Name, string(b), clientv3.WithLease(clientv3.LeaseID(rec.Lease))); err != nil {
-		n.log.Warn("ha: member record not written", "err", err)
+		n.log.Warn("ha: member record not written", "err", err, "retry_in", n.guard)
+		n.mu.Lock()
+		n.publishAt = time.Now().Add(n.guard)
+		n.mu.Unlock()
 		return
 	}
 	n.mu.Lock()
@@ -619,9 +623,17 @@ func (n *Node) campaign(lease clientv3.LeaseID) {
 		Commit()
 	n.mu.Lock()
 	n.campaignAt = time.Time{}
+	if err != nil {
+		// Not again on the next tick (50 a second): etcd may be down, or
+		// refuse this director for good (its credential was revoked).
+		n.campaignAt = time.Now().Add(n.guard)
+		if errors.Is(err, rpctypes.ErrPermissionDenied) && n.state != StateFenced {
+			n.transitionLocked(StateFenced, "etcd refuses this director (permission denied: its credential revoked?)")
+		}
+	}
 	n.mu.Unlock()
 	if err != nil {
-		n.log.Warn("ha: campaign failed", "err", err)
+		n.log.Warn("ha: campaign failed", "err", err, "retry_in", n.guard)
 		return
 	}
 	if r.Succeeded {
