@@ -287,40 +287,10 @@ func (b *Bed) MAC(h string) (net.HardwareAddr, error) {
 // Listen opens a listener inside host h (tests' servers): the socket is
 // made in h's namespace and keeps it for its life.
 func (b *Bed) Listen(ctx context.Context, h, network, addr string) (net.Listener, error) {
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Not unlocked if switching back fails: the thread then dies
-		// with the goroutine instead of serving others in h.
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(b.Netns(h))
-		if err != nil {
-			ch <- result{nil, fmt.Errorf("host %s: %w", h, err)}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			ch <- result{nil, err}
-			return
-		}
+	return inHost(b, h, func() (net.Listener, error) {
 		var lc net.ListenConfig
-		l, err := lc.Listen(ctx, network, addr)
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	return r.l, r.err
+		return lc.Listen(ctx, network, addr)
+	})
 }
 
 // ECMPMovement is what one leave and one join of a director did to a fixed

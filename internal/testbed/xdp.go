@@ -60,39 +60,48 @@ func (b *Bed) PrepareDR(attachPass func(dev string) error, director string, clie
 // keeps that namespace for its life.
 func (b *Bed) DialContext(h string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		type result struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan result, 1)
-		go func() {
-			runtime.LockOSThread()
-			// The thread is not unlocked: if switching back fails it must
-			// die with the goroutine rather than serve others in h.
-			orig, err := netns.Get()
-			if err != nil {
-				ch <- result{nil, err}
-				return
-			}
-			defer orig.Close()
-			target, err := netns.GetFromName(b.Netns(h))
-			if err != nil {
-				ch <- result{nil, fmt.Errorf("host %s: %w", h, err)}
-				return
-			}
-			defer target.Close()
-			if err := netns.Set(target); err != nil {
-				ch <- result{nil, err}
-				return
-			}
+		return inHost(b, h, func() (net.Conn, error) {
 			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
-			if netns.Set(orig) == nil {
-				runtime.UnlockOSThread()
-			}
-			ch <- result{c, err}
-		}()
-		r := <-ch
-		return r.c, r.err
+			return d.DialContext(ctx, network, addr)
+		})
 	}
+}
+
+// inHost runs f on a thread moved into host h's namespace (a socket made
+// there keeps the namespace for its life) and moves the thread back.
+func inHost[T any](b *Bed, h string, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var zero T
+		runtime.LockOSThread()
+		// The thread is not unlocked if switching back fails: it then dies
+		// with the goroutine rather than serve others in h.
+		orig, err := netns.Get()
+		if err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromName(b.Netns(h))
+		if err != nil {
+			ch <- result{zero, fmt.Errorf("host %s: %w", h, err)}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		v, err := f()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{v, err}
+	}()
+	r := <-ch
+	return r.v, r.err
 }
