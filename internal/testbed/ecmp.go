@@ -8,13 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/vishvananda/netns"
 )
 
 // Active-active directors sit behind a router host: clients route the VIP
@@ -409,39 +406,7 @@ func (b *Bed) MeasureECMPMovement(ctx context.Context, router, client string, vi
 // ports port..port+n-1, one after the other, and returns the name each
 // server answered. All dials run on one thread kept in ns.
 func dialFlows(ctx context.Context, ns string, addr, vip netip.Addr, port, n int) ([]string, error) {
-	type result struct {
-		names []string
-		err   error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Not unlocked if switching back fails: the thread then dies with
-		// the goroutine instead of serving others in ns.
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		defer orig.Close()
-		target, err := netns.GetFromName(ns)
-		if err != nil {
-			ch <- result{nil, fmt.Errorf("namespace %s: %w", ns, err)}
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			ch <- result{nil, err}
-			return
-		}
-		names, err := dialEach(ctx, addr, vip, port, n)
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- result{names, err}
-	}()
-	r := <-ch
-	return r.names, r.err
+	return inNetns(ns, func() ([]string, error) { return dialEach(ctx, addr, vip, port, n) })
 }
 
 func dialEach(ctx context.Context, addr, vip netip.Addr, port, n int) ([]string, error) {

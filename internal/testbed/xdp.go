@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -70,6 +71,17 @@ func (b *Bed) DialContext(h string) func(ctx context.Context, network, addr stri
 // inHost runs f on a thread moved into host h's namespace (a socket made
 // there keeps the namespace for its life) and moves the thread back.
 func inHost[T any](b *Bed, h string, f func() (T, error)) (T, error) {
+	v, err := inNetns(b.Netns(h), f)
+	if err != nil && errors.Is(err, errNoNetns) {
+		err = fmt.Errorf("host %s: %w", h, err)
+	}
+	return v, err
+}
+
+var errNoNetns = errors.New("no such network namespace")
+
+// inNetns runs f on a thread moved into the named namespace.
+func inNetns[T any](ns string, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -86,9 +98,9 @@ func inHost[T any](b *Bed, h string, f func() (T, error)) (T, error) {
 			return
 		}
 		defer orig.Close()
-		target, err := netns.GetFromName(b.Netns(h))
+		target, err := netns.GetFromName(ns)
 		if err != nil {
-			ch <- result{zero, fmt.Errorf("host %s: %w", h, err)}
+			ch <- result{zero, fmt.Errorf("%w: %s: %v", errNoNetns, ns, err)}
 			return
 		}
 		defer target.Close()
