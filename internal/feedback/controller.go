@@ -31,6 +31,10 @@ type ControllerConfig struct {
 	Smoothing float64       // share of the newest load in the smoothed load, (0,1]; default 1 (no smoothing: it lags and overshoots, see docs/feedback.md)
 	DeadBand  float64       // no change while |target - smoothed load| <= DeadBand; default 0.05
 	MinGain   float64       // lowest damping gain after repeated reversals; default 1/32
+	// LargeError: an |error| above it is a load step, not a swing, when it
+	// follows a poll without a move or persists two polls the same way: the
+	// gain goes back to 1. Default 4*DeadBand.
+	LargeError float64
 	// DecayHalfLife: a node that does not answer moves half-way to Floor per
 	// half-life, by the clock; default 2*Interval.
 	DecayHalfLife time.Duration
@@ -67,6 +71,9 @@ func (c ControllerConfig) Defaults() ControllerConfig {
 	}
 	if c.MinGain <= 0 || c.MinGain > 1 {
 		c.MinGain = 1.0 / 32
+	}
+	if c.LargeError <= 0 {
+		c.LargeError = 4 * c.DeadBand
 	}
 	if c.DecayHalfLife <= 0 {
 		c.DecayHalfLife = 2 * c.Interval
@@ -157,6 +164,8 @@ type nodeState struct {
 	gain      float64
 	lastSign  int
 	sameRun   int
+	lastErr   float64 // the previous poll's error, 0 before the first
+	lastMove  float64 // the previous poll's |weight change| / weight
 	reversals int
 	missed    int
 	lastStep  time.Time
@@ -167,7 +176,9 @@ type nodeState struct {
 // damped three ways: the load is exponentially smoothed, nothing moves
 // inside a dead band around the target, and each reversal of direction
 // halves the node's gain (it doubles back after two steps the same way), so
-// the weight cannot keep swinging around the target. It is safe for
+// the weight cannot keep swinging around the target. A large error that is
+// a load step rather than a swing (see apply) resets the gain to 1, so the
+// damping never slows the response to a real step. It is safe for
 // concurrent use.
 type Controller struct {
 	cfg   ControllerConfig
@@ -344,12 +355,40 @@ func (c *Controller) observe(now time.Time, st *nodeState, r Reading) (d Decisio
 	return d, true
 }
 
-// apply is LVS's rule with the dead band and the reversal damping.
+// apply is LVS's rule with the dead band, the reversal damping, the gain
+// scheduling that tells a load step from a swing, and a proportional bound
+// near the target.
+//
+// Why gain scheduling: the damping halves the gain on each reversal and only
+// doubled it after three polls the same way, so a node whose load had swung
+// around the target (noise, a burst) met the next real load step with a gain
+// of 1/32 and took up to 15 polls to regain speed (16.7 s in the benchmark's
+// load step at 500 ms polls). The gain goes back to 1 when
+//
+//   - |error| > LargeError and the previous poll moved the weight by less
+//     than smallMove (10 %) of itself, or not at all (dead band, clamp, a
+//     damped gain): a load that is a share of the demand moves by at most
+//     that share, 0.1 at load 1, so a jump past LargeError (0.2) is not our
+//     own overshoot but a load step; or
+//   - the error is outside the dead band the same way two polls running:
+//     that is an undershoot, and damping it only prolongs it.
+//
+// Only alternating signs, that is oscillation, keep the gain down, and
+// reversals never restore it, so a swing keeps dying out geometrically.
+// Why the proportional bound: at full gain ∛ overshoots near the target (its
+// slope there is infinite), which cost a reversal and two polls after each
+// step; see the bound below.
+// smallMove: a weight change below this fraction of the weight cannot by
+// itself move the load past LargeError (see apply).
+const smallMove = 0.1
+
 func (c *Controller) apply(st *nodeState, d *Decision, target float64, why string) {
 	cfg := &c.cfg
 	d.Target = target
 	d.Error = target - st.smoothed
 	d.Raw = cfg.A * math.Cbrt(d.Error)
+	prevErr, lastMove := st.lastErr, st.lastMove
+	st.lastErr, st.lastMove = d.Error, 0
 	if math.Abs(d.Error) <= cfg.DeadBand {
 		d.Reason = fmt.Sprintf("inside dead band ±%.3f of %s: unchanged", cfg.DeadBand, why)
 		return
@@ -365,7 +404,19 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 		d.Reason = fmt.Sprintf("rule pushes past the clamp (%s): unchanged", why)
 		return
 	}
+	large := math.Abs(d.Error) > cfg.LargeError
+	step := ""
 	switch {
+	case large && lastMove < smallMove:
+		step = "load step (large error after no or a small move): gain reset to 1; "
+	case math.Abs(prevErr) > cfg.DeadBand && (prevErr > 0) == (sign > 0) && st.gain < 1:
+		step = "load step (error outside the dead band two polls the same way): gain reset to 1; "
+	}
+	switch {
+	case step != "":
+		// A new disturbance, not a reversal of our own move: full speed,
+		// and the damping starts afresh from this direction.
+		st.gain, st.sameRun = 1, 0
 	case st.lastSign != 0 && sign != st.lastSign:
 		st.gain = math.Max(cfg.MinGain, st.gain/2)
 		st.sameRun = 0
@@ -380,6 +431,18 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 	st.lastSign = sign
 	d.Gain = st.gain
 	d.Delta = st.gain * d.Raw
+	// Near the target ∛ overshoots: bound the step there by the
+	// proportional one, w*(target/load - 1), the weight at which the load
+	// would be on target if it scaled with the weight. A load is a share
+	// (which moves less than the weight) plus work no weight moves (a hog),
+	// so that step never overshoots; far from the target it would be too
+	// slow against a hog, so ∛ keeps full speed there.
+	if a := math.Abs(d.Error); a <= cfg.LargeError && st.smoothed > 0 {
+		if p := st.w * (target/st.smoothed - 1); math.Abs(p) < math.Abs(d.Delta) && (p < 0) == (d.Delta < 0) {
+			d.Delta = p
+			step += "bounded by the proportional step; "
+		}
+	}
 	w := st.w + d.Delta
 	switch {
 	case w > float64(cfg.Max):
@@ -387,8 +450,11 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 	case w < float64(cfg.Floor):
 		w, d.Clamped = float64(cfg.Floor), "floor"
 	}
+	if st.w > 0 {
+		st.lastMove = math.Abs(w-st.w) / st.w
+	}
 	st.w = w
-	d.Reason = fmt.Sprintf("weight += gain*A*cbrt(%s - load) = %.3f*%.3f*cbrt(%.3f)", why, st.gain, cfg.A, d.Error)
+	d.Reason = fmt.Sprintf("%sweight += gain*A*cbrt(%s - load) = %.3f*%.3f*cbrt(%.3f)", step, why, st.gain, cfg.A, d.Error)
 }
 
 // decay moves a silent node's weight towards Floor by the clock: half the

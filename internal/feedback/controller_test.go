@@ -362,3 +362,93 @@ func TestForget(t *testing.T) {
 		t.Errorf("after Forget: %v", ds)
 	}
 }
+
+// TestStepAfterDampedGain reproduces the benchmark's 16.7 s load step: the
+// node's load swung around the target before the step (each swing past the
+// dead band reversed its direction and halved its gain towards MinGain),
+// then a real step arrives, either a slow-down (capacity) or a hog (load the
+// node carries whatever its weight). At 500 ms polls the weight must settle
+// within 4 polls (2 s) of the step and reverse direction at most twice after
+// it.
+func TestStepAfterDampedGain(t *testing.T) {
+	const swing, stepAt, polls = 12, 12, 40
+	for _, tc := range []struct {
+		name    string
+		offered float64
+		slow    float64 // c's capacity after the step (1: unchanged)
+		hog     float64 // load added to c after the step
+	}{
+		{"3x slower at 90%", 0.9, 1.0 / 3, 0},
+		{"3x slower at 50%", 0.5, 1.0 / 3, 0},
+		{"5x slower at 90%", 0.9, 0.2, 0},
+		{"hog at 50%", 0.5, 1, 1.5},
+		{"hog at 90%", 0.9, 1, 0.8},
+	} {
+		clk := newFakeClock()
+		c, err := NewController(ControllerConfig{Interval: 500 * time.Millisecond}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &plant{names: []string{"a", "b", "c"}, cap: []float64{1, 1, 1}, D: tc.offered * (2 + tc.slow)}
+		ticks := uint32(1000)
+		w := map[string]int{"a": 100, "b": 100, "c": 100}
+		var tr trace
+		gainBefore := 1.0
+		for i := 0; i < polls; i++ {
+			if i == stepAt {
+				p.cap[2] = tc.slow
+			}
+			clk.Advance(500 * time.Millisecond)
+			ticks += 50
+			ls := p.loads(w)
+			switch {
+			case i < swing:
+				// c's load swings ±0.15 around the target, past the dead
+				// band each way: every poll is a reversal.
+				ls[2] = 1 + 0.15*float64(1-2*(i%2))
+			case i >= stepAt:
+				ls[2] += tc.hog
+			}
+			var rs []Reading
+			for j, n := range p.names {
+				rs = append(rs, Reading{Node: n, Sample: loadSample(n, clk.Now(), ticks, ls[j])})
+			}
+			ds := c.Step(rs)
+			w = map[string]int{}
+			for _, d := range ds {
+				w[d.Node] = d.Weight
+			}
+			if i == stepAt-1 {
+				gainBefore = ds[2].Gain
+			}
+			tr.weights = append(tr.weights, w)
+			tr.dec = append(tr.dec, ds)
+		}
+		if gainBefore > 1.0/8 {
+			t.Errorf("%s: gain before the step %.3f: the swings did not damp it, test too weak", tc.name, gainBefore)
+		}
+		after := trace{weights: tr.weights[stepAt-1:], dec: tr.dec[stepAt-1:]}
+		if testing.Verbose() {
+			for i := stepAt - 1; i < stepAt+7; i++ {
+				d := tr.dec[i][2]
+				t.Logf("  poll %+d: load %.3f target %.3f error %+.3f gain %.3f weight %d", i-stepAt, d.Aggregate, d.Target, d.Error, d.Gain, d.Weight)
+			}
+		}
+		s := settledAt(after, "c", 2)
+		n := s // polls after the step (index 0 is the poll before it)
+		final := tr.dec[polls-1][2]
+		t.Logf("%s: gain before the step %.3f; settled after %d polls (%v) at weight %d, load %.2f; %d reversals after the step",
+			tc.name, gainBefore, n, time.Duration(n)*500*time.Millisecond, final.Weight, final.Aggregate, signChanges(after, "c"))
+		if s < 0 || n > 4 {
+			t.Errorf("%s: settled after %d polls, want <= 4 (2 s at 500 ms)", tc.name, n)
+		}
+		if sc := signChanges(after, "c"); sc > 2 {
+			t.Errorf("%s: %d reversals after the step, want <= 2", tc.name, sc)
+		}
+		// Settled means at the target (the mean load when the hog
+		// overloads the cluster), or at the floor if even that is too much.
+		if final.Aggregate > final.Target+0.05+0.03 && final.Weight > 1 {
+			t.Errorf("%s: settled load %.3f above the target %.3f at weight %d", tc.name, final.Aggregate, final.Target, final.Weight)
+		}
+	}
+}
