@@ -314,6 +314,15 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				bad[feedbackKey+" "+key] = true
 			}
 		}
+		// opensBlock checks a block's header "KEY {"; a malformed one that
+		// still ends in "{" opens the block, so its body is checked too.
+		opensBlock := func(key string, args []string) bool {
+			if len(args) == 1 && args[0] == "{" {
+				return true
+			}
+			errf(key, "want: %s {", key)
+			return len(args) > 0 && args[len(args)-1] == "{"
+		}
 		one := func() (string, bool) {
 			if len(args) != 1 {
 				errf(field, "want exactly one value, got %d", len(args))
@@ -426,11 +435,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 					svc = &d.Services[len(d.Services)-1]
 				}
 			case "ha":
-				if len(args) != 1 || args[0] != "{" {
-					errf(key, "want: ha {")
-					if len(args) == 0 || args[len(args)-1] != "{" {
-						continue
-					}
+				if !opensBlock(key, args) {
+					continue
 				}
 				if d.HA != nil {
 					errf(key, "ha block already defined on line %d", d.HA.Line)
@@ -443,11 +449,8 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 				d.HA.Line = line
 				ha = d.HA
 			case "feedback":
-				if len(args) != 1 || args[0] != "{" {
-					errf(key, "want: feedback {")
-					if len(args) == 0 || args[len(args)-1] != "{" {
-						continue
-					}
+				if !opensBlock(key, args) {
+					continue
 				}
 				if d.Feedback != nil {
 					errf(key, "feedback block already defined on line %d", d.Feedback.Line)
