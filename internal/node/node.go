@@ -624,6 +624,9 @@ func (s *Server) Serve(ctx context.Context, listen string, ready func(addr strin
 	s.name = ln.Addr().String()
 	s.adminAddr.Store(aln.Addr().String())
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: cfg.IdleTimeout, IdleTimeout: cfg.IdleTimeout}
+	if s.qos != nil {
+		srv.ConnContext = connContext // markConn marks each response with its class
+	}
 	asrv := &http.Server{Handler: s.admin, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout,
 		ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	if cfg.DRVIP.IsValid() {

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/qos"
@@ -41,6 +43,8 @@ type nodeQoS struct {
 	workers int
 	base    int // the process's nice at start: classes add to it
 	log     *slog.Logger
+
+	markWarned atomic.Bool // warned once that markConn fails
 
 	mu      sync.Mutex
 	running int
@@ -222,8 +226,12 @@ func (s *Server) serveQoS(w http.ResponseWriter, r *http.Request, serve func()) 
 		return false
 	}
 	tag, ok := q.tagOf(r)
+	tos, prio := wireMark(tag, ok)
 	if !ok {
 		tag = qos.Tag{Name: "untagged"} // priority 0, nice 0: as without classes
+	}
+	if err := markConn(r, tos, prio); err != nil && !q.markWarned.Swap(true) {
+		q.log.Warn("qos: cannot mark a connection with its class (TOS, SO_PRIORITY); responses go out unmarked", "err", err)
 	}
 	if err := q.acquire(r.Context(), tag.Priority); err != nil {
 		if r.Context().Err() == nil {
@@ -254,4 +262,76 @@ func registerQoSMetrics(reg prometheus.Registerer, q *nodeQoS) {
 			Help: "requests holding one of the --qos-workers slots"}, read(func(q *nodeQoS) int { return q.running })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_node_qos_waiting",
 			Help: "requests waiting for a --qos-workers slot, highest class first"}, read(func(q *nodeQoS) int { return len(q.waiting) })))
+}
+
+// Priority on the wire (docs/qos.md, "The class on the wire"): the node
+// marks each response's packets with its class, so that the node's egress
+// qdisc (the operator's tc recipe) can send the top class's packets ahead
+// of the responses already queued. The admission on the director and the
+// worker slots here end where the link begins; this carries the priority
+// onto it (paper 003's kernel-level approach).
+const (
+	// TOSTop is the top class's IP TOS byte: DSCP EF (46) << 2.
+	TOSTop = 46 << 2
+	// SockPrioTop is its SO_PRIORITY: TC_PRIO_INTERACTIVE, the highest
+	// an unprivileged socket may set (pfifo_fast's first band; an htb or
+	// prio qdisc can classify on it too).
+	SockPrioTop = 6
+)
+
+type connCtxKey struct{}
+
+// connContext keeps each accepted connection in its requests' context
+// (http.Server.ConnContext), for markConn.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connCtxKey{}, c)
+}
+
+// wireMark is the TOS byte and socket priority of a request's class: the
+// top class (nice 0, not the default class) EF and 6, everything else 0.
+func wireMark(tag qos.Tag, trusted bool) (tos, prio int) {
+	if trusted && tag.Nice == 0 && tag.Name != "default" {
+		return TOSTop, SockPrioTop
+	}
+	return 0, 0
+}
+
+// markConn sets the connection's TOS (or IPv6 traffic class) and
+// SO_PRIORITY before the response is written. Every request sets them,
+// the default class's to 0 too: a keep-alive connection from the director
+// carries requests of every class, one at a time (HTTP/1.1 without
+// pipelining), so the previous response is on the wire by the time the
+// next request arrives.
+func markConn(r *http.Request, tos, prio int) error {
+	c, ok := r.Context().Value(connCtxKey{}).(net.Conn)
+	if !ok {
+		return nil
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	v6 := false
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok && a.IP.To4() == nil {
+		v6 = true
+	}
+	var serr error
+	err = raw.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS, tos)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos)
+		}
+		if serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PRIORITY, prio)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }

@@ -2,17 +2,22 @@ package node
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/qos"
+	"golang.org/x/sys/unix"
 )
 
 // threadNice is the calling thread's nice, from /proc (field 19 of stat).
@@ -139,5 +144,80 @@ func TestQoSPriorityOrder(t *testing.T) {
 	q.release()
 	if q.running != 0 || len(q.waiting) != 0 {
 		t.Fatalf("running %d waiting %d", q.running, len(q.waiting))
+	}
+}
+
+// TestQoSWireMark: on a real TCP connection, the node sets the socket's
+// TOS and SO_PRIORITY for each request's class before writing the
+// response: the top class EF and 6, a lower class, an untrusted or an
+// untagged request 0, also when they follow a gold request on the same
+// keep-alive connection.
+func TestQoSWireMark(t *testing.T) {
+	s := &Server{qos: newNodeQoS([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, 2, slog.Default())}
+	type mark struct{ tos, prio int }
+	got := make(chan mark, 1)
+	srv := &http.Server{ConnContext: connContext, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serveQoS(w, r, func() {
+			// What the kernel holds for this socket as the response is written.
+			raw, err := r.Context().Value(connCtxKey{}).(net.Conn).(syscall.Conn).SyscallConn()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var m mark
+			raw.Control(func(fd uintptr) {
+				m.tos, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS)
+				m.prio, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PRIORITY)
+			})
+			got <- m
+			w.Write([]byte("ok"))
+		})
+	})}
+	ln, err := net.Listen("tcp", "127.0.72.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1} // one keep-alive connection for all
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		hdr  string
+		want mark
+	}{
+		{"gold; priority=10; nice=0", mark{TOSTop, SockPrioTop}},
+		{"bulk; priority=1; nice=5", mark{0, 0}},
+		{"gold; priority=10; nice=0", mark{TOSTop, SockPrioTop}},
+		{"", mark{0, 0}},
+		{"gold; priority=10; nice=0", mark{TOSTop, SockPrioTop}},
+		{"default; priority=0; nice=10", mark{0, 0}},
+		{"gold; priority=10", mark{0, 0}}, // malformed: untagged
+	} {
+		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+		if tc.hdr != "" {
+			req.Header.Set(qos.Header, tc.hdr)
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if m := <-got; m != tc.want {
+			t.Errorf("%q: TOS %#x priority %d, want %#x %d", tc.hdr, m.tos, m.prio, tc.want.tos, tc.want.prio)
+		}
+	}
+	// An untrusted peer's gold tag marks nothing.
+	s.qos.trust = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+	req.Header.Set(qos.Header, "gold; priority=10; nice=0")
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if m := <-got; m != (mark{}) {
+		t.Errorf("untrusted gold: %+v, want unmarked", m)
 	}
 }
