@@ -33,6 +33,12 @@ type Host struct {
 	// Rate shapes the host's link both ways ("100mbit", "1gbit"; "" for
 	// none).
 	Rate string `json:"rate,omitempty"`
+	// TopRate, with Rate, splits the shaped link into two priority bands
+	// (htb, docs/qos.md "The class on the wire"): packets marked DSCP EF
+	// (the node's top QoS class) get a band guaranteed TopRate at htb
+	// priority 0, everything else the rest at priority 1; each may borrow
+	// up to Rate, the two together never more. "": one band, as before.
+	TopRate string `json:"top_rate,omitempty"`
 }
 
 // Spec describes a bed.
@@ -89,6 +95,12 @@ func (s Spec) Validate() error {
 		}
 		if h.Rate != "" && !rateRe.MatchString(h.Rate) {
 			return fmt.Errorf("host %s: rate %q: want a tc rate like 100mbit or 1gbit", h.Name, h.Rate)
+		}
+		if h.TopRate != "" {
+			top, total := rateBits(h.TopRate), rateBits(h.Rate)
+			if !rateRe.MatchString(h.TopRate) || total == 0 || top == 0 || top >= total {
+				return fmt.Errorf("host %s: top rate %q: want a whole tc rate (like 10mbit) below the host's rate %q", h.Name, h.TopRate, h.Rate)
+			}
 		}
 	}
 	return nil
@@ -288,8 +300,25 @@ func (b *Bed) shape(i int, h Host) error {
 		if err := tc("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"); err != nil {
 			return err
 		}
-		if err := tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", h.Rate, "ceil", h.Rate, "burst", "64k", "cburst", "64k"); err != nil {
-			return err
+		if h.TopRate == "" {
+			if err := tc("class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", h.Rate, "ceil", h.Rate, "burst", "64k", "cburst", "64k"); err != nil {
+				return err
+			}
+			continue
+		}
+		// Two bands under one parent at the link's rate: EF (the top
+		// QoS class, DSCP 46: TOS 0xb8) to 1:20, guaranteed TopRate and
+		// served first (prio 0); the rest to 1:10 (the default).
+		be := fmt.Sprintf("%dbit", rateBits(h.Rate)-rateBits(h.TopRate))
+		for _, args := range [][]string{
+			{"class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", h.Rate, "ceil", h.Rate, "burst", "64k", "cburst", "64k"},
+			{"class", "add", "dev", dev, "parent", "1:1", "classid", "1:20", "htb", "rate", h.TopRate, "ceil", h.Rate, "burst", "64k", "cburst", "64k", "prio", "0"},
+			{"class", "add", "dev", dev, "parent", "1:1", "classid", "1:10", "htb", "rate", be, "ceil", h.Rate, "burst", "64k", "cburst", "64k", "prio", "1"},
+			{"filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip", "tos", "0xb8", "0xfc", "flowid", "1:20"},
+		} {
+			if err := tc(args...); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

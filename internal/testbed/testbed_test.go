@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -153,5 +154,75 @@ func TestValidate(t *testing.T) {
 	}
 	if err := NewSpec("ok", []string{"client", "node1"}, "1gbit").Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPriorityBands: with TopRate, a packet marked EF (ping -Q 0xb8)
+// crosses a link saturated by an unmarked TCP flow without queueing
+// behind it; an unmarked ping in the same run queues.
+func TestPriorityBands(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("ping"); err != nil {
+		t.Skip("needs ping (iputils-ping)")
+	}
+	name := bedName(t)
+	spec := NewSpecOn(name, netip.MustParsePrefix("10.78.0.0/24"), []string{"a", "b"}, "20mbit")
+	spec.Hosts[0].TopRate = "5mbit"
+	t.Cleanup(func() { Down(name) })
+	b, err := Up(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := exec.Command("ip", "netns", "exec", b.Netns("a"), "tc", "filter", "show", "dev", "eth0").CombinedOutput()
+	if err != nil || !strings.Contains(string(o), "flowid 1:20") {
+		t.Fatalf("no EF filter on a's eth0: %v %s", err, o)
+	}
+	bin := pfstest.Binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sinkAddr := b.Hosts[1].Addr.String() + ":5001"
+	sink, _ := b.Command(ctx, "b", bin, "testbed", "tcp-sink", "--listen", sinkAddr)
+	out, _ := sink.StdoutPipe()
+	if err := sink.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sink.Process.Kill(); sink.Wait() }()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.Contains(line, "listening on") {
+		t.Fatalf("tcp-sink did not start: %q %v", line, err)
+	}
+	// 15 MB at 20 Mbit/s: 6 s of a full queue.
+	flood, _ := b.Command(ctx, "a", bin, "testbed", "tcp-send", sinkAddr, "--bytes", "15M", "--max-time", "30s")
+	if err := flood.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { flood.Process.Kill(); flood.Wait() }()
+	time.Sleep(time.Second) // the queue fills
+	avg := func(tos string) (float64, error) {
+		args := []string{"ping", "-n", "-q", "-c", "10", "-i", "0.2", "-W", "5"}
+		if tos != "" {
+			args = append(args, "-Q", tos)
+		}
+		cmd, _ := b.Command(ctx, "a", append(args, b.Hosts[1].Addr.String())...)
+		o, err := cmd.CombinedOutput()
+		m := regexp.MustCompile(`= [0-9.]+/([0-9.]+)/`).FindSubmatch(o)
+		if m == nil {
+			return 0, fmt.Errorf("ping %s: %v %s", tos, err, o)
+		}
+		return strconv.ParseFloat(string(m[1]), 64)
+	}
+	type res struct {
+		ms  float64
+		err error
+	}
+	ef, plain := make(chan res, 1), make(chan res, 1)
+	go func() { v, err := avg("0xb8"); ef <- res{v, err} }()
+	go func() { v, err := avg(""); plain <- res{v, err} }()
+	e, p := <-ef, <-plain
+	if e.err != nil || p.err != nil {
+		t.Fatal(e.err, p.err)
+	}
+	t.Logf("under a saturating flow: EF ping avg %.2f ms, unmarked %.2f ms", e.ms, p.ms)
+	if e.ms*3 > p.ms {
+		t.Fatalf("EF ping avg %.2f ms not well below the unmarked %.2f ms: the bands do not prioritise", e.ms, p.ms)
 	}
 }
