@@ -121,11 +121,13 @@ type Service struct {
 	Line    int
 	// QoS names the classes that apply (empty: all; QoSOff: none, no
 	// admission control); QoSInflight and QoSPerServer set the admission
-	// limit (QoSLimit); QoSLine is where the first of them is (0: none).
-	QoS                       []string
-	QoSOff                    bool
-	QoSInflight, QoSPerServer int
-	QoSLine                   int
+	// limit (QoSLimit); QoSReserve the slots per server only the top
+	// class may take (QoSReserveSlots); QoSLine is where the first of
+	// them is (0: none).
+	QoS                                   []string
+	QoSOff                                bool
+	QoSInflight, QoSPerServer, QoSReserve int
+	QoSLine                               int
 }
 
 // Check is a service's health check.
@@ -600,7 +602,7 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			if parseServiceQoS(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
 				continue
 			}
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server)")
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server, qos-reserve)")
 		}
 	}
 	if svc != nil {

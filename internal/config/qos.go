@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -34,6 +35,7 @@ import (
 //	qos gold bulk                 # the classes that apply (default: all; qos off: none)
 //	qos-inflight 256              # the requests in flight to the pool at most
 //	qos-per-server 32             # or: this many per server with weight > 0 (the default)
+//	qos-reserve 1                 # per server: the last slots of the limit only the top class may take
 //
 // A service has admission control when the file defines a class.
 
@@ -290,6 +292,20 @@ func parseServiceQoS(svc *Service, key string, args []string, line int, errf fun
 			}
 		}
 		svc.QoS, svc.QoSOff, svc.QoSLine = slices.Clone(args), false, line
+	case "qos-reserve":
+		if len(args) != 1 {
+			errf("want exactly one value, got %d", len(args))
+			return true
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 0 || n > 1<<20 {
+			errf("%q: want 0..1048576 requests per server", args[0])
+			return true
+		}
+		svc.QoSReserve = n
+		if svc.QoSLine == 0 {
+			svc.QoSLine = line
+		}
 	case "qos-inflight", "qos-per-server":
 		if len(args) != 1 {
 			errf("want exactly one value, got %d", len(args))
@@ -329,7 +345,7 @@ func validateQoS(d *Director) []placed {
 	}
 	for i := range d.Services {
 		s := &d.Services[i]
-		if len(s.QoS) == 0 && s.QoSInflight == 0 && s.QoSPerServer == 0 || s.QoSOff {
+		if len(s.QoS) == 0 && s.QoSInflight == 0 && s.QoSPerServer == 0 && s.QoSReserve == 0 || s.QoSOff {
 			continue // (a configuration built in code, as the station's view, has no lines)
 		}
 		errf := func(format string, a ...any) {
@@ -342,6 +358,9 @@ func validateQoS(d *Director) []placed {
 		if len(d.QoS) == 0 {
 			errf("no qos classes are defined (qos NAME { ... })")
 			continue
+		}
+		if per := cmp.Or(s.QoSPerServer, DefaultQoSPerServer); s.QoSInflight == 0 && s.QoSReserve >= per {
+			errf("qos-reserve %d: want fewer than qos-per-server (%d): the lower classes need a slot", s.QoSReserve, per)
 		}
 		for _, n := range s.QoS {
 			if !slices.ContainsFunc(d.QoS, func(c qos.Spec) bool { return c.Name == n }) && n != qos.DefaultName {
@@ -386,6 +405,19 @@ func (s *Service) QoSLimit() int {
 		}
 	}
 	return max(1, n) * per
+}
+
+// QoSReserveSlots is the slots of service s's limit only its top class may
+// take: qos-reserve per server with weight > 0 (the admission keeps at
+// least one for the rest).
+func (s *Service) QoSReserveSlots() int {
+	n := 0
+	for _, r := range s.Servers {
+		if r.Weight > 0 {
+			n++
+		}
+	}
+	return max(1, n) * s.QoSReserve
 }
 
 // formatQoS writes the classes, every field explicit.
@@ -449,5 +481,8 @@ func formatServiceQoS(b *strings.Builder, s *Service) {
 	}
 	if s.QoSPerServer > 0 {
 		fmt.Fprintf(b, "    qos-per-server %d\n", s.QoSPerServer)
+	}
+	if s.QoSReserve > 0 {
+		fmt.Fprintf(b, "    qos-reserve %d\n", s.QoSReserve)
 	}
 }

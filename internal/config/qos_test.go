@@ -30,6 +30,7 @@ service web {
     dataplane l7
     qos gold bulk
     qos-per-server 8
+    qos-reserve 2
     server 127.0.0.21:8080
     server 127.0.0.22:8080
     server 127.0.0.23:8080 weight=0
@@ -61,7 +62,7 @@ func TestQoSParse(t *testing.T) {
 		t.Fatalf("default %+v", d.QoS[2])
 	}
 	s := &d.Services[0]
-	if s.QoSLimit() != 16 || len(d.QoSClasses(s)) != 3 {
+	if s.QoSLimit() != 16 || s.QoSReserveSlots() != 4 || len(d.QoSClasses(s)) != 3 {
 		t.Fatalf("limit %d, classes %d", s.QoSLimit(), len(d.QoSClasses(s)))
 	}
 	if _, err := qos.Compile(d.QoSClasses(s)); err != nil {
@@ -79,7 +80,7 @@ func TestQoSParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, Format(d))
 	}
-	if !sameQoS(d.QoS, again.QoS) || !reflect.DeepEqual(again.Services[0].QoS, s.QoS) || again.Services[0].QoSPerServer != 8 {
+	if !sameQoS(d.QoS, again.QoS) || !reflect.DeepEqual(again.Services[0].QoS, s.QoS) || again.Services[0].QoSPerServer != 8 || again.Services[0].QoSReserve != 2 {
 		t.Fatalf("round trip:\n%+v\n%+v\n%s", d.QoS, again.QoS, Format(d))
 	}
 }
@@ -119,6 +120,9 @@ func TestQoSErrors(t *testing.T) {
 		{svc, "c:4: service w: qos: no qos classes are defined"},
 		{"qos silver { }\n" + svc, "c:5: service w: qos: class \"gold\" is not defined"},
 		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-inflight 0\n}\n", "c:5: service w: qos-inflight: \"0\": want 1..1048576"},
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-reserve -1\n}\n", "c:5: service w: qos-reserve: \"-1\": want 0..1048576"},
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-per-server 2\n qos-reserve 2\n}\n", "c:5: service w: qos: qos-reserve 2: want fewer than qos-per-server (2)"},
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-reserve 32\n}\n", "c:5: service w: qos: qos-reserve 32: want fewer than qos-per-server (32)"},
 	}
 	for _, c := range cases {
 		_, err := Parse("c", []byte(c.conf))

@@ -52,8 +52,10 @@ func (s *service) qosFor() *qosState {
 				if old != nil && old.adm != nil {
 					st.adm = old.adm
 					st.adm.Reconfigure(cls, scfg.QoSLimit())
+					st.adm.SetReserve(scfg.QoSReserveSlots())
 				} else {
 					st.adm = qos.NewAdmission(cls, scfg.QoSLimit(), nil, nil)
+					st.adm.SetReserve(scfg.QoSReserveSlots())
 					name := scfg.Name
 					m := s.d.metrics
 					st.adm.OnWait = func(class string, wait time.Duration, admitted bool) {

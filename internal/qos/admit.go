@@ -27,6 +27,7 @@ import (
 type Admission struct {
 	mu       sync.Mutex
 	limit    int // 0: no global limit
+	reserve  int // of limit, the slots only the top class may take
 	inflight int
 	cls      []*classState // priority order, highest first
 	byName   map[string]*classState
@@ -108,6 +109,7 @@ func (a *Admission) Reconfigure(c *Classifier, limit int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.limit = max(0, limit)
+	a.reserve = max(0, min(a.reserve, a.limit-1))
 	now := a.now()
 	old := a.byName
 	a.byName = map[string]*classState{}
@@ -230,7 +232,30 @@ func (a *Admission) shedLocked(cs *classState, reason string) error {
 }
 
 func (a *Admission) slotFreeLocked(cs *classState) bool {
-	return (a.limit == 0 || a.inflight < a.limit) && (cs.c.Concurrency == 0 || cs.inflight < cs.c.Concurrency)
+	limit := a.limit
+	if a.reserve > 0 && !a.topLocked(cs) {
+		limit -= a.reserve
+	}
+	return (a.limit == 0 || a.inflight < limit) && (cs.c.Concurrency == 0 || cs.inflight < cs.c.Concurrency)
+}
+
+// topLocked: cs is of the highest priority (the default class only if it
+// is the only one).
+func (a *Admission) topLocked(cs *classState) bool {
+	return cs == a.cls[0] || cs != a.def && cs.c.Priority == a.cls[0].c.Priority
+}
+
+// SetReserve keeps the last n slots of the global limit for the top
+// class (by priority): a lower class is not admitted while fewer than
+// n+1 are free, so a top-class request never waits for a slot behind
+// lower classes' requests in flight (as long as fewer than n top-class
+// requests are in flight). At most limit-1 (a lower class keeps one
+// slot); 0, or no global limit: no reserve.
+func (a *Admission) SetReserve(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.reserve = max(0, min(n, a.limit-1))
+	a.dispatchLocked()
 }
 
 // mayRunLocked: a slot is free for cs and no waiter of cs's priority or
@@ -305,6 +330,13 @@ type Stats struct {
 	Admitted uint64
 	Queued   uint64
 	Shed     map[string]uint64 // by reason
+}
+
+// Reserve is the slots of the limit kept for the top class.
+func (a *Admission) Reserve() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reserve
 }
 
 // Stats are every class's counts, in priority order, and the global

@@ -2,6 +2,7 @@ package qos
 
 import (
 	"context"
+	"fmt"
 	"encoding/base64"
 	"errors"
 	"net/http"
@@ -468,4 +469,96 @@ func FuzzBasicUser(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAdmissionReserve: with a reserve, lower classes leave the last
+// slots of the limit free, so the top class is admitted at once while
+// they wait; a slot that frees goes to a lower waiter only down to the
+// reserve. The cases are a table: limit, reserve, the lower requests
+// already in flight, whether one more lower and then a gold are admitted
+// at once.
+func TestAdmissionReserve(t *testing.T) {
+	c := mustCompile(t,
+		spec("gold", 10, func(s *Spec) { s.Prefixes = []string{"/g"} }),
+		spec("bulk", 1, func(s *Spec) { s.Prefixes = []string{"/b"} }),
+		spec("default", 0, nil),
+	)
+	gold, bulk, def := c.Class("gold"), c.Class("bulk"), c.Default()
+	for _, tc := range []struct {
+		limit, reserve, lower int
+		lowerNow, goldNow     bool
+		wantReserve           int
+	}{
+		{limit: 4, reserve: 0, lower: 3, lowerNow: true, goldNow: false, wantReserve: 0}, // no reserve: the last slot goes to a lower class
+		{limit: 4, reserve: 1, lower: 3, lowerNow: false, goldNow: true, wantReserve: 1},
+		{limit: 4, reserve: 1, lower: 2, lowerNow: true, goldNow: true, wantReserve: 1},
+		{limit: 4, reserve: 2, lower: 2, lowerNow: false, goldNow: true, wantReserve: 2},
+		{limit: 2, reserve: 5, lower: 1, lowerNow: false, goldNow: true, wantReserve: 1}, // clamped to limit-1
+		{limit: 0, reserve: 3, lower: 50, lowerNow: true, goldNow: true, wantReserve: 0}, // no limit: nothing to reserve
+	} {
+		name := fmt.Sprintf("limit %d reserve %d lower %d", tc.limit, tc.reserve, tc.lower)
+		ft := &fakeTimers{now: time.Unix(0, 0)}
+		a := NewAdmission(c, tc.limit, ft.Now, ft.After)
+		a.SetReserve(tc.reserve)
+		if got := a.Reserve(); got != tc.wantReserve {
+			t.Errorf("%s: reserve %d, want %d", name, got, tc.wantReserve)
+		}
+		var held []*Ticket
+		for i := 0; i < tc.lower; i++ {
+			k := def
+			if i%2 == 1 {
+				k = bulk
+			}
+			tk, err := a.Acquire(context.Background(), k)
+			if err != nil {
+				t.Fatalf("%s: lower request %d: %v", name, i, err)
+			}
+			held = append(held, tk)
+		}
+		timers := ft.timers()
+		l := acquire(a, bulk)
+		lowerAdmitted := false
+		select {
+		case r := <-l:
+			lowerAdmitted = r.err == nil
+		case <-time.After(50 * time.Millisecond):
+		}
+		if lowerAdmitted != tc.lowerNow {
+			t.Errorf("%s: one more lower admitted at once: %v, want %v", name, lowerAdmitted, tc.lowerNow)
+		}
+		if !lowerAdmitted {
+			waitFor(t, "bulk waiting", func() bool { return ft.timers() == timers+1 })
+		}
+		g := acquire(a, gold)
+		goldAdmitted := false
+		select {
+		case r := <-g:
+			goldAdmitted = r.err == nil
+			if goldAdmitted {
+				r.t.Release()
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+		if goldAdmitted != tc.goldNow {
+			t.Errorf("%s: gold admitted at once: %v, want %v", name, goldAdmitted, tc.goldNow)
+		}
+		if !lowerAdmitted && goldAdmitted && len(held) > 0 {
+			// The gold slot freed: still reserved, the bulk waiter waits;
+			// a lower slot freeing lets it in.
+			select {
+			case r := <-l:
+				t.Errorf("%s: bulk took a reserved slot: %+v", name, r)
+			case <-time.After(20 * time.Millisecond):
+			}
+			held[0].Release()
+			held = held[1:]
+			if r := <-l; r.err != nil {
+				t.Errorf("%s: bulk after a lower slot freed: %v", name, r.err)
+			}
+		}
+		ft.fire() // unblock anything left waiting
+		for _, tk := range held {
+			tk.Release()
+		}
+	}
 }
