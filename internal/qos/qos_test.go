@@ -2,9 +2,9 @@ package qos
 
 import (
 	"context"
-	"fmt"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
