@@ -44,7 +44,15 @@ type QoSConfig struct {
 	Testbed  bool
 	NodeRate string
 	FileSize int
-	Log      io.Writer
+	// Reserve is the director's qos-reserve: slots per server only gold
+	// may take (-1: none; 0: the default, 1).
+	Reserve int
+	// TopRate, with Testbed, gives the nodes' shaped links two priority
+	// bands (testbed.Host.TopRate): packets the nodes mark EF (gold's
+	// responses) get TopRate guaranteed and go first ("off": one band,
+	// as before; "": half of NodeRate).
+	TopRate string
+	Log     io.Writer
 }
 
 // QoSPhase is one open-loop (or, for capacity, closed-loop) run.
@@ -53,6 +61,17 @@ type QoSPhase struct {
 	OfferedRPS float64 `json:"offered_rps"`
 	Gold       Class   `json:"gold"`
 	BestEffort Class   `json:"best_effort"`
+	// events are every request's outcome, for the plots.
+	events []qosEvent
+}
+
+// qosEvent is one request: when it was scheduled (s from the phase's
+// start), its class, its outcome and its latency (of a 200).
+type qosEvent struct {
+	at   float64
+	gold bool
+	code int // 200, 503 (shed), 0 (anything else)
+	ms   float64
 }
 
 // Class is one class's figures in a phase.
@@ -76,6 +95,8 @@ type QoSResult struct {
 	When        time.Time  `json:"when"`
 	Nodes       int        `json:"nodes"`
 	Limit       int        `json:"admission_limit"`
+	Reserve     int        `json:"reserve"`  // of Limit, the slots only gold may take
+	TopRate     string     `json:"top_rate"` // the nodes' links' EF band ("": none)
 	CapacityRPS float64    `json:"capacity_rps"`
 	Phases      []QoSPhase `json:"phases"`
 	Notes       []string   `json:"notes"`
@@ -118,6 +139,15 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 		}
 	}
 	qosPerServer := cfg.PerServer
+	switch {
+	case cfg.Reserve == 0:
+		cfg.Reserve = 1
+	case cfg.Reserve < 0:
+		cfg.Reserve = 0
+	}
+	if cfg.Reserve >= qosPerServer {
+		return nil, fmt.Errorf("reserve %d: want fewer than per-server %d", cfg.Reserve, qosPerServer)
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
@@ -128,6 +158,17 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	defer os.RemoveAll(scratch)
 	if cfg.NodeRate == "" {
 		cfg.NodeRate = "20mbit"
+	}
+	switch {
+	case !cfg.Testbed || cfg.TopRate == "off":
+		cfg.TopRate = ""
+	case cfg.TopRate == "":
+		var v uint64
+		var unit string
+		if _, err := fmt.Sscanf(cfg.NodeRate, "%d%s", &v, &unit); err != nil || v < 2 {
+			return nil, fmt.Errorf("node rate %q: want a whole tc rate like 20mbit to halve for the top band (or give the top rate)", cfg.NodeRate)
+		}
+		cfg.TopRate = fmt.Sprintf("%d%s", v/2, unit)
 	}
 	if cfg.FileSize <= 0 {
 		cfg.FileSize = 32 << 10
@@ -168,6 +209,7 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 		for i := range spec.Hosts {
 			if strings.HasPrefix(spec.Hosts[i].Name, "node") {
 				spec.Hosts[i].Rate = cfg.NodeRate
+				spec.Hosts[i].TopRate = cfg.TopRate
 			}
 		}
 		testbed.Down(bedName) // one an interrupted run left
@@ -210,8 +252,8 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	withQoS := qosClasses + strings.Replace(string(plain), "    dataplane l7\n", fmt.Sprintf("    dataplane l7\n    qos-per-server %d\n", qosPerServer), 1)
-	res := &QoSResult{Scenario: "qos", When: time.Now().UTC(), Nodes: 2, Limit: 2 * qosPerServer, Testbed: cfg.Testbed, FileBytes: cfg.FileSize}
+	withQoS := qosClasses + strings.Replace(string(plain), "    dataplane l7\n", fmt.Sprintf("    dataplane l7\n    qos-per-server %d\n    qos-reserve %d\n", qosPerServer, cfg.Reserve), 1)
+	res := &QoSResult{Scenario: "qos", When: time.Now().UTC(), Nodes: 2, Limit: 2 * qosPerServer, Reserve: 2 * cfg.Reserve, TopRate: cfg.TopRate, Testbed: cfg.Testbed, FileBytes: cfg.FileSize}
 	if cfg.Testbed {
 		res.NodeRate = cfg.NodeRate
 	} else {
@@ -266,12 +308,20 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	res.Phases = append(res.Phases, run(fmt.Sprintf("%.0f %% of capacity, no classes", cfg.Load*100), cfg.Load*res.CapacityRPS, cfg.GoldShare))
 	if cfg.Testbed {
 		res.Notes = append(res.Notes, fmt.Sprintf("test bed: each role in its own namespace, the nodes' links shaped to %s both ways, a %d-byte file: the nodes' links are the bottleneck", cfg.NodeRate, cfg.FileSize))
+		if cfg.TopRate != "" {
+			res.Notes = append(res.Notes, fmt.Sprintf("priority on the wire: the nodes mark gold's responses DSCP EF; each node link is an htb of %s with an EF band guaranteed %s at prio 0 and the rest at prio 1, each borrowing up to %s (in every phase, the unloaded one too)", cfg.NodeRate, cfg.TopRate, cfg.NodeRate))
+		} else {
+			res.Notes = append(res.Notes, "no priority on the wire: one htb band per node link (--top-rate off)")
+		}
 	} else {
 		res.Notes = append(res.Notes, "loopback: everything (generator, director, nodes, file system) shares this machine's CPUs: capacity is the whole setup's, and the CPUs, not the pool, run out first")
 	}
 	res.Notes = append(res.Notes,
 		"latency is from each request's scheduled send time (open loop: no coordinated omission); the generator caps its outstanding requests at 4096 (counted as errors)",
-		fmt.Sprintf("classes: gold (header X-Tier: gold, queue deadline 2s); best-effort = default (queue deadline 50ms, then 503 Retry-After 1); admission limit %d (qos-per-server %d x 2 nodes); nodes --qos-workers %d", res.Limit, qosPerServer, qosPerServer))
+		fmt.Sprintf("classes: gold (header X-Tier: gold, queue deadline 2s); best-effort = default (queue deadline 50ms, then 503 Retry-After 1); admission limit %d (qos-per-server %d x 2 nodes), of which %d only gold may take (qos-reserve %d); nodes --qos-workers %d", res.Limit, qosPerServer, res.Reserve, cfg.Reserve, qosPerServer))
+	if err := res.plots(cfg.Out); err != nil {
+		return nil, err
+	}
 	if err := writeJSONMD(cfg.Out, res, res.Markdown()); err != nil {
 		return nil, err
 	}
@@ -338,6 +388,7 @@ func openLoop(ctx context.Context, cl *http.Client, url string, rate, goldShare 
 	p := QoSPhase{OfferedRPS: rate}
 	var mu sync.Mutex
 	var goldLat, beLat []float64
+	p.events = make([]qosEvent, 0, int(rate*d.Seconds())+1)
 	var outstanding atomic.Int64
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / rate)
@@ -360,6 +411,7 @@ func openLoop(ctx context.Context, cl *http.Client, url string, rate, goldShare 
 		if outstanding.Load() >= maxOutstanding {
 			mu.Lock()
 			cls.Errors++
+			p.events = append(p.events, qosEvent{at: at.Sub(start).Seconds(), gold: gold})
 			mu.Unlock()
 			continue
 		}
@@ -372,6 +424,11 @@ func openLoop(ctx context.Context, cl *http.Client, url string, rate, goldShare 
 			ms := float64(time.Since(at).Microseconds()) / 1000
 			mu.Lock()
 			defer mu.Unlock()
+			ev := qosEvent{at: at.Sub(start).Seconds(), gold: gold, ms: ms}
+			if code == 200 || code == 503 && ra {
+				ev.code = code
+			}
+			p.events = append(p.events, ev)
 			switch {
 			case code == 200:
 				cls.OK++
@@ -405,8 +462,11 @@ func (r *QoSResult) Markdown() string {
 	if r.Testbed {
 		where = "test bed, node links " + r.NodeRate
 	}
-	fmt.Fprintf(&b, "# qos, %s\n\n%s, %d nodes, a %d-byte file, admission limit %d, capacity %.0f requests/s (closed loop, best-effort only).\n\n",
-		r.When.Format(time.RFC3339), where, r.Nodes, r.FileBytes, r.Limit, r.CapacityRPS)
+	if r.TopRate != "" {
+		where += ", EF band " + r.TopRate
+	}
+	fmt.Fprintf(&b, "# qos, %s\n\n%s, %d nodes, a %d-byte file, admission limit %d (%d reserved for gold), capacity %.0f requests/s (closed loop, best-effort only).\n\n",
+		r.When.Format(time.RFC3339), where, r.Nodes, r.FileBytes, r.Limit, r.Reserve, r.CapacityRPS)
 	b.WriteString("| phase | offered req/s | gold ok | gold shed | gold err | gold p50 ms | gold p99 ms | best-effort ok | best-effort shed | shed % | best-effort err | best-effort p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Phases {
 		shedPct := 0.0
@@ -419,6 +479,9 @@ func (r *QoSResult) Markdown() string {
 	}
 	if len(r.Phases) >= 2 && r.Phases[0].Gold.P99ms > 0 {
 		fmt.Fprintf(&b, "\ngold p99 at %s: %.2f x unloaded.\n", r.Phases[1].Name, r.Phases[1].Gold.P99ms/r.Phases[0].Gold.P99ms)
+	}
+	if len(r.Phases) >= 3 {
+		b.WriteString("\nPlots (by each request's scheduled send time, 0.5 s bins): [latency with classes](qos-latency-classes.svg), [latency without](qos-latency-noclasses.svg), [admitted and shed with classes](qos-rate-classes.svg), [without](qos-rate-noclasses.svg).\n")
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
@@ -449,4 +512,85 @@ func putFile(ctx context.Context, c *launch.Cluster, scratch, dst string, size i
 		return fmt.Errorf("corral fs put %s: %v: %s", dst, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// plotBin is the plots' time bin.
+const plotBin = 0.5
+
+// plots writes, for the overload phases with and without classes, each
+// class's p50 and p99 latency and its admitted and shed rates over time.
+func (r *QoSResult) plots(out string) error {
+	if len(r.Phases) < 3 {
+		return nil
+	}
+	for _, x := range []struct {
+		p    *QoSPhase
+		name string
+	}{{&r.Phases[1], "classes"}, {&r.Phases[2], "noclasses"}} {
+		lat, rate := qosSeries(x.p.events)
+		title := fmt.Sprintf("%s: %.0f req/s offered", x.p.Name, x.p.OfferedRPS)
+		if err := LineChart(filepath.Join(out, "qos-latency-"+x.name+".svg"), "latency, "+title, "scheduled send time (s)", "ms", lat); err != nil {
+			return err
+		}
+		if err := LineChart(filepath.Join(out, "qos-rate-"+x.name+".svg"), "admitted (200) and shed (503), "+title, "scheduled send time (s)", "requests/s", rate); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// qosSeries bins events by scheduled send time: the latency series (p50,
+// p99 of the 200s per class) and the rate series (200s and 503s per
+// class; gold's 503s only if there are any).
+func qosSeries(evs []qosEvent) (lat, rate []Series) {
+	n := 0
+	for _, e := range evs {
+		n = max(n, int(e.at/plotBin)+1)
+	}
+	type bin struct {
+		ms       [2][]float64
+		ok, shed [2]int
+	}
+	bins := make([]bin, n)
+	for _, e := range evs {
+		c := 1
+		if e.gold {
+			c = 0
+		}
+		b := &bins[int(e.at/plotBin)]
+		switch e.code {
+		case 200:
+			b.ok[c]++
+			b.ms[c] = append(b.ms[c], e.ms)
+		case 503:
+			b.shed[c]++
+		}
+	}
+	names := [2]string{"gold", "best-effort"}
+	goldShed := false
+	for _, b := range bins {
+		goldShed = goldShed || b.shed[0] > 0
+	}
+	for c := 0; c < 2; c++ {
+		p50 := Series{Name: names[c] + " p50", Dashed: true}
+		p99 := Series{Name: names[c] + " p99"}
+		ok := Series{Name: names[c] + " 200"}
+		shed := Series{Name: names[c] + " 503", Dashed: true}
+		for i, b := range bins {
+			x := float64(i)*plotBin + plotBin/2
+			if len(b.ms[c]) > 0 {
+				slices.Sort(b.ms[c])
+				p50.X, p50.Y = append(p50.X, x), append(p50.Y, quantile(b.ms[c], 0.5))
+				p99.X, p99.Y = append(p99.X, x), append(p99.Y, quantile(b.ms[c], 0.99))
+			}
+			ok.X, ok.Y = append(ok.X, x), append(ok.Y, float64(b.ok[c])/plotBin)
+			shed.X, shed.Y = append(shed.X, x), append(shed.Y, float64(b.shed[c])/plotBin)
+		}
+		lat = append(lat, p99, p50)
+		rate = append(rate, ok)
+		if c == 1 || goldShed {
+			rate = append(rate, shed)
+		}
+	}
+	return lat, rate
 }

@@ -16,7 +16,8 @@ func qosBenchCmd() *cobra.Command {
 	var load, gold float64
 	var perServer, fileSize int
 	var bed bool
-	var nodeRate string
+	var nodeRate, topRate string
+	var reserve int
 	c := &cobra.Command{
 		Use:   "qos [--quick]",
 		Short: "Request classes under overload: gold's latency and best-effort's shed rate at 120 % of capacity",
@@ -37,7 +38,12 @@ With --testbed (root) each role runs in its own namespace and the nodes'
 links are shaped (--node-rate), so the nodes run out before this machine's
 CPUs do, as in a real cluster; the file fetched is --file-size bytes.
 
-Writes results.json and results.md under --out. --quick: 3 s phases.`,
+The director keeps --reserve slots per server for gold (qos-reserve); with
+--testbed the nodes mark gold's responses DSCP EF and their links get an EF
+band (--top-rate) served first: gold's priority carries onto the wire.
+
+Writes results.json, results.md and SVG plots (latency, admitted and shed
+over time per class) under --out. --quick: 3 s phases.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -49,7 +55,7 @@ Writes results.json and results.md under --out. --quick: 3 s phases.`,
 				return err
 			}
 			cfg := bench.QoSConfig{Bin: bin, Dir: dir, Net: n, Phase: phase, Load: load, GoldShare: gold, PerServer: perServer,
-				Testbed: bed, NodeRate: nodeRate, FileSize: fileSize, Log: os.Stdout}
+				Testbed: bed, NodeRate: nodeRate, FileSize: fileSize, Reserve: reserve, TopRate: topRate, Log: os.Stdout}
 			if quick && !cmd.Flags().Changed("phase") {
 				cfg.Phase = 3 * time.Second
 			}
@@ -66,6 +72,8 @@ Writes results.json and results.md under --out. --quick: 3 s phases.`,
 	c.Flags().IntVar(&perServer, "per-server", 0, "the director's qos-per-server and the nodes' --qos-workers (default 8; 2 with --testbed)")
 	c.Flags().BoolVar(&bed, "testbed", false, "each role in its own namespace on 10.89.0.0/24 (root), the nodes' links shaped: the nodes run out, not this machine's CPUs")
 	c.Flags().StringVar(&nodeRate, "node-rate", "20mbit", "with --testbed: the nodes' link rate")
+	c.Flags().IntVar(&reserve, "reserve", 0, "the director's qos-reserve: slots per server only gold may take (default 1; -1: none)")
+	c.Flags().StringVar(&topRate, "top-rate", "", "with --testbed: the nodes' links' EF band for gold's responses (default half of --node-rate; off: one band)")
 	c.Flags().IntVar(&fileSize, "file-size", 32<<10, "with --testbed: the size of the file fetched")
 	c.Flags().StringVar(&netFlag, "net", "127.0.89.0/24", "loopback /24 the cluster takes (VIP .100, nodes .21..)")
 	c.Flags().StringVar(&dir, "dir", os.TempDir(), "scratch directory for the cluster's data")
