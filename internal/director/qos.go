@@ -112,10 +112,11 @@ var (
 	descQoSInFlight   = prometheus.NewDesc("corral_director_qos_in_flight", "l7 requests admitted and not yet finished, by class", qosLabels, nil)
 	descQoSWaiting    = prometheus.NewDesc("corral_director_qos_waiting", "l7 requests waiting in their class's queue", qosLabels, nil)
 	descQoSLimit      = prometheus.NewDesc("corral_director_qos_limit", "the service's limit of l7 requests in flight to its pool", []string{"service"}, nil)
+	descQoSReserve    = prometheus.NewDesc("corral_director_qos_reserve", "of the limit, the slots only the service's top class may take (qos-reserve x servers)", []string{"service"}, nil)
 	descQoSPoolFlight = prometheus.NewDesc("corral_director_qos_pool_in_flight", "l7 requests in flight to the service's pool, every class", []string{"service"}, nil)
 )
 
-var qosDescs = []*prometheus.Desc{descQoSAdmitted, descQoSQueued, descQoSShed, descQoSInFlight, descQoSWaiting, descQoSLimit, descQoSPoolFlight}
+var qosDescs = []*prometheus.Desc{descQoSAdmitted, descQoSQueued, descQoSShed, descQoSInFlight, descQoSWaiting, descQoSLimit, descQoSReserve, descQoSPoolFlight}
 
 func newQoSWait() *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "corral_director_qos_queue_wait_seconds",
@@ -131,6 +132,7 @@ func collectQoS(services map[string]*service, gauge, counter func(*prometheus.De
 		}
 		classes, limit, inflight := st.adm.Stats()
 		gauge(descQoSLimit, float64(limit), name)
+		gauge(descQoSReserve, float64(st.adm.Reserve()), name)
 		gauge(descQoSPoolFlight, float64(inflight), name)
 		for _, c := range classes {
 			counter(descQoSAdmitted, float64(c.Admitted), name, c.Name)

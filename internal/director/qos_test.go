@@ -197,3 +197,81 @@ func qget2(vip, path string) chan reply {
 	}()
 	return ch
 }
+
+// TestL7QoSReserve: with qos-reserve 1 of qos-per-server 2 (one server),
+// a best-effort request waits while one is in flight, though a slot is
+// free, and a gold request that came after it is sent at once; while
+// either of the two is still in flight the best-effort one keeps
+// waiting (the one free slot is gold's); once both end it goes.
+func TestL7QoSReserve(t *testing.T) {
+	n := newGateNode(t)
+	vip := h8Addr(t, 2)
+	d := start(t, fmt.Sprintf(`
+qos gold { priority 10; header X-Tier: gold }
+qos default { overload queue deadline=10s retry-after=2 }
+service w {
+    vip %s
+    dataplane l7
+    scheduler rr
+    check none
+    qos-per-server 2
+    qos-reserve 1
+    server %s
+}
+`, vip, n.srv.Listener.Addr()))
+	waitSeen := func(k int) {
+		t.Helper()
+		for i := 0; i < 2000 && len(n.seen()) < k; i++ {
+			time.Sleep(time.Millisecond)
+		}
+		if len(n.seen()) < k {
+			t.Fatalf("the node saw %d requests, want %d", len(n.seen()), k)
+		}
+	}
+	a := qget(vip, nil)
+	waitSeen(1)
+	b := qget(vip, nil)
+	for i := 0; i < 2000 && qosStats(t, d, "w")["default"].Waiting < 1; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	if st := qosStats(t, d, "w")["default"]; st.Waiting != 1 || st.InFlight != 1 {
+		t.Fatalf("default: %+v, want one in flight and one waiting (the second slot is gold's)", st)
+	}
+	c := qget(vip, map[string]string{"X-Tier": "gold"})
+	waitSeen(2)
+	if s := n.seen(); s[1] != "gold; priority=10; nice=0" {
+		t.Fatalf("the node saw %q, want gold second", s)
+	}
+	// One of the two in flight ends (the gate lets either go): one slot
+	// is free, but it is the reserved one, so b still waits.
+	n.release()
+	second := c
+	select {
+	case r := <-a:
+		if r.err != nil || r.status != 200 {
+			t.Fatalf("a: %+v", r)
+		}
+	case r := <-c:
+		if r.err != nil || r.status != 200 {
+			t.Fatalf("c: %+v", r)
+		}
+		second = a
+	}
+	time.Sleep(50 * time.Millisecond)
+	if st := qosStats(t, d, "w")["default"]; st.Waiting != 1 || len(n.seen()) != 2 {
+		t.Fatalf("with one slot free: default %+v, the node saw %d: best-effort took the reserved slot", st, len(n.seen()))
+	}
+	// The other ends: two free, b goes.
+	n.release()
+	if r := <-second; r.err != nil || r.status != 200 {
+		t.Fatalf("second: %+v", r)
+	}
+	waitSeen(3)
+	n.release()
+	if r := <-b; r.err != nil || r.status != 200 {
+		t.Errorf("b: %+v", r)
+	}
+	if s := n.seen(); s[2] != "default; priority=0; nice=5" {
+		t.Errorf("the node saw %q, want the waiting default third", s)
+	}
+}
