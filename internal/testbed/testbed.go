@@ -447,7 +447,9 @@ func (b *Bed) State() []Status {
 		if st.Netns {
 			st.Link = exec.Command("ip", "netns", "exec", b.Netns(h.Name), "ip", "link", "show", "dev", "eth0", "up").Run() == nil
 			if o, err := exec.Command("ip", "netns", "exec", b.Netns(h.Name), "tc", "class", "show", "dev", "eth0").Output(); err == nil {
-				if m := regexp.MustCompile(`rate (\S+)`).FindSubmatch(o); m != nil {
+				// The root class's rate: with TopRate the bands below it
+				// have their own.
+				if m := regexp.MustCompile(`class htb \S+ root .*?rate (\S+)`).FindSubmatch(o); m != nil {
 					st.Shaped = string(m[1])
 				}
 			}
