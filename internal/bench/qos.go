@@ -45,7 +45,7 @@ type QoSConfig struct {
 	NodeRate string
 	FileSize int
 	// Reserve is the director's qos-reserve: slots per server only gold
-	// may take (-1: none; 0: the default, 1).
+	// may take (-1: none; 0: the default, 1, or none with PerServer 1).
 	Reserve int
 	// TopRate, with Testbed, gives the nodes' shaped links two priority
 	// bands (testbed.Host.TopRate): packets the nodes mark EF (gold's
@@ -141,7 +141,7 @@ func RunQoS(ctx context.Context, cfg QoSConfig) (*QoSResult, error) {
 	qosPerServer := cfg.PerServer
 	switch {
 	case cfg.Reserve == 0:
-		cfg.Reserve = 1
+		cfg.Reserve = min(1, qosPerServer-1) // (per-server 1: none)
 	case cfg.Reserve < 0:
 		cfg.Reserve = 0
 	}

@@ -72,7 +72,7 @@ over time per class) under --out. --quick: 3 s phases.`,
 	c.Flags().IntVar(&perServer, "per-server", 0, "the director's qos-per-server and the nodes' --qos-workers (default 8; 2 with --testbed)")
 	c.Flags().BoolVar(&bed, "testbed", false, "each role in its own namespace on 10.89.0.0/24 (root), the nodes' links shaped: the nodes run out, not this machine's CPUs")
 	c.Flags().StringVar(&nodeRate, "node-rate", "20mbit", "with --testbed: the nodes' link rate")
-	c.Flags().IntVar(&reserve, "reserve", 0, "the director's qos-reserve: slots per server only gold may take (default 1; -1: none)")
+	c.Flags().IntVar(&reserve, "reserve", 0, "the director's qos-reserve: slots per server only gold may take (default 1, 0 with --per-server 1; -1: none)")
 	c.Flags().StringVar(&topRate, "top-rate", "", "with --testbed: the nodes' links' EF band for gold's responses (default half of --node-rate; off: one band)")
 	c.Flags().IntVar(&fileSize, "file-size", 32<<10, "with --testbed: the size of the file fetched")
 	c.Flags().StringVar(&netFlag, "net", "127.0.89.0/24", "loopback /24 the cluster takes (VIP .100, nodes .21..)")
