@@ -162,8 +162,10 @@ func FeedbackView(c *Config) (*config.Feedback, error) {
 
 // FeedbackPools are the services with weights feedback and the servers
 // (ip:port) each resolves to: its explicit servers or its cluster's
-// nodes, as the directors' views have them. c is validated.
-func FeedbackPools(c *Config) (map[string][]string, error) {
+// nodes, as the directors' views have them, less those at weight 0
+// (configured so, or on a node in drained): a feedback weight would
+// override their 0, and a drain must win. c is validated.
+func FeedbackPools(c *Config, drained []string) (map[string][]string, error) {
 	out := map[string][]string{}
 	var errs []error
 	for i := range c.Services {
@@ -171,14 +173,16 @@ func FeedbackPools(c *Config) (map[string][]string, error) {
 		if s.Weights != "feedback" {
 			continue
 		}
-		o, err := serviceView(c, s, nil)
+		o, err := serviceView(c, s, drained)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("services[%d] (%s): %w", i, s.Name, err))
 			continue
 		}
-		addrs := make([]string, len(o.Servers))
-		for j, r := range o.Servers {
-			addrs[j] = r.Addr.String()
+		addrs := []string{}
+		for _, r := range o.Servers {
+			if r.Weight > 0 {
+				addrs = append(addrs, r.Addr.String())
+			}
 		}
 		out[s.Name] = addrs
 	}
