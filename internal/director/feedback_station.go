@@ -133,7 +133,13 @@ func (d *Director) applyStationLocked(old *FeedbackStatus, keep float64) {
 		}
 		s.mu.Lock()
 		for _, r := range s.reals {
-			if v, ok := w[r.addr]; ok && r.fb.Swap(v) != v {
+			// A server the station does not list (drained, weight 0, not
+			// in its version yet) takes its configured weight.
+			v, ok := w[r.addr]
+			if !ok {
+				v = -1
+			}
+			if r.fb.Swap(v) != v {
 				changed = true
 			}
 		}
