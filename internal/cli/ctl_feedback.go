@@ -34,6 +34,17 @@ configuration has no feedback block. docs/feedback.md explains the rule.`,
 
 func printFeedback(w io.Writer, st director.FeedbackStatus, now time.Time) error {
 	fmt.Fprintf(w, "source %s, every %s\n", st.Source, st.Interval)
+	if st.Seq > 0 {
+		// A station's publication (corral cfg feedback, or a director it feeds).
+		poll := ""
+		if st.Poll != "" {
+			poll = ", polling " + st.Poll
+		}
+		fmt.Fprintf(w, "station publication %d at %s (%.1fs ago)%s\n", st.Seq, st.Time.Format("15:04:05.0"), now.Sub(st.Time).Seconds(), poll)
+	}
+	if st.Stale != "" {
+		fmt.Fprintf(w, "STALE: %s\n", st.Stale)
+	}
 	if len(st.Services) == 0 {
 		fmt.Fprintln(w, "no service has 'weights feedback' (or no round has run yet)")
 		return nil
