@@ -160,13 +160,22 @@ func FeedbackView(c *Config) (*config.Feedback, error) {
 	return o, nil
 }
 
+// FeedbackServer is one server the station's monitor polls.
+type FeedbackServer struct {
+	Addr string // ip:port, as the directors' pools have it
+	// Load is the node's admin address (ip:port) for the agent source
+	// when the server is on a node whose admin is set; "": the server's
+	// IP at the section's agent-port.
+	Load string
+}
+
 // FeedbackPools are the services with weights feedback and the servers
-// (ip:port) each resolves to: its explicit servers or its cluster's
-// nodes, as the directors' views have them, less those at weight 0
-// (configured so, or on a node in drained): a feedback weight would
-// override their 0, and a drain must win. c is validated.
-func FeedbackPools(c *Config, drained []string) (map[string][]string, error) {
-	out := map[string][]string{}
+// each resolves to: its explicit servers or its cluster's nodes, as the
+// directors' views have them, less those at weight 0 (configured so, or
+// on a node in drained): a feedback weight would override their 0, and a
+// drain must win. c is validated.
+func FeedbackPools(c *Config, drained []string) (map[string][]FeedbackServer, error) {
+	out := map[string][]FeedbackServer{}
 	var errs []error
 	for i := range c.Services {
 		s := &c.Services[i]
@@ -178,13 +187,22 @@ func FeedbackPools(c *Config, drained []string) (map[string][]string, error) {
 			errs = append(errs, fmt.Errorf("services[%d] (%s): %w", i, s.Name, err))
 			continue
 		}
-		addrs := []string{}
+		servers := []FeedbackServer{}
 		for _, r := range o.Servers {
-			if r.Weight > 0 {
-				addrs = append(addrs, r.Addr.String())
+			if r.Weight == 0 {
+				continue
 			}
+			fs := FeedbackServer{Addr: r.Addr.String()}
+			if n := serverNode(c, fs.Addr); n != "" {
+				for _, nd := range c.Nodes {
+					if nd.Name == n {
+						fs.Load = nd.Admin
+					}
+				}
+			}
+			servers = append(servers, fs)
 		}
-		out[s.Name] = addrs
+		out[s.Name] = servers
 	}
 	return out, errors.Join(errs...)
 }

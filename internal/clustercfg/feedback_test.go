@@ -58,7 +58,14 @@ func TestFeedbackPools(t *testing.T) {
 	}
 	c.Services[2].Weights, c.Services[2].Scheduler = "feedback", "wrr" // dns: one server at weight 0
 	p, _ = FeedbackPools(c, nil)
-	if len(p["dns"]) != 1 || p["dns"][0] != "127.0.51.31:53" {
+	if len(p["dns"]) != 1 || p["dns"][0].Addr != "127.0.51.31:53" {
 		t.Fatalf("dns: %v: want the server of weight 1 only", p["dns"])
+	}
+	// node2's admin is set: its /load is there; node1's is not: "".
+	for _, s := range p["www"] {
+		want := map[string]string{"127.0.51.21:8080": "", "127.0.51.22:8080": "127.0.51.22:9081"}[s.Addr]
+		if s.Load != want {
+			t.Errorf("www server %s: load at %q, want %q", s.Addr, s.Load, want)
+		}
 	}
 }

@@ -89,6 +89,13 @@ func agentClient(c RoundConfig) *http.Client {
 // the round (a cancelled round is not the servers' silence) or the
 // controller could not be made.
 func (p *Pools) Poll(ctx context.Context, name string, addrs []string) (ds []Decision, ok bool, err error) {
+	return p.PollAt(ctx, name, addrs, nil)
+}
+
+// PollAt is Poll where loadAt maps a server to its node's admin address
+// (ip:port) for the agent source; a server not in it is polled at its IP
+// and the agent port.
+func (p *Pools) PollAt(ctx context.Context, name string, addrs []string, loadAt map[string]string) (ds []Decision, ok bool, err error) {
 	pl, err := p.pool(name)
 	if err != nil {
 		return nil, false, err
@@ -96,7 +103,7 @@ func (p *Pools) Poll(ctx context.Context, name string, addrs []string) (ds []Dec
 	start := time.Now()
 	var readings []Reading
 	if p.cfg.Source == "agent" {
-		readings = p.pollAgents(ctx, addrs)
+		readings = p.pollAgents(ctx, addrs, loadAt)
 	} else {
 		readings = p.pollSNMP(ctx, pl, addrs)
 	}
@@ -193,9 +200,9 @@ func (p *Pools) pollSNMP(ctx context.Context, pl *pool, addrs []string) []Readin
 	return pl.poller.Poll(ctx)
 }
 
-// pollAgents fetches every server's node /load (its address, the agent
-// port), at most 8 at a time.
-func (p *Pools) pollAgents(ctx context.Context, addrs []string) []Reading {
+// pollAgents fetches every server's node /load (loadAt's address, else
+// its IP at the agent port), at most 8 at a time.
+func (p *Pools) pollAgents(ctx context.Context, addrs []string, loadAt map[string]string) []Reading {
 	out := make([]Reading, len(addrs))
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
@@ -210,7 +217,11 @@ func (p *Pools) pollAgents(ctx context.Context, addrs []string) []Reading {
 				out[i] = Reading{Node: a, Err: err}
 				return
 			}
-			url := "http://" + net.JoinHostPort(ap.Addr().String(), strconv.Itoa(p.cfg.AgentPort)) + "/load"
+			host := net.JoinHostPort(ap.Addr().String(), strconv.Itoa(p.cfg.AgentPort))
+			if at := loadAt[a]; at != "" {
+				host = at
+			}
+			url := "http://" + host + "/load"
 			cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 			defer cancel()
 			s, err := FetchSample(cctx, p.client, url)

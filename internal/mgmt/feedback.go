@@ -99,11 +99,18 @@ func (s *Station) feedbackRound(ctx context.Context) time.Duration {
 		s.log.Warn("feedback: pools", "version", d.Version, "err", err)
 	}
 	var wg sync.WaitGroup
-	for name, addrs := range want {
+	for name, servers := range want {
+		addrs, loadAt := make([]string, len(servers)), map[string]string{}
+		for i, sv := range servers {
+			addrs[i] = sv.Addr
+			if sv.Load != "" {
+				loadAt[sv.Addr] = sv.Load
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, _, err := pools.Poll(ctx, name, addrs); err != nil {
+			if _, _, err := pools.PollAt(ctx, name, addrs, loadAt); err != nil {
 				s.log.Error("feedback", "service", name, "err", err)
 			}
 		}()

@@ -20,9 +20,14 @@ import (
 // real load endpoints of two nodes (agent source). Target 10 (Total_load
 // 1000%) keeps the node on this host's real load at the top weight
 // whatever the machine is doing; the skewed node's load average of 500
-// per CPU takes it to the floor.
+// per CPU takes it to the floor. n2 is a node with its admin address set:
+// the station polls its /load there, the other at the section's agent-port.
 const fbYAML = `directors:
   - name: d1
+nodes:
+  - name: n2
+    address: 127.0.71.12:8080
+    admin: 127.0.71.12:7181
 services:
   - name: www
     vip: 127.0.71.100:8000
@@ -99,7 +104,7 @@ func serverWeights(d *director.Director, svc string) map[string]int {
 func TestFeedbackThroughStation(t *testing.T) {
 	ts := startStation(t, stationOpts("127.0.71.1", t.TempDir()))
 	serveLoad(t, "127.0.71.11:7180", feedback.LocalConfig{Node: "n1", Interface: "lo"})
-	serveLoad(t, "127.0.71.12:7180", feedback.LocalConfig{Node: "n2", Interface: "lo", ProcRoot: skewedProc(t)})
+	serveLoad(t, "127.0.71.12:7181", feedback.LocalConfig{Node: "n2", Interface: "lo", ProcRoot: skewedProc(t)})
 	admin := ts.client(t, ts.admin)
 	mustApply(t, admin, 0, fbYAML)
 
