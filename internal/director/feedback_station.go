@@ -195,7 +195,7 @@ func (d *Director) stationWatchdog(stop, done chan struct{}) {
 		case <-time.After(iv):
 		}
 		f.mu.Lock()
-		if f.st != nil {
+		if f.st != nil && len(f.st.Services) > 0 {
 			now := time.Now()
 			if k := stationKeep(f.got, now, f.interval); k < 1 {
 				f.st.Stale = fmt.Sprintf("station silent for %v: weights decaying towards floor %d (kept %.0f%% of the distance)",
@@ -249,7 +249,9 @@ func (d *Director) stationFeedbackStatus() (FeedbackStatus, bool) {
 	f := &d.sfb
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.st == nil {
+	if f.st == nil || len(f.st.Services) == 0 {
+		// Not fed, or the station's configuration has no feedback
+		// section any more: as a director without a block.
 		return FeedbackStatus{}, false
 	}
 	st := *f.st

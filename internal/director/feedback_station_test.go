@@ -86,6 +86,9 @@ func TestStationFeedbackApply(t *testing.T) {
 	if s := serverState(d, "www", a); s.Feedback != -1 || s.Weight != 7 {
 		t.Fatalf("after an empty publication: %+v", s)
 	}
+	if st, err := d.FeedbackStatus(); err == nil {
+		t.Fatalf("after an empty publication: status %+v, want none (no feedback anywhere)", st)
+	}
 
 	own := start(t, fmt.Sprintf("admin 127.0.0.1:0\nfeedback {\n    source agent\n    agent-port 1\n    interval 1s\n}\nservice www {\n    vip %s\n    scheduler wrr\n    weights feedback\n    check none\n    server %s\n}\n", freeAddr(t, "tcp"), a))
 	if err := own.ApplyStationFeedback(publication(1, t0, map[string]int{a: 9})); err == nil {

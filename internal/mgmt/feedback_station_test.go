@@ -2,10 +2,12 @@ package mgmt
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/corral-cluster/corral/internal/feedback"
 	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
 
 // fbYAML: one service whose weights the station's monitor sets, from the
@@ -167,6 +170,24 @@ func TestFeedbackThroughStation(t *testing.T) {
 	}
 	if st.Source != "station" || st.Poll != "agent" || st.Seq == 0 || st.Stale != "" || len(st.Services) != 1 || st.Services[0].Nodes[0].Terms == nil {
 		t.Fatalf("director's feedback status: %+v", st)
+	}
+
+	// The station's /metrics: the director's feedback metrics, the
+	// station's prefix, lint-clean.
+	resp, err := ts.client(t, "").HTTP.Get(ts.url + api.RouteMetrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`corral_mgmt_feedback_weight{server="127.0.71.11:8080",service="www"} 1000`,
+		`corral_mgmt_feedback_term_percent{server="127.0.71.12:8080",service="www",term="la_load"}`, "corral_mgmt_feedback_publications_total "} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("station /metrics lacks %s", want)
+		}
+	}
+	if probs, err := promlint.New(strings.NewReader(string(body))).Lint(); err != nil || len(probs) > 0 {
+		t.Errorf("promlint: %v %v", probs, err)
 	}
 
 	// The station stops: the weights stay for three intervals, then decay.
