@@ -149,7 +149,7 @@ func FeedbackView(c *Config) (*config.Feedback, error) {
 	}
 	o.SourceAddr = f.SourceAddr
 	if f.SNMPVersion == "3" {
-		o.Version, o.Community = "3", ""
+		o.Version = "3" // Community stays at its default, unused, as in the director's block
 		o.User, o.AuthProto, o.AuthFile = f.V3User, strings.ToUpper(f.V3AuthProto), f.V3AuthFile
 		o.PrivProto, o.PrivFile = strings.ToUpper(f.V3PrivProto), f.V3PrivFile
 	} else if f.CommunityFile != "" {
@@ -205,4 +205,61 @@ func FeedbackPools(c *Config, drained []string) (map[string][]FeedbackServer, er
 		out[s.Name] = servers
 	}
 	return out, errors.Join(errs...)
+}
+
+// importFeedback is director.conf's feedback block as the section, the
+// fields at their defaults left out (nil: no block).
+func importFeedback(f *config.Feedback) *Feedback {
+	if f == nil {
+		return nil
+	}
+	def := config.NewFeedback()
+	o := &Feedback{}
+	str := func(v, dflt string) string {
+		if v == dflt {
+			return ""
+		}
+		return v
+	}
+	num := func(v, dflt int) int {
+		if v == dflt {
+			return 0
+		}
+		return v
+	}
+	o.Source = str(f.Source, def.Source)
+	if f.Interval != def.Interval {
+		o.Interval = f.Interval.String()
+	}
+	if f.Timeout != def.Timeout {
+		o.Timeout = f.Timeout.String()
+	}
+	if f.Target != def.Target {
+		o.Target = f.Target
+	}
+	if f.Smoothing != def.Smoothing {
+		o.Smoothing = f.Smoothing
+	}
+	if f.DeadBand != def.DeadBand {
+		db := f.DeadBand
+		o.DeadBand = &db
+	}
+	o.Floor, o.Max = num(f.Floor, def.Floor), num(f.Max, def.Max)
+	o.Port, o.AgentPort = num(f.Port, def.Port), num(f.AgentPort, def.AgentPort)
+	o.IfName, o.CPU = str(f.IfName, def.IfName), str(f.CPU, def.CPU)
+	o.LoadMinutes = num(f.LoadMin, def.LoadMin)
+	if f.Bandwidth != 0 {
+		o.Bandwidth = fmt.Sprint(f.Bandwidth)
+	}
+	o.SourceAddr = f.SourceAddr
+	switch {
+	case f.Version == "3":
+		o.SNMPVersion, o.V3User = "3", f.User
+		o.V3AuthProto, o.V3AuthFile, o.V3PrivProto, o.V3PrivFile = f.AuthProto, f.AuthFile, f.PrivProto, f.PrivFile
+	case f.CommFile != "":
+		o.CommunityFile = f.CommFile
+	default:
+		o.Community = str(f.Community, def.Community)
+	}
+	return o
 }

@@ -33,7 +33,7 @@ func TestFeedbackView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f, _ = FeedbackView(v3); f.Version != "3" || f.User != "u" || f.AuthFile != "/a" || f.PrivProto != "AES" || f.Community != "" {
+	if f, _ = FeedbackView(v3); f.Version != "3" || f.User != "u" || f.AuthFile != "/a" || f.PrivProto != "AES" {
 		t.Fatalf("v3: %+v", f)
 	}
 }
@@ -66,6 +66,46 @@ func TestFeedbackPools(t *testing.T) {
 		want := map[string]string{"127.0.51.21:8080": "", "127.0.51.22:8080": "127.0.51.22:9081"}[s.Addr]
 		if s.Load != want {
 			t.Errorf("www server %s: load at %q, want %q", s.Addr, s.Load, want)
+		}
+	}
+}
+
+// TestImportFeedback: director.conf's block and `weights feedback` come
+// over; the section's view is the block again, field for field.
+func TestImportFeedback(t *testing.T) {
+	for _, block := range []string{
+		"feedback {\n    source agent\n    interval 500ms\n    agent-port 7180\n    bandwidth 100mbit\n    cpu cpuraw\n    floor 3\n    max 60\n    dead-band 0\n    smoothing 0.5\n    target 0.8\n    timeout 200ms\n    source-addr 10.0.0.1\n}\n",
+		"feedback {\n    v3 user=mon auth=sha256:/etc/a priv=aes:/etc/p\n    port 1161\n    ifname eth1\n    load-minutes 5\n}\n",
+		"feedback {\n    community file:/etc/corral/community\n}\n",
+		"feedback {\n}\n",
+	} {
+		d, err := config.Parse("d.conf", []byte(block+"service www {\n    vip 10.0.0.1:80\n    scheduler wrr\n    weights feedback\n    server 10.0.1.1:80\n}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", block, err)
+		}
+		c, err := Import(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := Parse("imported.yaml", y)
+		if err != nil {
+			t.Fatalf("%s: the import is refused: %v\n%s", block, err, y)
+		}
+		if c2.Services[0].Weights != "feedback" {
+			t.Fatalf("weights lost:\n%s", y)
+		}
+		f, err := FeedbackView(c2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := *d.Feedback
+		want.Line = 0
+		if !reflect.DeepEqual(*f, want) {
+			t.Fatalf("%s\nimported %s\n got %+v\nwant %+v", block, y, *f, want)
 		}
 	}
 }
