@@ -249,11 +249,12 @@ type FeedbackStatus struct {
 	Interval string            `json:"interval"`
 	Services []FeedbackService `json:"services"`
 	// The station's publication (zero for a director's own monitor).
-	Poll  string    `json:"poll,omitempty"`  // the station's source: snmp or agent
-	Seq   uint64    `json:"seq,omitempty"`   // publication number, 1 up
-	Time  time.Time `json:"time,omitzero"`   // when the station published it
-	Floor int       `json:"floor,omitempty"` // the weight a silent station's weights decay to
-	Stale string    `json:"stale,omitempty"` // why the weights are no longer the station's latest
+	Poll    string    `json:"poll,omitempty"`    // the station's source: snmp or agent
+	Seq     uint64    `json:"seq,omitempty"`     // publication number, 1 up
+	Time    time.Time `json:"time,omitzero"`     // when the station published it
+	Timeout string    `json:"timeout,omitempty"` // the station's request timeout (a round may last that long)
+	Floor   int       `json:"floor,omitempty"`   // the weight a silent station's weights decay to
+	Stale   string    `json:"stale,omitempty"`   // why the weights are no longer the station's latest
 }
 
 // FeedbackService is one pool's latest decisions: for each server every

@@ -19,9 +19,10 @@ import (
 //
 // If the station goes silent the director keeps the last weights for
 // StationGrace intervals (a late poll or a station restart is not worth a
-// change), then decays them towards the floor, half the distance per two
-// intervals, exactly as the controller decays a server that does not
-// answer. The floor, not the configured weights: without measurements the
+// change; timeouts instead when the station's timeout is the longer: a
+// round with a silent server lasts that long), then decays them towards
+// the floor, half the distance per two intervals, exactly as the
+// controller decays a server that does not answer. The floor, not the configured weights: without measurements the
 // director cannot tell which servers are loaded, and the floor is what
 // the controller itself gives a server it knows nothing of; it also keeps
 // every server in rotation, with equal shares once decayed, where a jump
@@ -59,6 +60,9 @@ func DecodeStationFeedback(b []byte) (FeedbackStatus, error) {
 	if err != nil || iv < 100*time.Millisecond || iv > time.Minute {
 		return st, fmt.Errorf("station feedback: interval %q: want 100ms..1m", st.Interval)
 	}
+	if to, err := time.ParseDuration(st.Timeout); st.Timeout != "" && (err != nil || to < 0 || to > time.Minute) {
+		return st, fmt.Errorf("station feedback: timeout %q: want up to 1m", st.Timeout)
+	}
 	if st.Floor < 0 || st.Floor > 65535 {
 		return st, fmt.Errorf("station feedback: floor %d: want 0..65535", st.Floor)
 	}
@@ -93,6 +97,12 @@ func (d *Director) ApplyStationFeedback(st FeedbackStatus) error {
 	iv, err := time.ParseDuration(st.Interval)
 	if err != nil || iv <= 0 {
 		return fmt.Errorf("station feedback: interval %q", st.Interval)
+	}
+	// A round lasts up to the request timeout when a server does not
+	// answer: with a timeout above the interval, publications come that
+	// far apart without the station being silent.
+	if to, err := time.ParseDuration(st.Timeout); err == nil && to > iv {
+		iv = to
 	}
 	f := &d.sfb
 	f.mu.Lock()

@@ -79,6 +79,19 @@ func TestStationFeedbackApply(t *testing.T) {
 	if sa, sc := serverState(d, "www", a), serverState(d, "www", c); sa.Weight != 40 || sc.Feedback != -1 {
 		t.Fatalf("after a new version: %+v %+v", sa, sc)
 	}
+	// A timeout above the interval: the grace counts in timeouts (a
+	// round with a silent server lasts that long).
+	p := publication(6, t0.Add(1500*time.Millisecond), map[string]int{a: 40})
+	p.Timeout = "2s"
+	if err := d.ApplyStationFeedback(p); err != nil {
+		t.Fatal(err)
+	}
+	d.sfb.mu.Lock()
+	iv := d.sfb.interval
+	d.sfb.mu.Unlock()
+	if iv != 2*time.Second {
+		t.Fatalf("period %v with interval 300ms and timeout 2s: want 2s", iv)
+	}
 	// The station's section is gone: an empty publication.
 	if err := d.ApplyStationFeedback(publication(2, t0.Add(2*time.Second), nil)); err != nil {
 		t.Fatal(err)
@@ -129,6 +142,7 @@ func TestDecodeStationFeedback(t *testing.T) {
 		``, `[]`, `{"interval":"5ms"}`, `{"interval":"2s","floor":-1}`,
 		`{"interval":"2s","services":[{"name":"www","servers":[{"node":"x","weight":70000}]}]}`,
 		`{"interval":"2s","services":[{"name":"www","servers":[{"node":"x","weight":-2}]}]}`,
+		`{"interval":"2s","timeout":"2h"}`, `{"interval":"2s","timeout":"soon"}`,
 	} {
 		if _, err := DecodeStationFeedback([]byte(bad)); err == nil {
 			t.Errorf("%q: accepted", bad)

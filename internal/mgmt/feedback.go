@@ -171,7 +171,7 @@ func (s *Station) publishFeedback(fc *config.Feedback, services []director.Feedb
 	f := s.fb
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.publishLocked(&director.FeedbackStatus{Source: fc.Source, Interval: fc.Interval.String(), Floor: fc.Floor, Services: services})
+	f.publishLocked(&director.FeedbackStatus{Source: fc.Source, Interval: fc.Interval.String(), Timeout: fc.Timeout.String(), Floor: fc.Floor, Services: services})
 }
 
 func (f *stationFB) publishLocked(st *director.FeedbackStatus) {
