@@ -44,6 +44,7 @@ type stationFeedback struct {
 	st       *FeedbackStatus // the latest publication; nil: not fed
 	got      time.Time       // when it arrived (our clock)
 	interval time.Duration
+	keep     float64       // share of the distance to the floor applied (1: as published)
 	stop     chan struct{} // ends the watchdog; nil: none runs
 	done     chan struct{}
 }
@@ -114,7 +115,7 @@ func (d *Director) ApplyStationFeedback(st FeedbackStatus) error {
 	st.Poll = st.Source
 	st.Source = "station"
 	st.Stale = ""
-	f.st, f.got, f.interval = &st, time.Now(), iv
+	f.st, f.got, f.interval, f.keep = &st, time.Now(), iv, 1
 	d.applyStationLocked(old, 1)
 	if f.stop == nil {
 		f.stop, f.done = make(chan struct{}), make(chan struct{})
@@ -210,6 +211,7 @@ func (d *Director) stationWatchdog(stop, done chan struct{}) {
 			if k := stationKeep(f.got, now, f.interval); k < 1 {
 				f.st.Stale = fmt.Sprintf("station silent for %v: weights decaying towards floor %d (kept %.0f%% of the distance)",
 					now.Sub(f.got).Round(time.Millisecond), f.st.Floor, 100*k)
+				f.keep = k
 				d.applyStationLocked(nil, k)
 			}
 		}
@@ -227,7 +229,7 @@ func (d *Director) reapplyStationFeedback() bool {
 	if f.st == nil {
 		return false
 	}
-	d.applyStationLocked(nil, stationKeep(f.got, time.Now(), f.interval))
+	d.applyStationLocked(nil, f.keep)
 	return true
 }
 
@@ -254,7 +256,8 @@ func (d *Director) StopStationFeedback() {
 }
 
 // stationFeedbackStatus is the latest publication with the weights as
-// applied now (decayed while the station is silent).
+// applied (decayed while the station is silent: the watchdog's latest
+// step, so ctl and metrics show what the pickers use).
 func (d *Director) stationFeedbackStatus() (FeedbackStatus, bool) {
 	f := &d.sfb
 	f.mu.Lock()
@@ -265,7 +268,7 @@ func (d *Director) stationFeedbackStatus() (FeedbackStatus, bool) {
 		return FeedbackStatus{}, false
 	}
 	st := *f.st
-	k := stationKeep(f.got, time.Now(), f.interval)
+	k := f.keep
 	st.Services = make([]FeedbackService, len(f.st.Services))
 	for i, ps := range f.st.Services {
 		ps.Nodes = append([]FeedbackNode(nil), ps.Nodes...)
