@@ -23,6 +23,7 @@ const maxFeedback = 32 << 20
 // keeps (then decays) the last weights by itself.
 func (a *Agent) feedbackLoop(ctx context.Context) {
 	var seq uint64
+	var lastErr string // logged once until it changes: publications come every interval
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		b, err := a.pollFeedback(ctx, seq, pollWait)
@@ -35,8 +36,12 @@ func (a *Agent) feedbackLoop(ctx context.Context) {
 			}
 			if err = json.Unmarshal(b, &head); err == nil {
 				seq = head.Seq
-				if err = a.opt.Feedback(b); err != nil {
+				if err = a.opt.Feedback(b); err != nil && err.Error() != lastErr {
 					a.log.Warn("station feedback not applied", "seq", head.Seq, "err", err)
+				}
+				lastErr = ""
+				if err != nil {
+					lastErr = err.Error()
 				}
 				backoff = 100 * time.Millisecond
 				continue
