@@ -2,7 +2,6 @@ package mgmt
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -262,19 +261,6 @@ func (s *Station) hFeedback(w http.ResponseWriter, r *http.Request, p *Principal
 		return
 	}
 	writeJSON(w, http.StatusOK, pub)
-}
-
-// FeedbackStatus is the station's latest publication (false: none).
-func (s *Station) FeedbackStatus() (director.FeedbackStatus, bool) {
-	s.fb.mu.Lock()
-	defer s.fb.mu.Unlock()
-	if s.fb.pub == nil {
-		return director.FeedbackStatus{}, false
-	}
-	b, _ := json.Marshal(s.fb.pub) // a deep copy
-	var st director.FeedbackStatus
-	json.Unmarshal(b, &st)
-	return st, true
 }
 
 // The station's feedback metrics: the director's corral_director_feedback_*
