@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -133,6 +134,7 @@ func (s *Station) syncFeedback(c *clustercfg.Config, v int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.version, f.parsed = v, c
+	prevErr := f.err // retried every round: logged once until it changes
 	if err == nil && fc != nil && f.cfg != nil && f.pools != nil && sameFB(f.cfg, fc) {
 		return
 	}
@@ -154,9 +156,16 @@ func (s *Station) syncFeedback(c *clustercfg.Config, v int64) {
 		return
 	}
 	comm, auth, priv, err := director.FeedbackSecrets(fmt.Sprintf("configuration version %d", v), fc)
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		// The section has no line of the director's file: say the version.
+		err = fmt.Errorf("configuration version %d: %s: %s", v, ce.Field, ce.Msg)
+	}
 	if err != nil {
 		f.cfg, f.err = nil, err.Error()
-		s.log.Error("feedback: the station cannot poll", "err", err)
+		if f.err != prevErr {
+			s.log.Error("feedback: the station cannot poll", "err", err)
+		}
 		return
 	}
 	f.pools = feedback.NewPools(director.FeedbackRoundConfig(fc, comm, auth, priv))

@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,17 @@ func TestFeedbackAPI(t *testing.T) {
 	if err := member.Do(ctxT(t), http.MethodGet, api.RouteFeedback+"?after=x", nil, nil); status(err) != http.StatusBadRequest {
 		t.Fatalf("after=x: %v, want 400", err)
 	}
+
+	// A section whose secrets file is missing on the station: the look
+	// says which file, and of which version.
+	mustApply(t, admin, 1, "services:\n  - name: www\n    vip: 127.0.71.100:8000\n    weights: feedback\n    servers:\n      - address: 127.0.71.11:8080\nfeedback:\n  community-file: /nonexistent/community\n")
+	if !waitCond(10*time.Second, func() bool {
+		err = admin.Do(ctxT(t), http.MethodGet, api.RouteFeedback, nil, nil)
+		return status(err) == http.StatusNotFound && strings.Contains(err.Error(), "/nonexistent/community") && strings.Contains(err.Error(), "version 2")
+	}) {
+		t.Fatalf("missing secrets file: %v", err)
+	}
+	t.Logf("missing secrets file: %v", err)
 }
 
 type limitedBody struct{ n int }
