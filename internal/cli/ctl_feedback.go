@@ -21,8 +21,10 @@ per real server every term of paper 003's equations 1-8 (in percent: Ethernet
 utilisation, swap, load average or CPU busy, disk, their sums), the aggregate
 load, the weight the controller gave and the one before, and the reason in
 words. Terms come from the latest round that had a fresh load ('terms at'):
-snmpd refreshes its counters only every few seconds. 404 when the
-configuration has no feedback block. docs/feedback.md explains the rule.`,
+snmpd refreshes its counters only every few seconds. A director joined to
+a station whose configuration has a feedback section shows the station's
+publication ('source station'; STALE once the station is silent and the
+weights decay). 404 when neither runs. docs/feedback.md explains the rule.`,
 		Example: `  corral ctl feedback
   corral ctl feedback --json | jq '.services[].servers[] | {node, weight, aggregate}'`,
 		Args: cobra.NoArgs,
