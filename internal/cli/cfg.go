@@ -493,7 +493,7 @@ are not lines of OPS.json.`,
 	tx.Flags().Int64Var(&txBase, "base", 0, "the version the changes are meant for (default: the current one)")
 	tx.Flags().StringVar(&txComment, "comment", "", "why: kept in the history")
 
-	c.AddCommand(get, apply, diff, history, rollback, tx, imp, validate, schema, cfgStatusCmd(&sf))
+	c.AddCommand(get, apply, diff, history, rollback, tx, imp, validate, schema, cfgStatusCmd(&sf), cfgFeedbackCmd(&sf))
 	return c
 }
 

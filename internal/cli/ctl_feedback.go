@@ -21,8 +21,10 @@ per real server every term of paper 003's equations 1-8 (in percent: Ethernet
 utilisation, swap, load average or CPU busy, disk, their sums), the aggregate
 load, the weight the controller gave and the one before, and the reason in
 words. Terms come from the latest round that had a fresh load ('terms at'):
-snmpd refreshes its counters only every few seconds. 404 when the
-configuration has no feedback block. docs/feedback.md explains the rule.`,
+snmpd refreshes its counters only every few seconds. A director joined to
+a station whose configuration has a feedback section shows the station's
+publication ('source station'; STALE once the station is silent and the
+weights decay). 404 when neither runs. docs/feedback.md explains the rule.`,
 		Example: `  corral ctl feedback
   corral ctl feedback --json | jq '.services[].servers[] | {node, weight, aggregate}'`,
 		Args: cobra.NoArgs,
@@ -34,6 +36,17 @@ configuration has no feedback block. docs/feedback.md explains the rule.`,
 
 func printFeedback(w io.Writer, st director.FeedbackStatus, now time.Time) error {
 	fmt.Fprintf(w, "source %s, every %s\n", st.Source, st.Interval)
+	if st.Seq > 0 {
+		// A station's publication (corral cfg feedback, or a director it feeds).
+		poll := ""
+		if st.Poll != "" {
+			poll = ", polling " + st.Poll
+		}
+		fmt.Fprintf(w, "station publication %d at %s (%.1fs ago)%s\n", st.Seq, st.Time.Format("15:04:05.0"), now.Sub(st.Time).Seconds(), poll)
+	}
+	if st.Stale != "" {
+		fmt.Fprintf(w, "STALE: %s\n", st.Stale)
+	}
 	if len(st.Services) == 0 {
 		fmt.Fprintln(w, "no service has 'weights feedback' (or no round has run yet)")
 		return nil

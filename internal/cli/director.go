@@ -159,6 +159,15 @@ func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, 
 		return d.ApplyCluster(cfg, version, o.Name, drained, ha)
 	}
 	o.Report = func() any { return d.Status() }
+	// The station's feedback weights (its configuration's feedback
+	// section): applied as the director's own monitor would.
+	o.Feedback = func(b []byte) error {
+		st, err := director.DecodeStationFeedback(b)
+		if err != nil {
+			return err
+		}
+		return d.ApplyStationFeedback(st)
+	}
 	a, reply, err := agent.Join(ctx, o)
 	if err != nil {
 		return err

@@ -27,6 +27,10 @@ type Config struct {
 	Domains []Domain `yaml:"domains,omitempty" json:"domains,omitempty"`
 	// QoS are the request classes of the feedback/QoS scheduler (paper 003).
 	QoS []QoSClass `yaml:"qos,omitempty" json:"qos,omitempty"`
+	// Feedback is how the station polls the servers' load for the
+	// services with weights feedback (paper 003, docs/feedback.md): the
+	// station runs the monitor and hands the weights to the directors.
+	Feedback *Feedback `yaml:"feedback,omitempty" json:"feedback,omitempty"`
 	// FileSystem is where the content lives and how it is laid out.
 	FileSystem FileSystem `yaml:"filesystem,omitempty" json:"filesystem,omitempty"`
 	// Accounts are the people who may use the station's API; passwords
@@ -146,6 +150,74 @@ type Service struct {
 	Servers []RealServer `yaml:"servers,omitempty" json:"servers,omitempty"`
 	// QoS names the classes that apply to this service, highest first.
 	QoS []string `yaml:"qos,omitempty" json:"qos,omitempty"`
+	// Weights is static (the configured weights) or feedback (the
+	// station's monitor sets each server's weight from its measured
+	// load; needs the feedback section and a weighted scheduler).
+	// Default static.
+	Weights string `yaml:"weights,omitempty" json:"weights,omitempty"`
+}
+
+// Feedback is the load feedback monitor's settings (the director's
+// feedback { } block, docs/feedback.md), run by the station.
+type Feedback struct {
+	// Source is snmp (each server's snmpd) or agent (each node's admin
+	// /load). Default snmp.
+	Source string `yaml:"source,omitempty" json:"source,omitempty"`
+	// Interval is the poll period, 100ms..1m. Default 2s.
+	Interval string `yaml:"interval,omitempty" json:"interval,omitempty"`
+	// Timeout bounds one request, 10ms..30s. Default 1s.
+	Timeout string `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Target is the aggregate load steered to, (0, 10]. Default 1.
+	Target float64 `yaml:"target,omitempty" json:"target,omitempty"`
+	// Floor is the lowest weight given (and decayed to), 1..65535.
+	// Default 1.
+	Floor int `yaml:"floor,omitempty" json:"floor,omitempty"`
+	// Max is the highest weight, 1..65535. Default 100.
+	Max int `yaml:"max,omitempty" json:"max,omitempty"`
+	// Smoothing is the newest load's share in the smoothed load, (0, 1];
+	// 1 is off. Default 1.
+	Smoothing float64 `yaml:"smoothing,omitempty" json:"smoothing,omitempty"`
+	// DeadBand: no change while |target - load| is within it, [0, 1].
+	// Default 0.05.
+	DeadBand *float64 `yaml:"dead-band,omitempty" json:"dead-band,omitempty"`
+	// Port is snmpd's port on each server's address. Default 161.
+	Port int `yaml:"port,omitempty" json:"port,omitempty"`
+	// SNMPVersion is 2c (community) or 3 (authPriv, the v3 fields).
+	// Default 2c.
+	SNMPVersion string `yaml:"snmp-version,omitempty" json:"snmp-version,omitempty"`
+	// Community is the v2c community. Default public.
+	Community string `yaml:"community,omitempty" json:"community,omitempty"`
+	// CommunityFile is an absolute path on the station holding the v2c
+	// community instead.
+	CommunityFile string `yaml:"community-file,omitempty" json:"community-file,omitempty"`
+	// V3User is the v3 user name.
+	V3User string `yaml:"v3-user,omitempty" json:"v3-user,omitempty"`
+	// V3AuthProto is SHA, SHA224, SHA256, SHA384, SHA512 or MD5.
+	V3AuthProto string `yaml:"v3-auth-proto,omitempty" json:"v3-auth-proto,omitempty"`
+	// V3AuthFile is an absolute path on the station holding the v3
+	// auth passphrase.
+	V3AuthFile string `yaml:"v3-auth-file,omitempty" json:"v3-auth-file,omitempty"`
+	// V3PrivProto is AES, AES192, AES256, AES192C, AES256C or DES.
+	V3PrivProto string `yaml:"v3-priv-proto,omitempty" json:"v3-priv-proto,omitempty"`
+	// V3PrivFile is an absolute path on the station holding the v3 priv
+	// passphrase.
+	V3PrivFile string `yaml:"v3-priv-file,omitempty" json:"v3-priv-file,omitempty"`
+	// AgentPort is the node's admin port on each server's address.
+	// Default 9080.
+	AgentPort int `yaml:"agent-port,omitempty" json:"agent-port,omitempty"`
+	// IfName is the interface measured (snmp's ifName). Default eth0.
+	IfName string `yaml:"ifname,omitempty" json:"ifname,omitempty"`
+	// Bandwidth is the link speed for equation 3 when the server reports
+	// none (100mbit, 1gbit, or bit/s).
+	Bandwidth string `yaml:"bandwidth,omitempty" json:"bandwidth,omitempty"`
+	// CPU is laload (the paper's equation 7) or cpuraw (busy share
+	// between polls). Default laload.
+	CPU string `yaml:"cpu,omitempty" json:"cpu,omitempty"`
+	// LoadMinutes is x of laLoad_x: 1, 5 or 15. Default 1.
+	LoadMinutes int `yaml:"load-minutes,omitempty" json:"load-minutes,omitempty"`
+	// SourceAddr is the station's address to poll from (default: the
+	// kernel's choice).
+	SourceAddr string `yaml:"source-addr,omitempty" json:"source-addr,omitempty"`
 }
 
 // Check is a health check.

@@ -27,6 +27,13 @@ var enums = map[string][]string{
 	"QoSClass.overload": {"queue", "reject"},
 	"Layout.placement":  {"striped", "whole"},
 	"Account.role":      {"admin", "webmaster", "read-only"},
+	"Service.weights":   {"static", "feedback"},
+	"Feedback.source":   {"snmp", "agent"},
+	"Feedback.cpu":      {"laload", "cpuraw"},
+	// snmp-version: a YAML 3 is an integer; write "3" or 3 (both read).
+	"Feedback.snmp-version":  {"2c", "3"},
+	"Feedback.v3-auth-proto": fbAuthProtos,
+	"Feedback.v3-priv-proto": fbPrivProtos,
 }
 
 // bounds are integer fields' ranges, for the schema (validation says the
@@ -45,6 +52,10 @@ var bounds = map[string][2]int{
 	"QoSClass.retry-after": {0, 86400},
 	"Layout.stripe-count":  {-1, 1 << 16},
 	"Layout.replicas":      {0, 5},
+	"Feedback.floor":       {0, 65535},
+	"Feedback.max":         {0, 65535},
+	"Feedback.port":        {0, 65535},
+	"Feedback.agent-port":  {0, 65535},
 }
 
 // zeroOr are integer fields where 0 means the default and a value below
@@ -278,6 +289,7 @@ func (k *checker) validate() {
 		}
 	}
 	k.directorsHA()
+	k.feedback()
 
 	type vipKey struct {
 		proto string

@@ -68,6 +68,9 @@ func importDirector(d *config.Director) (*Config, error) {
 			o.Scheduler = s.Scheduler
 		}
 		o.Check = importCheck(s.Check)
+		if s.Weights == "feedback" {
+			o.Weights = "feedback"
+		}
 		if spec := d.QoSClasses(&s); len(spec) > 0 {
 			// The station lists a service's classes ("all" in
 			// director.conf is every one by name).
@@ -86,6 +89,7 @@ func importDirector(d *config.Director) (*Config, error) {
 		c.Services = append(c.Services, o)
 	}
 	c.QoS = importQoS(d.QoS)
+	c.Feedback = importFeedback(d.Feedback)
 	return c, nil
 }
 

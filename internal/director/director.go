@@ -64,6 +64,9 @@ type Director struct {
 	// fb is the feedback monitor while a feedback block is configured
 	// (feedback.go); set under mu.
 	fb atomic.Pointer[fbMonitor]
+	// sfb holds the weights the management station publishes, for a
+	// director it feeds (feedback_station.go).
+	sfb stationFeedback
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc
@@ -335,6 +338,7 @@ func (d *Director) Close() {
 		m.stop()
 		d.fb.Store(nil)
 	}
+	d.StopStationFeedback()
 	if p := d.xdp.Load(); p != nil {
 		// Leave the HA group while the services still forward: an active
 		// director hands over first, so a clean stop loses no flow.

@@ -3,14 +3,11 @@ package director
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
+
 	"os"
 	"reflect"
 	"slices"
-	"sort"
-	"strconv"
+
 	"strings"
 	"sync"
 	"time"
@@ -73,37 +70,34 @@ func readFeedbackSecrets(cfg *config.Director) (fbSecrets, error) {
 	return s, nil
 }
 
-// fbMonitor is the running monitor of one feedback block.
+// fbMonitor is the running monitor of one feedback block: the shared
+// polling round (feedback.Pools) over the live pools, each decision
+// applied to the server's fb atomic.
 type fbMonitor struct {
 	d       *Director
 	cfg     config.Feedback
 	sec     fbSecrets
-	ccfg    feedback.ControllerConfig
+	pools   *feedback.Pools
 	cancel  context.CancelFunc
 	done    chan struct{}
-	client  *http.Client // agent source
-	mu      sync.Mutex   // guards pools
-	pools   map[string]*fbPool
 	started time.Time
 }
 
-// fbPool is one service's controller and, for snmp, its poller.
-type fbPool struct {
-	ctrl    *feedback.Controller
-	poller  *feedback.Poller // snmp; rebuilt when the pool changes
-	targets []string         // the poller's servers, in order
-	polled  time.Time        // when the last round ended
-	took    time.Duration    // how long it took
-	// terms keeps each server's latest terms: a round that holds (snmpd's
-	// caches not refreshed yet) has none, and ctl and metrics should still
-	// show the figures the weight stands on.
-	terms map[string]fbTerms
+// FeedbackRoundConfig is how the monitor of block f polls, with the
+// secrets its files hold (FeedbackSecrets): the director's monitor and the
+// station's (internal/mgmt) run the same round from the same block.
+func FeedbackRoundConfig(f *config.Feedback, community, authPass, privPass string) feedback.RoundConfig {
+	return feedback.RoundConfig{Source: f.Source, Interval: f.Interval, Timeout: f.Timeout, Port: f.Port,
+		AgentPort: f.AgentPort, SourceAddr: f.SourceAddr, Version: f.Version, Community: community,
+		User: f.User, AuthProto: f.AuthProto, AuthPass: authPass, PrivProto: f.PrivProto, PrivPass: privPass,
+		IfName: f.IfName, LoadMinutes: f.LoadMin, Controller: feedbackControllerConfig(f)}
 }
 
-type fbTerms struct {
-	terms *feedback.Terms
-	load  float64
-	at    time.Time
+// FeedbackSecrets reads the files block f names (community, v3
+// passphrases); an error names the file and the block's line in file.
+func FeedbackSecrets(file string, f *config.Feedback) (community, authPass, privPass string, err error) {
+	s, err := readFeedbackSecrets(&config.Director{File: file, Feedback: f})
+	return s.community, s.authPass, s.privPass, err
 }
 
 func feedbackControllerConfig(f *config.Feedback) feedback.ControllerConfig {
@@ -126,12 +120,15 @@ func (d *Director) syncFeedback(cfg *config.Director, sec fbSecrets) {
 		d.fb.Store(nil)
 	}
 	if cfg.Feedback == nil {
-		d.clearFeedbackWeights()
+		// A director fed by the station keeps the station's weights (a
+		// new version's new servers get theirs at once, not a poll later).
+		if !d.reapplyStationFeedback() {
+			d.clearFeedbackWeights()
+		}
 		return
 	}
-	m := &fbMonitor{d: d, cfg: *cfg.Feedback, sec: sec, ccfg: feedbackControllerConfig(cfg.Feedback),
-		done: make(chan struct{}), pools: map[string]*fbPool{}, started: time.Now()}
-	m.client = agentClient(cfg.Feedback)
+	m := &fbMonitor{d: d, cfg: *cfg.Feedback, sec: sec, done: make(chan struct{}), started: time.Now(),
+		pools: feedback.NewPools(FeedbackRoundConfig(cfg.Feedback, sec.community, sec.authPass, sec.privPass))}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	d.fb.Store(m)
@@ -144,31 +141,10 @@ func sameFeedback(a, b *config.Feedback) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// agentClient is the agent source's HTTP client: bounded in time, from
-// source-addr if set, no proxies (the nodes are on our own networks).
-func agentClient(f *config.Feedback) *http.Client {
-	dialer := &net.Dialer{Timeout: f.Timeout}
-	if f.SourceAddr != "" {
-		if a, err := netip.ParseAddr(f.SourceAddr); err == nil {
-			dialer.LocalAddr = &net.TCPAddr{IP: a.AsSlice()}
-		}
-	}
-	tr := &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 1, IdleConnTimeout: 3 * f.Interval,
-		ResponseHeaderTimeout: f.Timeout, DisableCompression: true}
-	return &http.Client{Transport: tr, Timeout: f.Timeout}
-}
-
 func (m *fbMonitor) stop() {
 	m.cancel()
 	<-m.done
-	m.mu.Lock()
-	for _, p := range m.pools {
-		if p.poller != nil {
-			p.poller.Close()
-		}
-	}
-	m.mu.Unlock()
-	m.client.CloseIdleConnections()
+	m.pools.Close()
 }
 
 // run polls every interval until ctx ends. Rounds do not overlap: a round
@@ -200,49 +176,19 @@ func (m *fbMonitor) round(ctx context.Context) {
 			continue
 		}
 		seen[name] = true
-		p := m.pool(name)
-		if p == nil {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.poll(ctx, s, p)
+			m.poll(ctx, name, s)
 		}()
 	}
 	wg.Wait()
-	m.mu.Lock()
-	for name, p := range m.pools {
-		if !seen[name] {
-			if p.poller != nil {
-				p.poller.Close()
-			}
-			delete(m.pools, name)
-		}
-	}
-	m.mu.Unlock()
-}
-
-func (m *fbMonitor) pool(name string) *fbPool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pools[name]
-	if p == nil {
-		ctrl, err := feedback.NewController(m.ccfg, nil)
-		if err != nil { // the configuration was validated: cannot happen
-			m.d.log.Error("feedback controller", "service", name, "err", err)
-			return nil
-		}
-		p = &fbPool{ctrl: ctrl}
-		m.pools[name] = p
-	}
-	return p
+	m.pools.Retain(func(name string) bool { return seen[name] })
 }
 
 // poll reads one pool's servers, steps its controller and applies the
 // weights.
-func (m *fbMonitor) poll(ctx context.Context, s *service, p *fbPool) {
-	start := time.Now()
+func (m *fbMonitor) poll(ctx context.Context, name string, s *service) {
 	s.mu.Lock()
 	reals := slices.Clone(s.reals)
 	s.mu.Unlock()
@@ -250,22 +196,13 @@ func (m *fbMonitor) poll(ctx context.Context, s *service, p *fbPool) {
 	for i, r := range reals {
 		addrs[i] = r.addr
 	}
-	var readings []feedback.Reading
-	if m.cfg.Source == "agent" {
-		readings = m.pollAgents(ctx, addrs)
-	} else {
-		readings = m.pollSNMP(ctx, p, addrs)
+	ds, ok, err := m.pools.Poll(ctx, name, addrs)
+	if err != nil { // the configuration was validated: cannot happen
+		m.d.log.Error("feedback", "service", name, "err", err)
 	}
-	if ctx.Err() != nil {
-		return // stopping: a cancelled round is not the servers' silence
+	if !ok {
+		return
 	}
-	// Servers that left the pool leave the controller.
-	for _, d := range p.ctrl.Last() {
-		if !slices.Contains(addrs, d.Node) {
-			p.ctrl.Forget(d.Node)
-		}
-	}
-	ds := p.ctrl.Step(readings)
 	changed := false
 	for _, d := range ds {
 		for _, r := range reals {
@@ -274,84 +211,9 @@ func (m *fbMonitor) poll(ctx context.Context, s *service, p *fbPool) {
 			}
 		}
 	}
-	m.mu.Lock()
-	p.polled, p.took = time.Now(), time.Since(start)
-	if p.terms == nil {
-		p.terms = map[string]fbTerms{}
-	}
-	for _, d := range ds {
-		if d.Terms != nil {
-			p.terms[d.Node] = fbTerms{d.Terms, d.Aggregate, d.At}
-		}
-	}
-	for n := range p.terms {
-		if !slices.Contains(addrs, n) {
-			delete(p.terms, n)
-		}
-	}
-	m.mu.Unlock()
 	if changed {
 		m.d.pokeXDP()
 	}
-}
-
-// pollSNMP reads every server's snmpd (at its address, the block's port).
-func (m *fbMonitor) pollSNMP(ctx context.Context, p *fbPool, addrs []string) []feedback.Reading {
-	if p.poller == nil || !slices.Equal(p.targets, addrs) {
-		if p.poller != nil {
-			p.poller.Close()
-			p.poller = nil
-		}
-		var ts []feedback.Target
-		for _, a := range addrs {
-			ap, err := netip.ParseAddrPort(a)
-			if err != nil {
-				continue
-			}
-			ts = append(ts, feedback.Target{Node: a, Addr: net.JoinHostPort(ap.Addr().String(), strconv.Itoa(m.cfg.Port)),
-				LocalAddr: m.cfg.SourceAddr, Version: m.cfg.Version, Community: m.sec.community,
-				User: m.cfg.User, AuthProto: m.cfg.AuthProto, AuthPass: m.sec.authPass, PrivProto: m.cfg.PrivProto, PrivPass: m.sec.privPass,
-				IfName: m.cfg.IfName, LoadMinutes: m.cfg.LoadMin})
-		}
-		pl, err := feedback.NewPoller(feedback.PollerConfig{Interval: m.cfg.Interval, Timeout: m.cfg.Timeout}, ts)
-		if err != nil {
-			out := make([]feedback.Reading, len(addrs))
-			for i, a := range addrs {
-				out[i] = feedback.Reading{Node: a, Err: err}
-			}
-			return out
-		}
-		p.poller, p.targets = pl, addrs
-	}
-	return p.poller.Poll(ctx)
-}
-
-// pollAgents fetches every server's node /load (its address, the block's
-// agent port), at most 8 at a time.
-func (m *fbMonitor) pollAgents(ctx context.Context, addrs []string) []feedback.Reading {
-	out := make([]feedback.Reading, len(addrs))
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, a := range addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			ap, err := netip.ParseAddrPort(a)
-			if err != nil {
-				out[i] = feedback.Reading{Node: a, Err: err}
-				return
-			}
-			url := "http://" + net.JoinHostPort(ap.Addr().String(), strconv.Itoa(m.cfg.AgentPort)) + "/load"
-			cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-			defer cancel()
-			s, err := feedback.FetchSample(cctx, m.client, url)
-			out[i] = feedback.Reading{Node: a, Sample: s, Err: err}
-		}()
-	}
-	wg.Wait()
-	return out
 }
 
 // clearFeedback drops a service's feedback weights (it went back to its
@@ -378,53 +240,41 @@ func (d *Director) clearFeedbackWeights() {
 	}
 }
 
-// FeedbackStatus is the monitor in the admin API (`corral ctl feedback`).
+// FeedbackStatus is the monitor in the admin API (`corral ctl feedback`)
+// and at the station's GET /v1/feedback. A director fed by the station
+// shows Source "station" (Poll is how the station polls), the station's
+// Seq and Time, and Stale once the station has gone silent.
 type FeedbackStatus struct {
 	Source   string            `json:"source"`
 	Interval string            `json:"interval"`
 	Services []FeedbackService `json:"services"`
+	// The station's publication (zero for a director's own monitor).
+	Poll    string    `json:"poll,omitempty"`    // the station's source: snmp or agent
+	Seq     uint64    `json:"seq,omitempty"`     // publication number, 1 up
+	Time    time.Time `json:"time,omitzero"`     // when the station published it
+	Timeout string    `json:"timeout,omitempty"` // the station's request timeout (a round may last that long)
+	Floor   int       `json:"floor,omitempty"`   // the weight a silent station's weights decay to
+	Stale   string    `json:"stale,omitempty"`   // why the weights are no longer the station's latest
 }
 
 // FeedbackService is one pool's latest decisions: for each server every
 // term of equations 1-8, the load and the weight it produced, and when.
-type FeedbackService struct {
-	Name    string         `json:"name"`
-	Polled  time.Time      `json:"polled"`  // when the last round ended (zero: none yet)
-	TookSec float64        `json:"took_s"`  // how long that round took
-	Nodes   []FeedbackNode `json:"servers"` // by server address
-}
+type FeedbackService = feedback.PoolStatus
 
 // FeedbackNode is one server's latest decision. When that round had no
 // fresh load (a first sample, an agent that had not refreshed, no answer),
 // Terms and Aggregate are the latest ones there were, taken at TermsAt.
-type FeedbackNode struct {
-	feedback.Decision
-	TermsAt time.Time `json:"terms_at"`
-}
+type FeedbackNode = feedback.NodeStatus
 
-// FeedbackStatus returns the monitor's latest decisions, or an error if
-// no feedback block runs.
+// FeedbackStatus returns the monitor's latest decisions (the station's,
+// for a director the station feeds), or an error if none runs.
 func (d *Director) FeedbackStatus() (FeedbackStatus, error) {
 	m := d.fb.Load()
 	if m == nil {
+		if st, ok := d.stationFeedbackStatus(); ok {
+			return st, nil
+		}
 		return FeedbackStatus{}, fmt.Errorf("no feedback block in the configuration")
 	}
-	st := FeedbackStatus{Source: m.cfg.Source, Interval: m.cfg.Interval.String(), Services: []FeedbackService{}}
-	m.mu.Lock()
-	for name, p := range m.pools {
-		fs := FeedbackService{Name: name, Polled: p.polled, TookSec: p.took.Seconds()}
-		for _, d := range p.ctrl.Last() {
-			n := FeedbackNode{Decision: d}
-			if d.Terms != nil {
-				n.TermsAt = d.At
-			} else if t, ok := p.terms[d.Node]; ok {
-				n.Terms, n.Aggregate, n.TermsAt = t.terms, t.load, t.at
-			}
-			fs.Nodes = append(fs.Nodes, n)
-		}
-		st.Services = append(st.Services, fs)
-	}
-	m.mu.Unlock()
-	sort.Slice(st.Services, func(i, j int) bool { return st.Services[i].Name < st.Services[j].Name })
-	return st, nil
+	return FeedbackStatus{Source: m.cfg.Source, Interval: m.cfg.Interval.String(), Services: m.pools.Status()}, nil
 }

@@ -97,6 +97,7 @@ func (s *Station) handler() http.Handler {
 	mux.HandleFunc("GET "+api.RouteSD, s.auth(permRead, s.hSD))
 	mux.HandleFunc("GET "+api.RouteAudit, s.auth(permRead, s.hAudit))
 	mux.HandleFunc("GET "+api.RouteBackup, s.auth(permAdmin, s.hBackup))
+	mux.HandleFunc("GET "+api.RouteFeedback, s.auth(permRead, s.hFeedback))
 
 	mux.HandleFunc("POST "+api.RouteLogin, s.hLogin)
 	mux.HandleFunc("GET "+api.RouteUsers, s.auth(permRead, s.hUsers))

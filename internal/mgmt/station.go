@@ -116,6 +116,7 @@ type Station struct {
 	caPEM   []byte      // what members are given and pin
 
 	met *metrics
+	fb  *stationFB // the feedback monitor (feedback.go)
 
 	watchCancel context.CancelFunc
 	wakeMu      sync.Mutex
@@ -170,7 +171,8 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 		opt.EtcdClient = "127.0.0.1:7601"
 	}
 	s := &Station{opt: opt, log: opt.Log, subs: map[chan api.Event]struct{}{},
-		loginFail: map[string]int{}, waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics()}
+		loginFail: map[string]int{}, waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics(), fb: newStationFB()}
+	s.met.reg.MustRegister(fbCollector{s.fb})
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -572,6 +574,9 @@ func (s *Station) Run(ctx context.Context, ready func(addr string)) error {
 	defer mcancel()
 	go s.monitorMembers(mctx)
 	go s.pruneTokensEvery(mctx)
+	fbDone := make(chan struct{})
+	go func() { defer close(fbDone); s.feedbackLoop(mctx) }()
+	defer func() { mcancel(); <-fbDone }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("station serving", "url", s.url, "etcd", s.endpoint)

@@ -62,6 +62,10 @@ type Options struct {
 	Health func() error
 	// Report returns the role-specific report (JSON-encodable) or nil.
 	Report func() any
+	// Feedback, if set (a director), receives each feedback publication
+	// of the station (the body of GET /v1/feedback, at most 32 MB) as it
+	// comes; an error is logged. See feedback.go.
+	Feedback func(b []byte) error
 	// Log receives the agent's events; nil: slog.Default().
 	Log *slog.Logger
 }
@@ -435,6 +439,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); a.reportLoop(ctx) }()
+	if a.opt.Feedback != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.feedbackLoop(ctx) }()
+	}
 	defer a.cl.HTTP.CloseIdleConnections() // after the loops: nothing uses them then
 	defer wg.Wait()
 	rev := int64(-1)

@@ -38,6 +38,10 @@ const (
 	RouteSD      = "/v1/sd"      // GET: Prometheus HTTP service discovery ([]SDTarget)
 	RouteAudit   = "/v1/audit"   // GET ?limit=N: []AuditEntry newest first
 	RouteBackup  = "/v1/backup"  // GET (admin): the backup file (etcd snapshot + configuration history), streamed
+	// RouteFeedback: GET ?after=SEQ&wait=30s (any user or member): the
+	// station's feedback publication (director.FeedbackStatus), long-poll;
+	// 204 when wait passes with nothing newer.
+	RouteFeedback = "/v1/feedback"
 
 	// Accounts and tokens.
 	RouteLogin  = "/v1/login"   // POST LoginRequest (no bearer) -> LoginReply
