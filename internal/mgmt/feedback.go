@@ -2,6 +2,7 @@ package mgmt
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/feedback"
 	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // The station's feedback monitor (issue 17: "runs in the management
@@ -25,10 +28,30 @@ import (
 // the time. Directors' agents long-poll it and apply the weights
 // (director.ApplyStationFeedback); a weight changes every poll, so it
 // travels apart from the versioned configuration.
+//
+// With several stations one polls: they elect a poller through etcd (a
+// lease-backed election on keyFBPoller), only it steps the controllers,
+// and it writes each publication to keyFBPub. Every station (the poller
+// too) serves the publication its watch of that key last saw, so a
+// director sees one series whichever station it talks to; the new
+// poller carries the sequence number on from the key.
+
+const (
+	keyFBPoller = "/corral/feedback/poller"
+	keyFBPub    = "/corral/feedback/publication"
+	// maxFBPub bounds one publication in etcd (and in every station's
+	// and director's memory); a larger one is refused with an error.
+	maxFBPub = 1 << 20
+)
 
 // fbIdle is how often the loop looks for a feedback section while the
-// current version has none.
+// current version has none (and how often a station waiting to poll
+// re-reads the section).
 var fbIdle = 2 * time.Second
+
+// fbMinTTL is the shortest poller lease: a poller that stops answering is
+// replaced after max(2 intervals, fbMinTTL).
+var fbMinTTL = 5 * time.Second
 
 type stationFB struct {
 	mu      sync.Mutex
@@ -36,20 +59,25 @@ type stationFB struct {
 	parsed  *clustercfg.Config // that version
 	cfg     *config.Feedback   // its section as the director's block; nil: none
 	pools   *feedback.Pools
-	pub     *director.FeedbackStatus // latest publication; nil: none
-	seq     uint64
-	wake    chan struct{} // closed (and replaced) at each publication
-	err     string        // why the monitor does not run (bad secrets file)
+	pub     *director.FeedbackStatus // latest publication in etcd; nil: none
+	pubRev  int64                    // its key's mod revision
+	wake    chan struct{}            // closed (and replaced) at each publication
+	err     string                   // why the monitor does not run (bad secrets file)
+	poller  bool                     // this station is the elected poller
+	seq     uint64                   // the poller's last sequence number
 }
 
 func newStationFB() *stationFB { return &stationFB{wake: make(chan struct{})} }
 
-// feedbackLoop runs the monitor until ctx ends. Each round re-reads the
-// current version and drains (one etcd read), so a changed pool or a
-// drain counts from the next round.
+// feedbackLoop runs the monitor until ctx ends: it follows the
+// publication in etcd and, while the current version has a section this
+// station can run, stands for poller.
 func (s *Station) feedbackLoop(ctx context.Context) {
 	f := s.fb
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); s.watchFeedback(ctx) }()
 	defer func() {
+		<-watchDone
 		f.mu.Lock()
 		if f.pools != nil {
 			f.pools.Close()
@@ -58,23 +86,29 @@ func (s *Station) feedbackLoop(ctx context.Context) {
 		f.mu.Unlock()
 	}()
 	for ctx.Err() == nil {
-		wait := s.feedbackRound(ctx)
+		if fc, _, _ := s.feedbackSync(ctx); fc != nil {
+			s.campaignFeedback(ctx, fc)
+			continue
+		}
+		s.retractFeedback(ctx)
 		select {
 		case <-ctx.Done():
-		case <-time.After(wait):
+		case <-time.After(fbIdle):
 		}
 	}
 }
 
-// feedbackRound is one round; it returns how long to wait for the next.
-func (s *Station) feedbackRound(ctx context.Context) time.Duration {
+// feedbackSync re-reads the current version and drains (one etcd read)
+// and follows a new version; it returns the section this station can run
+// (nil: none, or it cannot: a secrets file missing), its version and the
+// drained servers.
+func (s *Station) feedbackSync(ctx context.Context) (*config.Feedback, *clustercfg.Config, []string) {
 	f := s.fb
-	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	d, _, err := s.desired(rctx, "")
 	cancel()
 	if err != nil || d.Version == 0 {
-		return fbIdle
+		return nil, nil, nil
 	}
 	f.mu.Lock()
 	c, retry := f.parsed, f.version != d.Version || f.err != ""
@@ -84,19 +118,131 @@ func (s *Station) feedbackRound(ctx context.Context) time.Duration {
 		// file missing: it may be there now).
 		if c, err = clustercfg.Parse(fmt.Sprintf("version %d", d.Version), []byte(d.YAML)); err != nil {
 			s.log.Warn("feedback: current version does not parse", "version", d.Version, "err", err)
-			return fbIdle
+			return nil, nil, nil
 		}
 		s.syncFeedback(c, d.Version)
 	}
 	f.mu.Lock()
-	fc, pools := f.cfg, f.pools
-	f.mu.Unlock()
-	if fc == nil || pools == nil {
-		return fbIdle
+	defer f.mu.Unlock()
+	if f.cfg == nil || f.pools == nil {
+		return nil, nil, nil
 	}
-	want, err := clustercfg.FeedbackPools(c, d.Drained)
+	return f.cfg, c, d.Drained
+}
+
+// campaignFeedback stands for poller with section fc and polls once
+// elected; it returns when ctx ends, the lease is lost, or the section
+// changes or goes (the caller stands again with the new one).
+func (s *Station) campaignFeedback(ctx context.Context, fc *config.Feedback) {
+	ttl := int((max(2*fc.Interval, fbMinTTL) + time.Second - 1) / time.Second)
+	// The session outlives ctx so that Close can still revoke the lease
+	// (a stopped station hands over at once, not after the TTL).
+	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(ttl), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
-		s.log.Warn("feedback: pools", "version", d.Version, "err", err)
+		s.log.Warn("feedback: poller lease", "err", err)
+		sleepCtx(ctx, fbIdle)
+		return
+	}
+	defer sess.Close()
+	el := concurrency.NewElection(sess, keyFBPoller)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	won := make(chan error, 1)
+	go func() { won <- el.Campaign(cctx, s.name) }()
+	for {
+		select {
+		case err := <-won:
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("feedback: poller election", "err", err)
+					sleepCtx(ctx, fbIdle)
+				}
+				return
+			}
+			s.leadFeedback(ctx, sess, el, fc)
+			return
+		case <-sess.Done():
+			cancel()
+			<-won
+			return
+		case <-ctx.Done():
+			cancel()
+			<-won
+			return
+		case <-time.After(fbIdle):
+			// Another station polls; follow the configuration meanwhile.
+			if nfc, _, _ := s.feedbackSync(ctx); nfc == nil || !sameFB(nfc, fc) {
+				cancel()
+				<-won
+				return
+			}
+		}
+	}
+}
+
+// leadFeedback polls as the elected poller until ctx ends, the lease is
+// lost or the section changes. The controllers start afresh (from the
+// first round's loads), not from the last published weights.
+func (s *Station) leadFeedback(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, fc *config.Feedback) {
+	f := s.fb
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := s.cli.Get(rctx, keyFBPub)
+	cancel()
+	if err != nil {
+		s.log.Warn("feedback: reading the last publication", "err", err)
+		return
+	}
+	var last struct {
+		Seq uint64 `json:"seq"`
+	}
+	if len(resp.Kvs) > 0 {
+		// A key that does not decode starts the series at 1 again; the
+		// agents take a lower seq as a restarted series.
+		_ = json.Unmarshal(resp.Kvs[0].Value, &last)
+	}
+	f.mu.Lock()
+	f.poller, f.seq = true, last.Seq
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.poller = false
+		f.mu.Unlock()
+	}()
+	s.log.Info("feedback: this station polls", "station", s.name, "seq", last.Seq, "interval", fc.Interval)
+	for {
+		start := time.Now()
+		nfc, c, drained := s.feedbackSync(ctx)
+		if nfc == nil || !sameFB(nfc, fc) {
+			return
+		}
+		if !s.feedbackRound(ctx, fc, c, drained, el) {
+			return
+		}
+		// Rounds do not overlap; one that outlasts the interval delays the next.
+		select {
+		case <-ctx.Done():
+			return
+		case <-sess.Done():
+			s.log.Warn("feedback: the poller lease ended; standing again")
+			return
+		case <-time.After(max(fc.Interval-time.Since(start), 0)):
+		}
+	}
+}
+
+// feedbackRound is one round of the poller; false: it is no longer the
+// poller (or ctx ended).
+func (s *Station) feedbackRound(ctx context.Context, fc *config.Feedback, c *clustercfg.Config, drained []string, el *concurrency.Election) bool {
+	f := s.fb
+	f.mu.Lock()
+	pools := f.pools
+	f.mu.Unlock()
+	if pools == nil {
+		return false
+	}
+	want, err := clustercfg.FeedbackPools(c, drained)
+	if err != nil {
+		s.log.Warn("feedback: pools", "err", err)
 	}
 	var wg sync.WaitGroup
 	for name, servers := range want {
@@ -117,12 +263,11 @@ func (s *Station) feedbackRound(ctx context.Context) time.Duration {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return 0
+		return false
 	}
 	pools.Retain(func(name string) bool { _, ok := want[name]; return ok })
-	s.publishFeedback(fc, pools.Status())
-	// Rounds do not overlap; one that outlasts the interval delays the next.
-	return max(fc.Interval-time.Since(start), 0)
+	return s.publishFeedback(ctx, el, &director.FeedbackStatus{Source: fc.Source, Interval: fc.Interval.String(),
+		Timeout: fc.Timeout.String(), Floor: fc.Floor, Services: pools.Status()})
 }
 
 // syncFeedback starts, restarts or stops the monitor for version v of c.
@@ -148,11 +293,6 @@ func (s *Station) syncFeedback(c *clustercfg.Config, v int64) {
 		return
 	}
 	if fc == nil {
-		if f.pub != nil {
-			// No section any more: the directors go back to their
-			// configured weights on this empty publication.
-			f.publishLocked(&director.FeedbackStatus{Source: "none", Interval: config.DefaultFeedbackInterval.String(), Services: []director.FeedbackService{}})
-		}
 		return
 	}
 	comm, auth, priv, err := director.FeedbackSecrets(fmt.Sprintf("configuration version %d", v), fc)
@@ -174,20 +314,124 @@ func (s *Station) syncFeedback(c *clustercfg.Config, v int64) {
 
 func sameFB(a, b *config.Feedback) bool { return reflect.DeepEqual(*a, *b) }
 
-// publishFeedback makes st the latest publication.
-func (s *Station) publishFeedback(fc *config.Feedback, services []director.FeedbackService) {
+// errFBSize refuses a publication larger than maxFBPub.
+var errFBSize = errors.New("feedback publication larger than 1 MiB")
+
+// publishFeedback writes st as the next publication if this station is
+// still the poller (el's key in place); false: it is not.
+func (s *Station) publishFeedback(ctx context.Context, el *concurrency.Election, st *director.FeedbackStatus) bool {
+	f := s.fb
+	f.mu.Lock()
+	f.seq++
+	st.Seq = f.seq
+	f.mu.Unlock()
+	st.Time = time.Now()
+	b, err := json.Marshal(st)
+	if err == nil && len(b) > maxFBPub {
+		err = fmt.Errorf("%w (%d bytes, %d services)", errFBSize, len(b), len(st.Services))
+	}
+	if err != nil {
+		// The directors keep the last weights and decay them; say why.
+		s.log.Error("feedback: not published", "seq", st.Seq, "err", err)
+		return true
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())).
+		Then(clientv3.OpPut(keyFBPub, string(b))).Commit()
+	if err != nil {
+		s.log.Warn("feedback: publishing", "seq", st.Seq, "err", err)
+		return true
+	}
+	if !resp.Succeeded {
+		s.log.Warn("feedback: no longer the poller; publication dropped", "seq", st.Seq)
+		return false
+	}
+	return true
+}
+
+// retractFeedback publishes an empty publication when the current
+// version has no feedback section and the last publication still has
+// weights: the directors go back to their configured weights. Any station
+// may; the compare on the key's revision lets one through.
+func (s *Station) retractFeedback(ctx context.Context) {
+	f := s.fb
+	f.mu.Lock()
+	none := f.parsed != nil && f.cfg == nil && f.err == ""
+	pub, rev := f.pub, f.pubRev
+	f.mu.Unlock()
+	if !none || pub == nil || pub.Source == "none" {
+		return
+	}
+	st := &director.FeedbackStatus{Source: "none", Interval: config.DefaultFeedbackInterval.String(),
+		Services: []director.FeedbackService{}, Seq: pub.Seq + 1, Time: time.Now()}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.cli.Txn(rctx).If(clientv3.Compare(clientv3.ModRevision(keyFBPub), "=", rev)).
+		Then(clientv3.OpPut(keyFBPub, string(b))).Commit(); err != nil && ctx.Err() == nil {
+		s.log.Warn("feedback: retracting the weights", "err", err)
+	}
+}
+
+// watchFeedback keeps f.pub the publication in etcd until ctx ends.
+func (s *Station) watchFeedback(ctx context.Context) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := s.cli.Get(rctx, keyFBPub)
+		cancel()
+		if err == nil {
+			if len(resp.Kvs) > 0 {
+				s.takeFeedback(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+			}
+			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			for wr := range s.cli.Watch(wctx, keyFBPub, clientv3.WithRev(resp.Header.Revision+1)) {
+				if wr.Err() != nil {
+					break // compacted, or no leader: read again
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == clientv3.EventTypePut {
+						s.takeFeedback(ev.Kv.Value, ev.Kv.ModRevision)
+					}
+				}
+			}
+			wcancel()
+		}
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+// takeFeedback makes the bytes at rev the latest publication.
+func (s *Station) takeFeedback(b []byte, rev int64) {
+	if len(b) > maxFBPub {
+		s.log.Error("feedback: publication in etcd refused", "err", errFBSize, "bytes", len(b))
+		return
+	}
+	st, err := director.DecodeStationFeedback(b)
+	if err != nil {
+		s.log.Error("feedback: publication in etcd refused", "err", err)
+		return
+	}
 	f := s.fb
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.publishLocked(&director.FeedbackStatus{Source: fc.Source, Interval: fc.Interval.String(), Timeout: fc.Timeout.String(), Floor: fc.Floor, Services: services})
-}
-
-func (f *stationFB) publishLocked(st *director.FeedbackStatus) {
-	f.seq++
-	st.Seq, st.Time = f.seq, time.Now()
-	f.pub = st
+	if rev <= f.pubRev {
+		return
+	}
+	f.pub, f.pubRev = &st, rev
 	close(f.wake)
 	f.wake = make(chan struct{})
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }
 
 // waitFeedback is the latest publication once its Seq is above after,
@@ -281,23 +525,29 @@ var (
 	descMFBTerm     = prometheus.NewDesc("corral_mgmt_feedback_term_percent", "one term of paper 003's equations 1-8 for the real server, in percent (term: total, ethernet, sys, mem_swap, mem_real, la_load, cpu_busy, dsk)", append(fbServerLabels, "term"), nil)
 	descMFBMissed   = prometheus.NewDesc("corral_mgmt_feedback_missed_polls", "polls in a row the real server's load did not come back (its weight decays towards the floor)", fbServerLabels, nil)
 	descMFBPolled   = prometheus.NewDesc("corral_mgmt_feedback_last_poll_timestamp_seconds", "when the service's last feedback round at the station ended, Unix time", []string{"service"}, nil)
-	descMFBSeq      = prometheus.NewDesc("corral_mgmt_feedback_publications_total", "feedback publications (rounds) since the station started", nil, nil)
-	descMFBLastPubl = prometheus.NewDesc("corral_mgmt_feedback_last_publication_timestamp_seconds", "when the station last published feedback weights, Unix time", nil, nil)
+	descMFBSeq      = prometheus.NewDesc("corral_mgmt_feedback_publications_total", "sequence number of the latest feedback publication (one a round of the elected poller; carried on across pollers)", nil, nil)
+	descMFBLastPubl = prometheus.NewDesc("corral_mgmt_feedback_last_publication_timestamp_seconds", "when the poller last published feedback weights, Unix time", nil, nil)
+	descMFBPoller   = prometheus.NewDesc("corral_mgmt_feedback_poller", "1 on the station elected to poll the servers' load and publish the feedback weights, 0 on the others", nil, nil)
 )
 
 // fbCollector reads the latest publication at scrape time.
 type fbCollector struct{ f *stationFB }
 
 func (c fbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descMFBWeight, descMFBLoad, descMFBTerm, descMFBMissed, descMFBPolled, descMFBSeq, descMFBLastPubl} {
+	for _, d := range []*prometheus.Desc{descMFBWeight, descMFBLoad, descMFBTerm, descMFBMissed, descMFBPolled, descMFBSeq, descMFBLastPubl, descMFBPoller} {
 		ch <- d
 	}
 }
 
 func (c fbCollector) Collect(ch chan<- prometheus.Metric) {
 	c.f.mu.Lock()
-	pub := c.f.pub
+	pub, poller := c.f.pub, c.f.poller
 	c.f.mu.Unlock()
+	p := 0.0
+	if poller {
+		p = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descMFBPoller, prometheus.GaugeValue, p)
 	if pub == nil {
 		return // publications are never changed once made: no copy needed
 	}

@@ -1,0 +1,247 @@
+package mgmt
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/feedback"
+	"github.com/corral-cluster/corral/internal/mgmt/api"
+)
+
+// serveCountedLoad is serveLoad counting the requests at the handler.
+func serveCountedLoad(t *testing.T, addr string, c feedback.LocalConfig) *atomic.Int64 {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int64
+	h := feedback.LoadHandler(c)
+	mux := http.NewServeMux()
+	mux.Handle("GET /load", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1); h.ServeHTTP(w, r) }))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return &n
+}
+
+// threeStations starts three stations forming one etcd cluster on ips.
+func threeStations(t *testing.T, ips []string) []*tstation {
+	t.Helper()
+	var ic []string
+	for _, ip := range ips {
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=http://"+ip+":7602")
+	}
+	opts := make([]Options, len(ips))
+	sts := make([]*Station, len(ips))
+	errs := make([]error, len(ips))
+	var wg sync.WaitGroup
+	for i, ip := range ips {
+		opts[i] = stationOpts(ip, t.TempDir())
+		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sts[i], errs[i] = New(opts[i])
+		}()
+	}
+	wg.Wait()
+	for i := range sts {
+		if errs[i] != nil {
+			for _, s := range sts {
+				if s != nil {
+					s.Close()
+				}
+			}
+			t.Fatalf("station %d: %v", i, errs[i])
+		}
+	}
+	var ts []*tstation
+	for i := range sts {
+		ts = append(ts, serve(t, sts[i], opts[i]))
+	}
+	return ts
+}
+
+// pollerGauge is corral_mgmt_feedback_poller at ts's /metrics (-1: absent).
+func pollerGauge(t *testing.T, ts *tstation) int {
+	resp, err := ts.client(t, "").HTTP.Get(ts.url + api.RouteMetrics)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(body), "\n") {
+		switch l {
+		case "corral_mgmt_feedback_poller 1":
+			return 1
+		case "corral_mgmt_feedback_poller 0":
+			return 0
+		}
+	}
+	return -1
+}
+
+// follow long-polls ts's /v1/feedback until ctx ends and returns the
+// publications it saw by seq; it fails the test on a seq that does not
+// increase.
+func follow(ctx context.Context, t *testing.T, ts *tstation) map[uint64]time.Time {
+	c := ts.client(t, ts.admin)
+	seen := map[uint64]time.Time{}
+	var after uint64
+	for ctx.Err() == nil {
+		var pub director.FeedbackStatus
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := c.Do(rctx, http.MethodGet, api.RouteFeedback+"?wait=2s&after="+strconv.FormatUint(after, 10), nil, &pub)
+		cancel()
+		if err != nil || pub.Seq == 0 {
+			continue // the wait passed (204), or ctx ended
+		}
+		if after != 0 && pub.Seq <= after {
+			t.Errorf("station %s: seq %d after %d", ts.ip, pub.Seq, after)
+		}
+		seen[pub.Seq], after = pub.Time, pub.Seq
+	}
+	return seen
+}
+
+// followAll runs follow on every station for d; seen[i] is station i's.
+func followAll(t *testing.T, sts []*tstation, d time.Duration) []map[uint64]time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	seen := make([]map[uint64]time.Time, len(sts))
+	var wg sync.WaitGroup
+	for i, ts := range sts {
+		wg.Add(1)
+		go func() { defer wg.Done(); seen[i] = follow(ctx, t, ts) }()
+	}
+	wg.Wait()
+	return seen
+}
+
+// sameSeries fails unless the stations saw one series: a seq seen at two
+// stations is the same publication (same time), and some seq was seen at
+// all of them. It returns the highest seq seen.
+func sameSeries(t *testing.T, seen []map[uint64]time.Time) uint64 {
+	t.Helper()
+	var top uint64
+	common := 0
+	for seq, at := range seen[0] {
+		all := true
+		for i := 1; i < len(seen); i++ {
+			if at2, ok := seen[i][seq]; !ok {
+				all = false
+			} else if !at2.Equal(at) {
+				t.Errorf("seq %d: station 0 has time %v, station %d %v: two series", seq, at, i, at2)
+			}
+		}
+		if all {
+			common++
+		}
+	}
+	for _, m := range seen {
+		for seq := range m {
+			top = max(top, seq)
+		}
+	}
+	if common == 0 {
+		t.Errorf("no publication seen at every station: %v", seen)
+	}
+	return top
+}
+
+// TestFeedbackOnePoller: three stations (one etcd cluster) and a feedback
+// section: exactly one station polls (one request a round at each real
+// /load handler, not three) and all three serve the same publications.
+// When the poller stops, another takes over within the lease's TTL and
+// the seq keeps increasing.
+func TestFeedbackOnePoller(t *testing.T) {
+	sts := threeStations(t, []string{"127.0.74.1", "127.0.74.2", "127.0.74.3"})
+	c1 := serveCountedLoad(t, "127.0.74.11:7180", feedback.LocalConfig{Node: "n1", Interface: "lo"})
+	c2 := serveCountedLoad(t, "127.0.74.12:7181", feedback.LocalConfig{Node: "n2", Interface: "lo", ProcRoot: skewedProc(t)})
+	mustApply(t, sts[0].client(t, sts[0].admin), 0, strings.ReplaceAll(fbYAML, "127.0.71.", "127.0.74."))
+
+	// Every station serves a publication with both servers' terms.
+	for _, ts := range sts {
+		c := ts.client(t, ts.admin)
+		var pub director.FeedbackStatus
+		if !waitCond(15*time.Second, func() bool {
+			pub = director.FeedbackStatus{}
+			return c.Do(ctxT(t), http.MethodGet, api.RouteFeedback, nil, &pub) == nil && len(pub.Services) == 1 &&
+				len(pub.Services[0].Nodes) == 2 && pub.Services[0].Nodes[0].Terms != nil
+		}) {
+			t.Fatalf("station %s: no publication with terms: %+v", ts.ip, pub)
+		}
+	}
+	poller := func(among []*tstation) (int, []int) {
+		who, gauges := -1, make([]int, len(among))
+		for i, ts := range among {
+			if gauges[i] = pollerGauge(t, ts); gauges[i] == 1 {
+				if who >= 0 {
+					return -2, gauges
+				}
+				who = i
+			}
+		}
+		return who, gauges
+	}
+	who, gauges := poller(sts)
+	if who < 0 {
+		t.Fatalf("corral_mgmt_feedback_poller at the three stations: %v: want one 1", gauges)
+	}
+
+	// One request a round at each handler, and one series everywhere.
+	n1, n2 := c1.Load(), c2.Load()
+	seen := followAll(t, sts, 2500*time.Millisecond)
+	d1, d2 := c1.Load()-n1, c2.Load()-n2
+	lo, hi := uint64(1<<63), uint64(0)
+	for seq := range seen[0] {
+		lo, hi = min(lo, seq), max(hi, seq)
+	}
+	rounds := int64(hi - lo + 1)
+	t.Logf("poller %s; in 2.5 s: %d and %d requests at the handlers, seq %d..%d (%d rounds)", sts[who].ip, d1, d2, lo, hi, rounds)
+	if rounds < 4 {
+		t.Fatalf("only %d rounds in 2.5 s at 300ms", rounds)
+	}
+	// Three pollers would make three requests a round; allow a round
+	// at each end of the window.
+	for i, d := range []int64{d1, d2} {
+		if d > rounds+2 || d < rounds-2 {
+			t.Errorf("handler %d: %d requests for %d rounds: want one a round", i+1, d, rounds)
+		}
+	}
+	top := sameSeries(t, seen)
+
+	// The poller stops: another takes over within the TTL (5 s), the seq
+	// carries on.
+	stopped := time.Now()
+	sts[who].stop()
+	rest := append(append([]*tstation{}, sts[:who]...), sts[who+1:]...)
+	if !waitCond(8*time.Second, func() bool { w, _ := poller(rest); return w >= 0 }) {
+		_, g := poller(rest)
+		t.Fatalf("no station took over polling: gauges %v", g)
+	}
+	took := time.Since(stopped)
+	seen = followAll(t, rest, 2*time.Second)
+	lo = uint64(1 << 63)
+	for _, m := range seen {
+		for seq := range m {
+			lo = min(lo, seq)
+		}
+	}
+	top2 := sameSeries(t, seen)
+	if lo <= top || top2 <= lo {
+		t.Fatalf("after the takeover seq %d..%d: want above %d and increasing", lo, top2, top)
+	}
+	w2, _ := poller(rest)
+	t.Logf("takeover by %s within %v; seq %d then %d..%d", rest[w2].ip, took.Round(time.Millisecond), top, lo, top2)
+}
