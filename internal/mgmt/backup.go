@@ -297,6 +297,9 @@ func (s *Station) finishRestore(ctx context.Context) error {
 		if strings.HasPrefix(kv.K, keyHA) && kv.K != keyHAKey {
 			continue // the directors' election: on leases, long gone
 		}
+		if strings.HasPrefix(kv.K, keyFBPoller+"/") {
+			continue // the stations' feedback poller election: likewise
+		}
 		if len(ops) == 100 || (len(ops) > 0 && size+len(kv.K)+len(kv.V) > maxEtcdRequest/2) {
 			if err := flush(); err != nil {
 				return fmt.Errorf("mgmt: restore: %w", err)
