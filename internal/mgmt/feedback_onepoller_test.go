@@ -3,6 +3,7 @@ package mgmt
 import (
 	"bytes"
 	"context"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
 	"net"
 	"net/http"
@@ -292,4 +293,34 @@ func TestFeedbackPollerAfterRestore(t *testing.T) {
 		t.Fatalf("the restored station does not poll: gauge %d, seq %d (backup after seq %d)", pollerGauge(t, ts2), pub2.Seq, pub.Seq)
 	}
 	t.Logf("seq %d at the backup, %d at the restored station", pub.Seq, pub2.Seq)
+}
+
+// TestFeedbackPollerLeaseExpiry: a poller that crashed leaves its
+// election key on a lease nobody keeps alive (made here with a 5 s lease
+// before the station stands); the station polls only once that lease
+// ends.
+func TestFeedbackPollerLeaseExpiry(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.74.7", t.TempDir()))
+	serveCountedLoad(t, "127.0.74.11:7180", feedback.LocalConfig{Node: "n1", Interface: "lo"})
+	n2 := serveCountedLoad(t, "127.0.74.12:7181", feedback.LocalConfig{Node: "n2", Interface: "lo"})
+	lease, err := ts.s.cli.Grant(ctxT(t), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.s.cli.Put(ctxT(t), keyFBPoller+"/dead", "crashed station", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	mustApply(t, ts.client(t, ts.admin), 0, strings.ReplaceAll(fbYAML, "127.0.71.", "127.0.74."))
+	if !waitCond(10*time.Second, func() bool { return pollerGauge(t, ts) == 1 }) {
+		t.Fatal("the station never took over from the dead poller")
+	}
+	took := time.Since(start)
+	if took < 4*time.Second {
+		t.Fatalf("polling after %v: before the dead poller's lease (5 s) ended", took)
+	}
+	if !waitCond(5*time.Second, func() bool { return n2.Load() > 0 }) {
+		t.Fatal("no poll at n2's /load after the takeover")
+	}
+	t.Logf("took over %v after the dead poller's 5 s lease was made", took.Round(time.Millisecond))
 }
