@@ -323,4 +323,24 @@ func TestFeedbackPollerLeaseExpiry(t *testing.T) {
 		t.Fatal("no poll at n2's /load after the takeover")
 	}
 	t.Logf("took over %v after the dead poller's 5 s lease was made", took.Round(time.Millisecond))
+
+	// A version without the section: the station stops polling and
+	// publishes one empty publication (the directors' configured weights).
+	admin := ts.client(t, ts.admin)
+	var last director.FeedbackStatus
+	if err := admin.Do(ctxT(t), http.MethodGet, api.RouteFeedback, nil, &last); err != nil {
+		t.Fatal(err)
+	}
+	plain := strings.ReplaceAll(fbYAML[:strings.Index(fbYAML, "feedback:\n  source")], "127.0.71.", "127.0.74.")
+	mustApply(t, admin, 1, strings.Replace(plain, "    weights: feedback\n", "", 1))
+	var pub director.FeedbackStatus
+	if !waitCond(10*time.Second, func() bool {
+		pub = director.FeedbackStatus{}
+		return admin.Do(ctxT(t), http.MethodGet, api.RouteFeedback, nil, &pub) == nil && pub.Source == "none"
+	}) {
+		t.Fatalf("no empty publication after the section went: %+v", pub)
+	}
+	if len(pub.Services) != 0 || pub.Seq <= last.Seq || pollerGauge(t, ts) != 0 {
+		t.Fatalf("empty publication %+v (last seq %d), poller gauge %d", pub, last.Seq, pollerGauge(t, ts))
+	}
 }
