@@ -143,7 +143,14 @@ func (s *Station) campaignFeedback(ctx context.Context, fc *config.Feedback) {
 		sleepCtx(ctx, fbIdle)
 		return
 	}
-	defer sess.Close()
+	defer func() {
+		// Revoke the lease (resign) within 2 s: without a quorum the
+		// stop should not wait the whole TTL; the lease ends anyway.
+		sess.Orphan()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		s.cli.Revoke(rctx, sess.Lease())
+		cancel()
+	}()
 	el := concurrency.NewElection(sess, keyFBPoller)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
