@@ -61,14 +61,24 @@ func TestReconvergence(t *testing.T) {
 		tr = append(tr, FBPoint{T: float64(i) / 4, Weights: map[string]int{"node1": w}})
 	}
 	// The step at 2.5 s; the weight is 30 (±3) from i=14, 3.5 s: 1 s after.
-	if got := reconvergence(tr, "node1", 2.5); got != 1 {
-		t.Errorf("reconvergence %v, want 1 s", got)
+	if got, before, final, rev := reconvergence(tr, "node1", 2.5); got != 1 || before != 100 || final != 30 || rev != 0 {
+		t.Errorf("reconvergence %v (before %v final %v reversals %d), want 1 s, 100, 30, 0", got, before, final, rev)
+	}
+	// An oscillation after the step: 100 -> 40 -> 70 -> 40 -> 60 -> 50,
+	// each leg more than the band (5): four reversals, and it settles only
+	// when it stays within ±5 of 50 (from 4.0 s, 1.5 s after the step).
+	osc := []FBPoint{}
+	for i, w := range []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 40, 70, 40, 60, 50, 52, 50, 49, 50, 50, 51, 50, 50, 50} {
+		osc = append(osc, FBPoint{T: float64(i) / 4, Weights: map[string]int{"node1": w}})
+	}
+	if got, _, _, rev := reconvergence(osc, "node1", 2.5); got != 1 || rev != 4 {
+		t.Errorf("oscillation: settled %v with %d reversals, want 1 s and 4", got, rev)
 	}
 	flat := []FBPoint{}
 	for i := 0; i < 20; i++ {
 		flat = append(flat, FBPoint{T: float64(i), Weights: map[string]int{"node1": 100}})
 	}
-	if got := reconvergence(flat, "node1", 5); got != -2 {
+	if got, _, _, _ := reconvergence(flat, "node1", 5); got != -2 {
 		t.Errorf("no move: %v, want -2", got)
 	}
 }
