@@ -93,6 +93,20 @@ type FBStep struct {
 	Final      float64   `json:"final"`        // its mean over the last quarter
 	Reversals  int       `json:"reversals"`    // direction changes larger than the band after the step
 	Trace      []FBPoint `json:"trace"`
+	// Polls are node1's controller decisions around the step (from 3 s
+	// before it), one per poll: what the time from step to settle is made of.
+	Polls []FBPoll `json:"polls"`
+}
+
+// FBPoll is one of node1's controller decisions in a load step.
+type FBPoll struct {
+	T      float64 `json:"t_s"` // when the controller stepped, on the trace's clock
+	Weight int     `json:"weight"`
+	Load   float64 `json:"load"` // the aggregate load the poll measured
+	Error  float64 `json:"error"`
+	Gain   float64 `json:"gain"`
+	Missed int     `json:"missed"`
+	Reason string  `json:"reason"`
 }
 
 // FeedbackResult is the scenario's output.
@@ -323,6 +337,21 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		}
 		return c, w, nil
 	}
+	// node1Decision is the controller's latest decision for node1.
+	node1Decision := func() (director.FeedbackNode, bool) {
+		st, err := adm.Feedback(ctx)
+		if err != nil {
+			return director.FeedbackNode{}, false
+		}
+		for _, s := range st.Services {
+			for _, n := range s.Nodes {
+				if nodeHost[n.Node] == "node1" {
+					return n, true
+				}
+			}
+		}
+		return director.FeedbackNode{}, false
+	}
 	measured := func(sched string, pct int, hog bool, rate float64, d time.Duration) (FBRow, error) {
 		before, _, err := counts()
 		if err != nil {
@@ -369,41 +398,11 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err := apply("wlc"); err != nil {
 		return nil, err
 	}
-	// A rate is followed when the replies keep up with no queue building:
-	// a short ramp step at the edge of overload still answers most
-	// requests, but a 20 s run at that rate would not.
-	followed := func(row FBRow, rate float64) bool {
-		return row.Throughput >= 0.95*rate && row.Errors <= row.Conns/200 && row.P99 <= 500
-	}
-	okRate, failRate := 0.0, 0.0
-	for rate := 100.0; rate <= 3200; rate *= 2 {
-		row, err := measured("wlc", 0, false, rate, rampDur)
-		if err != nil {
-			return nil, err
-		}
-		res.Ramp = append(res.Ramp, row)
-		res.Capacity = math.Max(res.Capacity, row.Throughput)
-		if !followed(row, rate) {
-			failRate = rate
-			break
-		}
-		okRate = rate
-	}
-	// Two bisection steps between the last rate followed and the first
-	// not: doubling alone would leave the capacity up to 2x low.
-	for i := 0; i < 2 && failRate > 0 && okRate > 0; i++ {
-		mid := (okRate + failRate) / 2
-		row, err := measured("wlc", 0, false, mid, rampDur)
-		if err != nil {
-			return nil, err
-		}
-		res.Ramp = append(res.Ramp, row)
-		if followed(row, mid) {
-			okRate = mid
-			res.Capacity = math.Max(res.Capacity, row.Throughput)
-		} else {
-			failRate = mid
-		}
+	res.Capacity, res.Ramp, err = rampCapacity(func(rate float64) (FBRow, error) {
+		return measured("wlc", 0, false, rate, rampDur)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if res.Capacity < 10 {
 		return nil, fmt.Errorf("measured capacity %.0f req/s: the cluster does not answer (see %s)", res.Capacity, cl.Director.Log)
@@ -487,7 +486,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 			return nil, err
 		}
 		sleepCtx(ctx, warm)
-		st, lat := loadStep(ctx, groups["node1"], counts, func(d time.Duration) (FBRow, error) {
+		st, lat := loadStep(ctx, groups["node1"], counts, node1Decision, func(d time.Duration) (FBRow, error) {
 			return run(res.Capacity*float64(res.StepPct)/100, d)
 		}, total, chunk)
 		res.Steps = append(res.Steps, st)
@@ -528,12 +527,57 @@ func fbBlock(poll time.Duration) string {
 `, poll, min(300*time.Millisecond, poll*3/5))
 }
 
+// followed says the replies kept up with rate with no queue building: a
+// short ramp step at the edge of overload still answers most requests, but
+// a 20 s run at that rate would not.
+func followed(row FBRow, rate float64) bool {
+	return row.Throughput >= 0.95*rate && row.Errors <= row.Conns/200 && row.P99 <= 500
+}
+
+// rampCapacity is the capacity: measure at 100, 200, 400, ... req/s until
+// a rate is not followed, then two bisection steps between the last rate
+// followed and the first not (doubling alone would leave it up to 2x low).
+// The capacity is the highest throughput of a rate that was followed: a
+// rate not followed may still answer near the offer for a short step
+// (with a growing queue), and loads of 90 or 110 % of that would be
+// overload already.
+func rampCapacity(measure func(rate float64) (FBRow, error)) (float64, []FBRow, error) {
+	var ramp []FBRow
+	capacity, okRate, failRate := 0.0, 0.0, 0.0
+	for rate := 100.0; rate <= 3200; rate *= 2 {
+		row, err := measure(rate)
+		if err != nil {
+			return 0, ramp, err
+		}
+		ramp = append(ramp, row)
+		if !followed(row, rate) {
+			failRate = rate
+			break
+		}
+		okRate, capacity = rate, math.Max(capacity, row.Throughput)
+	}
+	for i := 0; i < 2 && failRate > 0 && okRate > 0; i++ {
+		mid := (okRate + failRate) / 2
+		row, err := measure(mid)
+		if err != nil {
+			return 0, ramp, err
+		}
+		ramp = append(ramp, row)
+		if followed(row, mid) {
+			okRate, capacity = mid, math.Max(capacity, row.Throughput)
+		} else {
+			failRate = mid
+		}
+	}
+	return capacity, ramp, nil
+}
+
 // loadStep runs one load step: run (httperf chunks of chunk) for total,
 // the hog joins node cgroup g a third of the way in, and node1's weight is
 // read every 100 ms (the admin API is cheap; a finer trace makes the
 // settling time less coarse: it can only be late by one trace interval).
 func loadStep(ctx context.Context, g *cpuGroup, counts func() (map[string]int64, map[string]int, error),
-	run func(time.Duration) (FBRow, error), total, chunk time.Duration) (FBStep, []FBLatency) {
+	decision func() (director.FeedbackNode, bool), run func(time.Duration) (FBRow, error), total, chunk time.Duration) (FBStep, []FBLatency) {
 	var st FBStep
 	var lat []FBLatency
 	start := time.Now()
@@ -551,6 +595,7 @@ func loadStep(ctx context.Context, g *cpuGroup, counts func() (map[string]int64,
 				hogStep.stop()
 			}
 		}()
+		var lastPoll time.Time
 		for {
 			if hogStep == nil && time.Since(start).Seconds() >= st.HogAt {
 				if h, err := startHog(g); err == nil {
@@ -560,6 +605,11 @@ func loadStep(ctx context.Context, g *cpuGroup, counts func() (map[string]int64,
 			}
 			if _, w, err := counts(); err == nil {
 				st.Trace = append(st.Trace, FBPoint{T: time.Since(start).Seconds(), Weights: w})
+			}
+			if d, ok := decision(); ok && time.Since(start).Seconds() > st.HogAt-3 && !d.At.Equal(lastPoll) && len(st.Polls) < 1000 {
+				lastPoll = d.At
+				st.Polls = append(st.Polls, FBPoll{T: d.At.Sub(start).Seconds(), Weight: d.Weight, Load: d.Aggregate, Error: d.Error,
+					Gain: d.Gain, Missed: d.Missed, Reason: d.Reason})
 			}
 			select {
 			case <-tctx.Done():
@@ -1029,6 +1079,16 @@ func (r *FeedbackResult) Markdown() string {
 	if len(r.Trace) > 0 {
 		fmt.Fprintf(&b, "\n## Load step\n\nfeedback at %d%% of capacity; a CPU hog joins node1's cgroup at %.1f s. node1's weight reconverged (stayed within ±max(3, 10 %%) of its final value) **%.2f s** after the step (-1: it did not settle; -2: it did not move). Weights: feedback-weights.svg; latency: feedback-latency.svg.\n\n",
 			r.StepPct, r.HogAt, r.Reconverge)
+		if len(r.Steps) > 0 && len(r.Steps[0].Polls) > 0 {
+			b.WriteString("node1's controller decisions from 3 s before the step (t on the trace's clock; the step is at the hog's start):\n\n| t s | weight | load | error | gain | missed | reason |\n|---|---|---|---|---|---|---|\n")
+			for _, p := range r.Steps[0].Polls {
+				if p.T > r.HogAt+6 {
+					break
+				}
+				fmt.Fprintf(&b, "| %.2f | %d | %.3f | %+.3f | %.3f | %d | %s |\n", p.T, p.Weight, p.Load, p.Error, p.Gain, p.Missed, strings.ReplaceAll(p.Reason, "|", "/"))
+			}
+			b.WriteString("\n")
+		}
 		b.WriteString("| t s | mean ms | p99 ms | throughput/s | errors |\n|---|---|---|---|---|\n")
 		for _, l := range r.Latency {
 			fmt.Fprintf(&b, "| %.1f | %.1f | %.1f | %.0f | %d |\n", l.T, l.Mean, l.P99, l.Throughput, l.Errors)

@@ -82,3 +82,26 @@ func TestReconvergence(t *testing.T) {
 		t.Errorf("no move: %v, want -2", got)
 	}
 }
+
+// TestRampCapacity: the capacity is the highest throughput of a rate that
+// was followed. The ramp used to take the throughput of the first rate not
+// followed too (1482/s at 1600 offered with a p99 of 537 ms, on the bed,
+// 2026-11-27 21:40), so the loads were fractions of an overload.
+func TestRampCapacity(t *testing.T) {
+	// Replies follow up to 1200/s; above, 1480/s at most with a long tail.
+	measure := func(rate float64) (FBRow, error) {
+		row := FBRow{Offered: rate, Throughput: rate, Conns: int(rate * 5), P99: 40}
+		if rate > 1200 {
+			row.Throughput, row.P99 = math.Min(rate*0.93, 1482), 537
+		}
+		return row, nil
+	}
+	c, ramp, err := rampCapacity(measure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100..800 followed, 1600 not, then 1200 followed, 1400 not.
+	if c != 1200 || len(ramp) != 7 {
+		t.Errorf("capacity %v after %d steps, want 1200 after 7", c, len(ramp))
+	}
+}
