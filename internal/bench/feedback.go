@@ -48,6 +48,8 @@ type FeedbackConfig struct {
 	Poll time.Duration
 	// StepRuns is how many load steps to run; default 1, 3 with Only "step".
 	StepRuns int
+	// StepPct is the load step's load, in % of the capacity; default 50.
+	StepPct int
 }
 
 // FBRow is one httperf run.
@@ -174,6 +176,12 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		}
 	}
 	cfg.StepRuns = min(cfg.StepRuns, 20)
+	if cfg.StepPct <= 0 {
+		cfg.StepPct = 50
+	}
+	if cfg.StepPct > 200 {
+		return nil, fmt.Errorf("bench feedback: --step-load %d %%: want 1 to 200", cfg.StepPct)
+	}
 	if err := testbed.CheckRoot(); err != nil {
 		return nil, err
 	}
@@ -470,7 +478,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	// the target), the hog joins node1 a third of the way in. Repeated
 	// StepRuns times (--only step: cheap to repeat); the first run's trace
 	// and latency are plotted.
-	res.StepPct = 50
+	res.StepPct = cfg.StepPct
 	total, chunk := 60*time.Second, 2*time.Second
 	switch {
 	case cfg.Quick:

@@ -12,7 +12,7 @@ import (
 func feedbackBenchCmd() *cobra.Command {
 	var quick bool
 	var dir, out, only string
-	var calls, stepRuns int
+	var calls, stepRuns, stepPct int
 	var poll time.Duration
 	c := &cobra.Command{
 		Use:   "feedback [--quick] [--only step|test2] [--calls N] [--poll D]",
@@ -58,7 +58,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 			}
 			return runScenario("feedback", out, func(ctx context.Context, out string) (markdowner, error) {
 				return bench.RunFeedback(ctx, bench.FeedbackConfig{Bin: bin, Dir: dir, Out: out, Quick: quick, Log: os.Stdout,
-					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns})
+					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns, StepPct: stepPct})
 			})
 		},
 	}
@@ -68,6 +68,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 	c.Flags().StringVar(&only, "only", "", "run only part after the capacity ramp: step (load steps) or test2 (90 and 110 %)")
 	c.Flags().IntVar(&calls, "calls", 1, "httperf calls per connection (persistent connections)")
 	c.Flags().IntVar(&stepRuns, "step-runs", 0, "load steps to run (default 1; 3 with --only step; at most 20)")
+	c.Flags().IntVar(&stepPct, "step-load", 50, "the load step's load, % of the capacity")
 	c.Flags().DurationVar(&poll, "poll", 500*time.Millisecond, "the feedback block's poll interval (100ms to 10s)")
 	return c
 }
