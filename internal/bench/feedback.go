@@ -532,7 +532,7 @@ func fbBlock(poll time.Duration) string {
     bandwidth 1gbit
     target 0.8
 }
-`, poll, min(300*time.Millisecond, poll*3/5))
+`, poll, min(300*time.Millisecond, poll*4/5))
 }
 
 // followed says the replies kept up with rate with no queue building: a

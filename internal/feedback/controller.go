@@ -309,7 +309,14 @@ func (c *Controller) Step(readings []Reading) []Decision {
 		k := float64(c.cfg.Max) / top
 		for i, n := range names {
 			st := c.nodes[n]
-			if st.missed == 0 && st.prev != nil {
+			// A node at the floor that the rule did not raise (it pushed
+			// against the floor, or sat in the dead band there) is not
+			// scaled: the floor is the clamp of a wish for less, not a
+			// ratio to keep. Scaling it up with the others lifted a hogged
+			// node off the floor every poll the others fell (1 -> 14 in
+			// the bench at 250 ms polls), each lift undone a poll later.
+			pinned := st.w <= float64(c.cfg.Floor) && out[i].Delta <= 0
+			if st.missed == 0 && st.prev != nil && !pinned {
 				st.w = math.Min(float64(c.cfg.Max), st.w*k)
 				out[i].Reason += fmt.Sprintf("; all answering weights scaled by %.3f so the largest is %d", k, c.cfg.Max)
 			}
@@ -433,6 +440,15 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 		// damping state alone so a later reversal is judged fairly.
 		d.Clamped = map[bool]string{true: "max", false: "floor"}[sign > 0]
 		d.Reason = fmt.Sprintf("rule pushes past the clamp (%s): unchanged", why)
+		return
+	}
+	if sign > 0 && st.w <= float64(cfg.Floor) && prevErr <= cfg.DeadBand {
+		// A node parked at the floor (overloaded, or a hog shares its
+		// CPU) leaves it on the second poll asking for more, not the
+		// first: one coarse, noisy figure lifted it by a full step (1 -> 25
+		// and more) and sent traffic to a node that could not take it. A
+		// late lift costs one poll of a little unused capacity.
+		d.Reason = fmt.Sprintf("at the floor: waiting for a second poll below %s before raising", why)
 		return
 	}
 	large := math.Abs(d.Error) > cfg.LargeError

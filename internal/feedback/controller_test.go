@@ -559,18 +559,20 @@ func TestHogStepLikeTheBench(t *testing.T) {
 					t.Logf("  %v seed 0 poll %+d: load %.3f error %+.3f gain %.3f weight %d: %s", iv, i-from, d.Aggregate, d.Error, d.Gain, d.Weight, d.Reason)
 				}
 			}
+			if testing.Verbose() && (took > 2 || rev > 1) {
+				t.Logf("  %v seed %d: settled %.2f s, %d reversals: a %v", iv, seed, took, rev, weightsOf(after, "a"))
+			}
 			worst, worstRev, sum = math.Max(worst, took), max(worstRev, rev), sum+took
 		}
 		t.Logf("%v polls: a's weight settled %.2f s after the hog on average, %.2f s at worst; at most %d reversals (of moves over 3) after it", iv, sum/seeds, worst, worstRev)
-		// One outlier of the coarse CPU figure after the hog (the unused
-		// allowance's maximum grows by a tick) can lift the floored weight
-		// by ~10 and back: two reversals. The mean is what the goal of 2 s
-		// is about; the worst case carries such a blip.
-		if worstRev > 2 {
-			t.Errorf("%v polls: %d reversals after the step, want <= 2", iv, worstRev)
+		// An outlier of the coarse CPU figure after the hog (the unused
+		// allowance's maximum grows by a tick) lifted the floored weight
+		// by 20-100 before the floor waited for a second poll.
+		if worstRev > 1 {
+			t.Errorf("%v polls: %d reversals after the step, want <= 1", iv, worstRev)
 		}
-		if sum/seeds > 2 || worst > 5 {
-			t.Errorf("%v polls: settled after %.2f s on average, %.2f s at worst; want <= 2 s and <= 5 s", iv, sum/seeds, worst)
+		if worst > 2 {
+			t.Errorf("%v polls: settled after %.2f s on average, %.2f s at worst; want <= 2 s", iv, sum/seeds, worst)
 		}
 	}
 }
@@ -604,4 +606,87 @@ func bandReversals(tr trace, node string, band int) int {
 		}
 	}
 	return n
+}
+
+// TestFloorNotRescaled: a node the rule holds at the floor stays there when
+// the others fall and are scaled back up to Max. The rescale used to lift
+// it by the same factor every poll (the bench at 250 ms polls: a hogged
+// node's weight went 1 -> 14 while the others swung).
+func TestFloorNotRescaled(t *testing.T) {
+	clk := newFakeClock()
+	c, err := NewController(ControllerConfig{Interval: 250 * time.Millisecond}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := uint32(1000)
+	// a is overloaded alone first (to the floor), then every node is
+	// near 1.1 (an overloaded cluster: the mean is the target): a sits in
+	// the dead band at the floor while b and c swing around the mean, so the
+	// largest weight keeps falling below Max and is scaled back up.
+	for i := 0; i < 40; i++ {
+		clk.Advance(250 * time.Millisecond)
+		ticks += 25
+		la, lb, lc := 1.5, 0.6, 0.6
+		if i >= 8 {
+			la, lb, lc = 1.1, 1.3, 1.3
+			if i%2 == 0 {
+				lb, lc = 0.9, 0.9
+			}
+		}
+		rs := []Reading{
+			{Node: "a", Sample: loadSample("a", clk.Now(), ticks, la)},
+			{Node: "b", Sample: loadSample("b", clk.Now(), ticks, lb)},
+			{Node: "c", Sample: loadSample("c", clk.Now(), ticks, lc)},
+		}
+		ds := c.Step(rs)
+		if i >= 6 && ds[0].Weight != 1 {
+			t.Fatalf("poll %d: a's weight %d (exact %.2f), want the floor 1: %s", i, ds[0].Weight, ds[0].Exact, ds[0].Reason)
+		}
+	}
+}
+
+func weightsOf(tr trace, node string) []int {
+	var out []int
+	for _, w := range tr.weights {
+		out = append(out, w[node])
+	}
+	return out
+}
+
+// TestFloorWaitsForSecondPoll: a node at the floor is not raised by one
+// poll of low load (a noisy figure), but is by two, and then climbs back
+// at full speed.
+func TestFloorWaitsForSecondPoll(t *testing.T) {
+	clk := newFakeClock()
+	c, _ := NewController(ControllerConfig{Interval: 500 * time.Millisecond}, clk)
+	ticks := uint32(1000)
+	step := func(la float64) Decision {
+		clk.Advance(500 * time.Millisecond)
+		ticks += 50
+		return c.Step([]Reading{{Node: "a", Sample: loadSample("a", clk.Now(), ticks, la)},
+			{Node: "b", Sample: loadSample("b", clk.Now(), ticks, 0.5)}})[0]
+	}
+	for i := 0; i < 8; i++ {
+		step(2)
+	}
+	if d := step(2); d.Weight != 1 {
+		t.Fatalf("overloaded a at weight %d, want the floor", d.Weight)
+	}
+	if d := step(0.3); d.Weight != 1 {
+		t.Errorf("one poll of low load lifted a to %d: %s", d.Weight, d.Reason)
+	}
+	if d := step(2); d.Weight != 1 {
+		t.Errorf("a at %d after the outlier, want 1", d.Weight)
+	}
+	step(0.3)
+	d := step(0.3)
+	if d.Weight <= 1 {
+		t.Errorf("two polls of low load left a at %d: %s", d.Weight, d.Reason)
+	}
+	for i := 0; i < 4; i++ {
+		d = step(0.3)
+	}
+	if d.Weight < 90 {
+		t.Errorf("a at %d four polls after leaving the floor, want >= 90 (b is at 100 with load 0.5)", d.Weight)
+	}
 }
