@@ -256,8 +256,13 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err != nil {
 		return nil, err
 	}
+	// run offers rate requests/s for d with cfg.Calls requests per
+	// connection; the capacity ramp (rampCalls) uses one: the capacity is
+	// the servers', and followed's p99 bound is per request there (with 50
+	// calls a connection lives for all 50).
+	calls := cfg.Calls
 	run := func(rate float64, d time.Duration) (FBRow, error) {
-		return httperf(ctx, bed.Wrap("client"), vip, path, rate, cfg.Calls, d)
+		return httperf(ctx, bed.Wrap("client"), vip, path, rate, calls, d)
 	}
 	// drained waits (at most 90 s) until no request is in progress at any
 	// node: a node overloaded by the previous run (rr sends the slow one
@@ -406,9 +411,11 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err := apply("wlc"); err != nil {
 		return nil, err
 	}
+	calls = 1
 	res.Capacity, res.Ramp, err = rampCapacity(func(rate float64) (FBRow, error) {
 		return measured("wlc", 0, false, rate, rampDur)
 	})
+	calls = cfg.Calls
 	if err != nil {
 		return nil, err
 	}
