@@ -2,7 +2,11 @@ package bench
 
 import (
 	"math"
+	"os/exec"
+	"strings"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // httperf 0.9's output with -v -v (abridged), as the scenario reads it.
@@ -103,5 +107,41 @@ func TestRampCapacity(t *testing.T) {
 	// 100..800 followed, 1600 not, then 1200 followed, 1400 not.
 	if c != 1200 || len(ramp) != 7 {
 		t.Errorf("capacity %v after %d steps, want 1200 after 7", c, len(ramp))
+	}
+}
+
+// TestClientPorts: on a network namespace of its own (the client host's
+// settings are per namespace), clientPorts widens the ephemeral ports and
+// turns on TIME_WAIT reuse. Without them the bench's one-request
+// connections ran the client out of ports in test 2 (see clientPorts).
+func TestClientPorts(t *testing.T) {
+	if err := testbed.CheckRoot(); err != nil {
+		t.Skip("needs root for a network namespace: ", err)
+	}
+	const ns = "fb3-ports-test"
+	exec.Command("ip", "netns", "del", ns).Run()
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Skipf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	wrap := []string{"nsenter", "--net=/run/netns/" + ns, "--"} // as testbed.Bed.Wrap
+	read := func(k string) string {
+		out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-n", k).Output()
+		if err != nil {
+			t.Fatalf("sysctl %s: %v", k, err)
+		}
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	if got := read("net.ipv4.ip_local_port_range"); got == "1024 65535" {
+		t.Fatalf("a new namespace already has the range %q: test too weak", got)
+	}
+	if err := clientPorts(wrap); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("net.ipv4.ip_local_port_range"); got != "1024 65535" {
+		t.Errorf("port range %q, want 1024 65535", got)
+	}
+	if got := read("net.ipv4.tcp_tw_reuse"); got != "1" {
+		t.Errorf("tcp_tw_reuse %q, want 1", got)
 	}
 }
