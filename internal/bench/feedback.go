@@ -548,10 +548,11 @@ func fbBlock(poll time.Duration) string {
 // clientPorts widens the client host's ephemeral ports and lets it reuse
 // TIME_WAIT ports for new connections. With one request per connection at
 // ~1000 req/s, a 20 s run opens 20 000 connections and each port waits 60 s
-// in TIME_WAIT: the default range (32768-60999, 28 000 ports) ran out in
-// the third run or so, httperf failed most connections (lc at 110 %: 23
-// answers/s, 19 707 errors, on 2026-11-27 22:17), and whichever scheduler
-// ran then lost. The settings are the client namespace's own.
+// in TIME_WAIT: the client held 18 000 of the default 28 000 (32768-60999)
+// during test 2 on 2026-11-27, close to running out, which would fail
+// httperf's connections for whichever scheduler ran then. (It was not the
+// cause of lc's collapse at 110 % that day: that remained with this.) The
+// settings are the client namespace's own.
 func clientPorts(wrap []string) error {
 	for _, kv := range []string{"net.ipv4.ip_local_port_range=1024 65535", "net.ipv4.tcp_tw_reuse=1"} {
 		args := append(append([]string{}, wrap[1:]...), "sysctl", "-q", "-w", kv)

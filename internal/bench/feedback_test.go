@@ -112,8 +112,8 @@ func TestRampCapacity(t *testing.T) {
 
 // TestClientPorts: on a network namespace of its own (the client host's
 // settings are per namespace), clientPorts widens the ephemeral ports and
-// turns on TIME_WAIT reuse. Without them the bench's one-request
-// connections ran the client out of ports in test 2 (see clientPorts).
+// turns on TIME_WAIT reuse: the bench's one-request connections came close
+// to running the client out of ports in test 2 (see clientPorts).
 func TestClientPorts(t *testing.T) {
 	if err := testbed.CheckRoot(); err != nil {
 		t.Skip("needs root for a network namespace: ", err)
