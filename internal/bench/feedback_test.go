@@ -2,7 +2,11 @@ package bench
 
 import (
 	"math"
+	"os/exec"
+	"strings"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // httperf 0.9's output with -v -v (abridged), as the scenario reads it.
@@ -61,14 +65,83 @@ func TestReconvergence(t *testing.T) {
 		tr = append(tr, FBPoint{T: float64(i) / 4, Weights: map[string]int{"node1": w}})
 	}
 	// The step at 2.5 s; the weight is 30 (±3) from i=14, 3.5 s: 1 s after.
-	if got := reconvergence(tr, "node1", 2.5); got != 1 {
-		t.Errorf("reconvergence %v, want 1 s", got)
+	if got, before, final, rev := reconvergence(tr, "node1", 2.5); got != 1 || before != 100 || final != 30 || rev != 0 {
+		t.Errorf("reconvergence %v (before %v final %v reversals %d), want 1 s, 100, 30, 0", got, before, final, rev)
+	}
+	// An oscillation after the step: 100 -> 40 -> 70 -> 40 -> 60 -> 50,
+	// each leg more than the band (5): four reversals, and it settles only
+	// when it stays within ±5 of 50 (from 4.0 s, 1.5 s after the step).
+	osc := []FBPoint{}
+	for i, w := range []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100, 40, 70, 40, 60, 50, 52, 50, 49, 50, 50, 51, 50, 50, 50} {
+		osc = append(osc, FBPoint{T: float64(i) / 4, Weights: map[string]int{"node1": w}})
+	}
+	if got, _, _, rev := reconvergence(osc, "node1", 2.5); got != 1 || rev != 4 {
+		t.Errorf("oscillation: settled %v with %d reversals, want 1 s and 4", got, rev)
 	}
 	flat := []FBPoint{}
 	for i := 0; i < 20; i++ {
 		flat = append(flat, FBPoint{T: float64(i), Weights: map[string]int{"node1": 100}})
 	}
-	if got := reconvergence(flat, "node1", 5); got != -2 {
+	if got, _, _, _ := reconvergence(flat, "node1", 5); got != -2 {
 		t.Errorf("no move: %v, want -2", got)
+	}
+}
+
+// TestRampCapacity: the capacity is the highest throughput of a rate that
+// was followed. The ramp used to take the throughput of the first rate not
+// followed too (1482/s at 1600 offered with a p99 of 537 ms, on the bed,
+// 2026-11-27 21:40), so the loads were fractions of an overload.
+func TestRampCapacity(t *testing.T) {
+	// Replies follow up to 1200/s; above, 1480/s at most with a long tail.
+	measure := func(rate float64) (FBRow, error) {
+		row := FBRow{Offered: rate, Throughput: rate, Conns: int(rate * 5), P99: 40}
+		if rate > 1200 {
+			row.Throughput, row.P99 = math.Min(rate*0.93, 1482), 537
+		}
+		return row, nil
+	}
+	c, ramp, err := rampCapacity(measure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100..800 followed, 1600 not, then 1200 followed, 1400 not.
+	if c != 1200 || len(ramp) != 7 {
+		t.Errorf("capacity %v after %d steps, want 1200 after 7", c, len(ramp))
+	}
+}
+
+// TestClientPorts: on a network namespace of its own (the client host's
+// settings are per namespace), clientPorts widens the ephemeral ports and
+// turns on TIME_WAIT reuse: the bench's one-request connections came close
+// to running the client out of ports in test 2 (see clientPorts).
+func TestClientPorts(t *testing.T) {
+	if err := testbed.CheckRoot(); err != nil {
+		t.Skip("needs root for a network namespace: ", err)
+	}
+	const ns = "fb3-ports-test"
+	exec.Command("ip", "netns", "del", ns).Run()
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Skipf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	wrap := []string{"nsenter", "--net=/run/netns/" + ns, "--"} // as testbed.Bed.Wrap
+	read := func(k string) string {
+		out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-n", k).Output()
+		if err != nil {
+			t.Fatalf("sysctl %s: %v", k, err)
+		}
+		return strings.Join(strings.Fields(string(out)), " ")
+	}
+	if got := read("net.ipv4.ip_local_port_range"); got == "1024 65535" {
+		t.Fatalf("a new namespace already has the range %q: test too weak", got)
+	}
+	if err := clientPorts(wrap); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("net.ipv4.ip_local_port_range"); got != "1024 65535" {
+		t.Errorf("port range %q, want 1024 65535", got)
+	}
+	if got := read("net.ipv4.tcp_tw_reuse"); got != "1" {
+		t.Errorf("tcp_tw_reuse %q, want 1", got)
 	}
 }

@@ -166,6 +166,7 @@ type nodeState struct {
 	sameRun   int
 	lastErr   float64 // the previous poll's error, 0 before the first
 	lastMove  float64 // the previous poll's |weight change| / weight
+	lastLoad  float64 // the smoothed load at the previous apply
 	reversals int
 	missed    int
 	lastStep  time.Time
@@ -186,7 +187,21 @@ type Controller struct {
 	mu    sync.Mutex
 	nodes map[string]*nodeState
 	last  []Decision
+	// mean is the answering nodes' mean load, smoothed over polls with
+	// meanSmoothing: it decides the overload target (see Step).
+	mean     float64
+	haveMean bool
 }
+
+// meanSmoothing is the newest poll's share in the smoothed cluster mean.
+// Why smoothed: with coarse load figures (a node's cgroup CPU in 10 ms
+// ticks over a 500 ms poll at 5 % of a CPU is 1-3 ticks: 0, 40, 80 or
+// 100 %), one node's noisy poll lifted the mean above the target, and the
+// hogged node was then steered to that mean, not to the target: in the
+// bench its weight stalled and reversed, and the load step took 3-7 s or
+// did not settle (TestHogStepLikeTheBench). A real overload lasts; the
+// mean's lag only delays balancing by a poll or two.
+const meanSmoothing = 0.3
 
 // Last returns a copy of the decisions of the latest Step (for `corral ctl
 // feedback` and metrics, which must not step the controller themselves).
@@ -266,9 +281,17 @@ func (c *Controller) Step(readings []Reading) []Decision {
 		}
 	}
 	target, why := c.cfg.Target, fmt.Sprintf("target %.3f", c.cfg.Target)
-	if nfresh > 0 && sum/float64(nfresh) > target {
-		target = sum / float64(nfresh)
-		why = fmt.Sprintf("cluster overloaded: mean load %.3f as target", target)
+	if nfresh > 0 {
+		m := sum / float64(nfresh)
+		if !c.haveMean {
+			c.mean, c.haveMean = m, true
+		} else {
+			c.mean += meanSmoothing * (m - c.mean)
+		}
+		if c.mean > target {
+			target = c.mean
+			why = fmt.Sprintf("cluster overloaded: mean load %.3f (smoothed) as target", target)
+		}
 	}
 	for i, n := range names {
 		if fresh[i] {
@@ -286,7 +309,14 @@ func (c *Controller) Step(readings []Reading) []Decision {
 		k := float64(c.cfg.Max) / top
 		for i, n := range names {
 			st := c.nodes[n]
-			if st.missed == 0 && st.prev != nil {
+			// A node at the floor that the rule did not raise (it pushed
+			// against the floor, or sat in the dead band there) is not
+			// scaled: the floor is the clamp of a wish for less, not a
+			// ratio to keep. Scaling it up with the others lifted a hogged
+			// node off the floor every poll the others fell (1 -> 14 in
+			// the bench at 250 ms polls), each lift undone a poll later.
+			pinned := st.w <= float64(c.cfg.Floor) && out[i].Delta <= 0
+			if st.missed == 0 && st.prev != nil && !pinned {
 				st.w = math.Min(float64(c.cfg.Max), st.w*k)
 				out[i].Reason += fmt.Sprintf("; all answering weights scaled by %.3f so the largest is %d", k, c.cfg.Max)
 			}
@@ -382,13 +412,21 @@ func (c *Controller) observe(now time.Time, st *nodeState, r Reading) (d Decisio
 // itself move the load past LargeError (see apply).
 const smallMove = 0.1
 
+// unmoved: a load that changed by less than this (towards the target) after
+// a move of at least smallMove/2 did not follow the move. maxBoost: the
+// highest gain an unresponsive load earns (see apply).
+const (
+	unmoved  = 0.02
+	maxBoost = 4
+)
+
 func (c *Controller) apply(st *nodeState, d *Decision, target float64, why string) {
 	cfg := &c.cfg
 	d.Target = target
 	d.Error = target - st.smoothed
 	d.Raw = cfg.A * math.Cbrt(d.Error)
-	prevErr, lastMove := st.lastErr, st.lastMove
-	st.lastErr, st.lastMove = d.Error, 0
+	prevErr, lastMove, lastLoad := st.lastErr, st.lastMove, st.lastLoad
+	st.lastErr, st.lastMove, st.lastLoad = d.Error, 0, st.smoothed
 	if math.Abs(d.Error) <= cfg.DeadBand {
 		d.Reason = fmt.Sprintf("inside dead band ±%.3f of %s: unchanged", cfg.DeadBand, why)
 		return
@@ -404,8 +442,17 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 		d.Reason = fmt.Sprintf("rule pushes past the clamp (%s): unchanged", why)
 		return
 	}
+	if sign > 0 && st.w <= float64(cfg.Floor) && prevErr <= cfg.DeadBand {
+		// A node parked at the floor (overloaded, or a hog shares its
+		// CPU) leaves it on the second poll asking for more, not the
+		// first: one coarse, noisy figure lifted it by a full step (1 -> 25
+		// and more) and sent traffic to a node that could not take it. A
+		// late lift costs one poll of a little unused capacity.
+		d.Reason = fmt.Sprintf("at the floor: waiting for a second poll below %s before raising", why)
+		return
+	}
 	large := math.Abs(d.Error) > cfg.LargeError
-	step := ""
+	step, unresponsive := "", false
 	switch {
 	case large && lastMove < smallMove:
 		step = "load step (large error after no or a small move): gain reset to 1; "
@@ -418,9 +465,19 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 		// and the damping starts afresh from this direction.
 		st.gain, st.sameRun = 1, 0
 	case st.lastSign != 0 && sign != st.lastSign:
-		st.gain = math.Max(cfg.MinGain, st.gain/2)
+		st.gain = math.Max(cfg.MinGain, math.Min(1, st.gain)/2) // a boost ends at a reversal
 		st.sameRun = 0
 		st.reversals++
+	case sign == st.lastSign && lastMove >= smallMove/2 && (st.smoothed-lastLoad)*float64(sign) <= unmoved:
+		// The last move was this way and of some size, and the load did
+		// not follow it: it is not (only) a share of the demand, it is
+		// work no weight moves (a hog). The fixed step of LVS's rule is
+		// then only slow: double the gain, up to maxBoost, and skip the
+		// proportional bound (which assumes a load that follows).
+		st.gain = math.Min(maxBoost, math.Max(1, st.gain)*2)
+		st.sameRun = 0
+		step = fmt.Sprintf("load did not follow the last move (%.3f -> %.3f): gain %.0f; ", lastLoad, st.smoothed, st.gain)
+		unresponsive = true
 	case sign == st.lastSign:
 		st.sameRun++
 		if st.sameRun >= 3 {
@@ -437,7 +494,7 @@ func (c *Controller) apply(st *nodeState, d *Decision, target float64, why strin
 	// (which moves less than the weight) plus work no weight moves (a hog),
 	// so that step never overshoots; far from the target it would be too
 	// slow against a hog, so ∛ keeps full speed there.
-	if a := math.Abs(d.Error); a <= cfg.LargeError && st.smoothed > 0 {
+	if a := math.Abs(d.Error); a <= cfg.LargeError && st.smoothed > 0 && !unresponsive {
 		if p := st.w * (target/st.smoothed - 1); math.Abs(p) < math.Abs(d.Delta) && (p < 0) == (d.Delta < 0) {
 			d.Delta = p
 			step += "bounded by the proportional step; "
