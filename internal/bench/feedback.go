@@ -831,6 +831,7 @@ var (
 	reConnT  = regexp.MustCompile(`Connection time \[ms\]: min [\d.]+ avg ([\d.]+)`)
 	reStatus = regexp.MustCompile(`Reply status: 1xx=\d+ 2xx=(\d+)`)
 	reErrors = regexp.MustCompile(`Errors: total (\d+)`)
+	reFD     = regexp.MustCompile(`Errors: fd-unavail (\d+)`)
 	reHist   = regexp.MustCompile(`^\s+([\d.]+)\s+(\d+)$`)
 )
 
@@ -878,6 +879,16 @@ func parseHTTPerf(out string, rate float64) (FBRow, error) {
 	}
 	if m := reErrors.FindStringSubmatch(out); m != nil {
 		row.Errors, _ = strconv.Atoi(m[1])
+	}
+	// httperf waits with select(), so it holds at most FD_SETSIZE (1024)
+	// sockets: once about 1000 requests are outstanding (a second's
+	// backlog at these rates) each new one fails at once as fd-unavail.
+	// Those are the overload's errors, but they are the generator's
+	// limit, not refusals by the director: say so beside the count.
+	if m := reFD.FindStringSubmatch(out); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n > 0 {
+			row.Note = fmt.Sprintf("%d of them httperf's fd-unavail: over ~1000 outstanding", n)
+		}
 	}
 	type bin struct {
 		ms float64

@@ -33,6 +33,7 @@ Connection rate: 50.4 conn/s (19.8 ms/conn, <=1 concurrent connections)
 Connection time [ms]: min 1.1 avg 2.9 max 13.4 median 2.5 stddev 2.0
 Reply status: 1xx=0 2xx=98 3xx=0 4xx=2 5xx=0
 Errors: total 3 client-timo 3 socket-timo 0 connrefused 0 connreset 0
+Errors: fd-unavail 0 addrunavail 0 ftab-full 0 other 0
 `
 
 func TestParseHTTPerf(t *testing.T) {
@@ -44,8 +45,15 @@ func TestParseHTTPerf(t *testing.T) {
 		t.Errorf("totals: %+v", r)
 	}
 	// 100 lifetimes: the 50th is in the 2.5 bin, the 90th in 5.5 (48+15+18+8 = 89 before it), the 99th in 10.5.
+	if r.Note != "" {
+		t.Errorf("no fd-unavail errors, yet a note: %q", r.Note)
+	}
 	if r.P50 != 2.5 || r.P90 != 5.5 || r.P99 != 10.5 {
 		t.Errorf("percentiles %v %v %v, want 2.5 5.5 10.5", r.P50, r.P90, r.P99)
+	}
+	capped := strings.Replace(httperfOut, "Errors: fd-unavail 0", "Errors: fd-unavail 981", 1)
+	if r, err := parseHTTPerf(capped, 50); err != nil || !strings.Contains(r.Note, "981 of them httperf's fd-unavail") {
+		t.Errorf("fd-unavail: %q %v", r.Note, err)
 	}
 	if _, err := parseHTTPerf("httperf: connection refused\n", 10); err == nil {
 		t.Error("no totals: no error")
