@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"strconv"
 	"sync"
 	"time"
 
@@ -473,33 +472,12 @@ func (f *stationFB) waitFeedback(ctx context.Context, after uint64, wait time.Du
 // each server of each feedback service) once its seq is not after's, or
 // 204 No Content when wait passes first or no monitor runs.
 func (s *Station) hFeedback(w http.ResponseWriter, r *http.Request, p *Principal) {
-	q := r.URL.Query()
-	var after uint64
-	if a := q.Get("after"); a != "" {
-		n, err := strconv.ParseUint(a, 10, 64)
-		if err != nil {
-			s.fail(w, &inputError{fmt.Sprintf("after %q: want a sequence number", a)})
-			return
-		}
-		after = n
+	a, wait, release, ok := s.longPoll(w, r, p, "a sequence number")
+	if !ok {
+		return
 	}
-	var wait time.Duration
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			s.fail(w, &inputError{fmt.Sprintf("wait %q: want a duration (30s)", ws)})
-			return
-		}
-		wait = min(d, maxWait)
-	}
-	if wait > 0 {
-		release, ok := s.startWait(p.Name)
-		if !ok {
-			s.fail(w, &tooManyError{fmt.Sprintf("%s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
-			return
-		}
-		defer release()
-	}
+	defer release()
+	after := uint64(a)
 	if after == 0 && wait == 0 {
 		// A plain look (corral mgmt feedback): the latest, or why none.
 		s.fb.mu.Lock()

@@ -55,6 +55,38 @@ func (s *Station) startWait(member string) (release func(), ok bool) {
 	}, true
 }
 
+// longPoll reads a long poll's ?after=N (what N is, for the error) and
+// ?wait=D (capped at maxWait), and counts the wait against p's
+// maxWaitsPerMember. On false the reply is already written; otherwise
+// release must be called when the poll ends.
+func (s *Station) longPoll(w http.ResponseWriter, r *http.Request, p *Principal, what string) (after int64, wait time.Duration, release func(), ok bool) {
+	q := r.URL.Query()
+	if a := q.Get("after"); a != "" {
+		n, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || n < 0 {
+			s.fail(w, &inputError{fmt.Sprintf("after %q: want %s", a, what)})
+			return 0, 0, nil, false
+		}
+		after = n
+	}
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			s.fail(w, &inputError{fmt.Sprintf("wait %q: want a duration (30s)", ws)})
+			return 0, 0, nil, false
+		}
+		wait = min(d, maxWait)
+	}
+	release = func() {}
+	if wait > 0 {
+		if release, ok = s.startWait(p.Name); !ok {
+			s.fail(w, &tooManyError{fmt.Sprintf("%s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
+			return 0, 0, nil, false
+		}
+	}
+	return after, wait, release, true
+}
+
 type metrics struct {
 	reg          *prometheus.Registry
 	applies      prometheus.Counter
@@ -372,33 +404,11 @@ func (s *Station) hJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Station) hDesired(w http.ResponseWriter, r *http.Request, p *Principal) {
-	q := r.URL.Query()
-	var after int64
-	if a := q.Get("after"); a != "" {
-		n, err := strconv.ParseInt(a, 10, 64)
-		if err != nil {
-			s.fail(w, &inputError{fmt.Sprintf("after %q: want a revision", a)})
-			return
-		}
-		after = n
+	after, wait, release, ok := s.longPoll(w, r, p, "a revision")
+	if !ok {
+		return
 	}
-	var wait time.Duration
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			s.fail(w, &inputError{fmt.Sprintf("wait %q: want a duration (30s)", ws)})
-			return
-		}
-		wait = min(d, maxWait)
-	}
-	if wait > 0 {
-		release, ok := s.startWait(p.Name)
-		if !ok {
-			s.fail(w, &tooManyError{fmt.Sprintf("member %s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
-			return
-		}
-		defer release()
-	}
+	defer release()
 	d, err := s.waitDesired(r.Context(), p.Name, after, wait)
 	if err != nil {
 		s.fail(w, err)
