@@ -477,6 +477,10 @@ func (s *Station) hFeedback(w http.ResponseWriter, r *http.Request, p *Principal
 		return
 	}
 	defer release()
+	if a < 0 {
+		s.fail(w, &inputError{fmt.Sprintf("after %d: want a sequence number (0 or more)", a)})
+		return
+	}
 	after := uint64(a)
 	if after == 0 && wait == 0 {
 		// A plain look (corral mgmt feedback): the latest, or why none.

@@ -63,7 +63,7 @@ func (s *Station) longPoll(w http.ResponseWriter, r *http.Request, p *Principal,
 	q := r.URL.Query()
 	if a := q.Get("after"); a != "" {
 		n, err := strconv.ParseInt(a, 10, 64)
-		if err != nil || n < 0 {
+		if err != nil {
 			s.fail(w, &inputError{fmt.Sprintf("after %q: want %s", a, what)})
 			return 0, 0, nil, false
 		}
