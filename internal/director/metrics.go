@@ -158,7 +158,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descReloadAt, float64(rs.Time.UnixNano())/1e9)
 	}
 	if st, err := c.d.FeedbackStatus(); err == nil {
-		collectFeedback(st, gauge)
+		CollectFeedback(st, directorFBDescs, gauge)
 	}
 	if n := c.d.haNode(); n != nil {
 		collectHA(n.Status(), gauge, counter)
@@ -216,26 +216,35 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// collectFeedback turns the monitor's latest decisions into metrics.
-func collectFeedback(st FeedbackStatus, gauge func(*prometheus.Desc, float64, ...string)) {
+// FeedbackDescs are the metrics a feedback monitor's decisions become:
+// the director's own (corral_director_feedback_*) or the station's
+// (corral_mgmt_feedback_*), one shape.
+type FeedbackDescs struct {
+	Polled, Weight, Missed, Load, Term *prometheus.Desc
+}
+
+var directorFBDescs = FeedbackDescs{Polled: descFBPolled, Weight: descFBWeight, Missed: descFBMissed, Load: descFBLoad, Term: descFBTerm}
+
+// CollectFeedback turns a monitor's latest decisions into metrics.
+func CollectFeedback(st FeedbackStatus, ds FeedbackDescs, gauge func(*prometheus.Desc, float64, ...string)) {
 	for _, s := range st.Services {
 		if !s.Polled.IsZero() {
-			gauge(descFBPolled, float64(s.Polled.UnixNano())/1e9, s.Name)
+			gauge(ds.Polled, float64(s.Polled.UnixNano())/1e9, s.Name)
 		}
 		for _, d := range s.Nodes {
-			gauge(descFBWeight, float64(d.Weight), s.Name, d.Node)
-			gauge(descFBMissed, float64(d.Missed), s.Name, d.Node)
+			gauge(ds.Weight, float64(d.Weight), s.Name, d.Node)
+			gauge(ds.Missed, float64(d.Missed), s.Name, d.Node)
 			t := d.Terms
 			if t == nil {
 				continue // no fresh load this round: no terms to show
 			}
-			gauge(descFBLoad, d.Aggregate, s.Name, d.Node)
+			gauge(ds.Load, d.Aggregate, s.Name, d.Node)
 			for _, x := range []struct {
 				term string
 				v    float64
 			}{{"total", t.TotalLoad}, {"ethernet", t.EthernetUtil}, {"sys", t.SysUtil}, {"mem_swap", t.MemSwapLoad},
 				{"mem_real", t.MemRealLoad}, {"la_load", t.LaLoad}, {"cpu_busy", t.CPUBusy}, {"dsk", t.DskLoad}} {
-				gauge(descFBTerm, x.v, s.Name, d.Node, x.term)
+				gauge(ds.Term, x.v, s.Name, d.Node, x.term)
 			}
 		}
 	}

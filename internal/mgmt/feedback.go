@@ -545,25 +545,5 @@ func (c fbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descMFBSeq, prometheus.CounterValue, float64(pub.Seq))
 	gauge(descMFBLastPubl, float64(pub.Time.UnixNano())/1e9)
-	for _, s := range pub.Services {
-		if !s.Polled.IsZero() {
-			gauge(descMFBPolled, float64(s.Polled.UnixNano())/1e9, s.Name)
-		}
-		for _, d := range s.Nodes {
-			gauge(descMFBWeight, float64(d.Weight), s.Name, d.Node)
-			gauge(descMFBMissed, float64(d.Missed), s.Name, d.Node)
-			t := d.Terms
-			if t == nil {
-				continue
-			}
-			gauge(descMFBLoad, d.Aggregate, s.Name, d.Node)
-			for _, x := range []struct {
-				term string
-				v    float64
-			}{{"total", t.TotalLoad}, {"ethernet", t.EthernetUtil}, {"sys", t.SysUtil}, {"mem_swap", t.MemSwapLoad},
-				{"mem_real", t.MemRealLoad}, {"la_load", t.LaLoad}, {"cpu_busy", t.CPUBusy}, {"dsk", t.DskLoad}} {
-				gauge(descMFBTerm, x.v, s.Name, d.Node, x.term)
-			}
-		}
-	}
+	director.CollectFeedback(*pub, director.FeedbackDescs{Polled: descMFBPolled, Weight: descMFBWeight, Missed: descMFBMissed, Load: descMFBLoad, Term: descMFBTerm}, gauge)
 }
