@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"time"
-
 	"sync"
+	"time"
 )
 
 // A director joined to a management station whose configuration says
@@ -22,8 +21,9 @@ import (
 // change; timeouts instead when the station's timeout is the longer: a
 // round with a silent server lasts that long), then decays them towards
 // the floor, half the distance per two intervals, exactly as the
-// controller decays a server that does not answer. The floor, not the configured weights: without measurements the
-// director cannot tell which servers are loaded, and the floor is what
+// controller decays a server that does not answer. The floor, not the
+// configured weights: without measurements the director cannot tell
+// which servers are loaded, and the floor is what
 // the controller itself gives a server it knows nothing of; it also keeps
 // every server in rotation, with equal shares once decayed, where a jump
 // back to configured weights could pile load on a server the station had
