@@ -738,6 +738,21 @@ func reconvergence(tr []FBPoint, node string, at float64) (settle, before, final
 	return settle, before, final, reversals
 }
 
+// httperfTimeout is httperf's --timeout: a request not answered by then
+// is an error.
+const httperfTimeout = 2 * time.Second
+
+// p99All is a row's p99 over every request, not only the answered ones:
+// a scheduler whose failures are fast (httperf's fd-unavail when a backlog
+// passes ~1000 requests) must not look quick for them. With more than 1 %
+// failed, the 99th percentile is a failure, counted as the timeout.
+func p99All(x FBRow) float64 {
+	if x.Conns > 0 && x.Errors*100 > x.Conns {
+		return max(x.P99, float64(httperfTimeout/time.Millisecond))
+	}
+	return x.P99
+}
+
 // goals records issue 17's goals for this bench, each with the measured
 // figures and "met" or "NOT met" (or why it was not measured):
 // (a) at 90 % load feedback's p99 at least 50 % below wlc's and 70 % below
@@ -762,10 +777,10 @@ func (r *FeedbackResult) goals() {
 		return by
 	}
 	if by := at(90); by["feedback"].Conns > 0 && by["wlc"].P99 > 0 && by["rr"].P99 > 0 {
-		f, w, rr := by["feedback"].P99, by["wlc"].P99, by["rr"].P99
+		f, w, rr := p99All(by["feedback"]), p99All(by["wlc"]), p99All(by["rr"])
 		bw, br := 1-f/w, 1-f/rr
-		r.Goals = append(r.Goals, fmt.Sprintf("(a) 90 %% load: feedback p99 %.1f ms is %.0f %% below wlc's %.1f ms (want >= 50 %%) and %.0f %% below rr's %.1f ms (want >= 70 %%): %s",
-			f, 100*bw, w, 100*br, rr, verdict(bw >= 0.5 && br >= 0.7)))
+		r.Goals = append(r.Goals, fmt.Sprintf("(a) 90 %% load: feedback p99 %.1f ms is %.0f %% below wlc's %.1f ms (want >= 50 %%) and %.0f %% below rr's %.1f ms (want >= 70 %%) (p99 of every request: a failed one counts as the %v timeout): %s",
+			f, 100*bw, w, 100*br, rr, httperfTimeout, verdict(bw >= 0.5 && br >= 0.7)))
 	} else {
 		r.Goals = append(r.Goals, "(a) 90 % load: not measured in this run")
 	}
@@ -846,7 +861,7 @@ func httperf(ctx context.Context, wrap []string, vip netip.AddrPort, path string
 	crate := rate / float64(calls)
 	conns := max(int(crate*d.Seconds()), 1)
 	args := append(append([]string{}, wrap[1:]...), "httperf", "--hog", "--server", vip.Addr().String(), "--port", strconv.Itoa(int(vip.Port())),
-		"--uri", path, "--rate", fmt.Sprintf("%.2f", crate), "--num-conns", strconv.Itoa(conns), "--num-calls", strconv.Itoa(calls), "--timeout", "2", "-v", "-v")
+		"--uri", path, "--rate", fmt.Sprintf("%.2f", crate), "--num-conns", strconv.Itoa(conns), "--num-calls", strconv.Itoa(calls), "--timeout", strconv.Itoa(int(httperfTimeout/time.Second)), "-v", "-v")
 	// Bounded: under overload on a loaded machine httperf can run well
 	// past d; a run cut short counts every connection as an error and
 	// the scenario goes on.

@@ -153,3 +153,24 @@ func TestClientPorts(t *testing.T) {
 		t.Errorf("tcp_tw_reuse %q, want 1", got)
 	}
 }
+
+// TestGoalCountsFailures: a row whose requests failed fast (httperf's
+// fd-unavail) must not win goal (a) with the p99 of its few answered
+// requests; a failure counts as the timeout.
+func TestGoalCountsFailures(t *testing.T) {
+	r := &FeedbackResult{Rows: []FBRow{
+		{Scheduler: "rr", LoadPct: 90, P99: 189.5, Errors: 4035, Conns: 12500},
+		{Scheduler: "wlc", LoadPct: 90, P99: 1400, Errors: 0, Conns: 12500},
+		{Scheduler: "feedback", LoadPct: 90, P99: 541.5, Errors: 10, Conns: 12500},
+	}}
+	r.goals()
+	if len(r.Goals) == 0 || !strings.HasPrefix(r.Goals[0], "(a)") || !strings.HasSuffix(r.Goals[0], ": met") {
+		t.Fatalf("goal (a): %q", r.Goals)
+	}
+	if !strings.Contains(r.Goals[0], "rr's 2000.0 ms") {
+		t.Errorf("rr's p99 should be the timeout: %q", r.Goals[0])
+	}
+	if got := p99All(FBRow{P99: 50, Errors: 1, Conns: 1000}); got != 50 {
+		t.Errorf("0.1 %% failed: p99 %v, want the answered one", got)
+	}
+}
