@@ -31,6 +31,9 @@ const (
 	// probeTimeout bounds the liveness probe after a stream ended
 	// without Bye (the kill -9 path waits for its answer).
 	probeTimeout = 100 * time.Millisecond
+	// probeWindow bounds the retries of a probe that timed out (well
+	// under a lease TTL: past it the lease is as quick).
+	probeWindow = 600 * time.Millisecond
 )
 
 var (
@@ -666,22 +669,55 @@ func (n *Node) drainChanges() {
 // connection, or accepts one (from the backlog of a listener being closed)
 // and then resets or closes it without answering a probe Hello. A timeout
 // (partition, frozen process) is not proof: the lease's TTL decides those.
+// A probe that times out is tried again until probeWindow has passed: on a
+// loaded machine a dying process's listener may outlive its streams by
+// more than one probe, or our own goroutine may wake late, and either
+// would otherwise leave a kill -9 to the lease.
 func (n *Node) probeDead(addr string) bool {
 	if addr == "" {
 		return false
 	}
+	end := time.Now().Add(probeWindow)
+	for {
+		dead, sure := n.probeOnce(addr)
+		if sure {
+			return dead
+		}
+		if time.Now().After(end) || !sleepCtx(n.ctx, probeTimeout/2) {
+			return false
+		}
+	}
+}
+
+// probeOnce is one probe: sure is false when it timed out (no answer
+// either way).
+func (n *Node) probeOnce(addr string) (dead, sure bool) {
 	c, err := net.DialTimeout("tcp", addr, probeTimeout)
 	if err != nil {
-		return errors.Is(err, syscall.ECONNREFUSED)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return true, true
+		}
+		return false, false
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(probeTimeout))
 	nonce := make([]byte, nonceLen)
 	if err := writeConn(c, helloFrame(n.cfg.Group, "", nonce)); err != nil {
-		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE), !isTimeout(err)
 	}
 	_, _, err = readFrame(c, nil)
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+	switch {
+	case err == nil:
+		return false, true // a live peer answers with its Hello
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		return true, true
+	}
+	return false, !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func leaseID(v int64) clientv3.LeaseID { return clientv3.LeaseID(v) }
