@@ -38,8 +38,10 @@ func serveCountedLoad(t *testing.T, addr string, c feedback.LocalConfig) *atomic
 	return &n
 }
 
-// threeStations starts three stations forming one etcd cluster on ips.
-func threeStations(t *testing.T, ips []string) []*tstation {
+// threeStations starts stations forming one etcd cluster on ips (at once:
+// each member waits for the others), each with tune applied to its options
+// if given.
+func threeStations(t *testing.T, ips []string, tune func(*Options)) []*tstation {
 	t.Helper()
 	var ic []string
 	for _, ip := range ips {
@@ -52,6 +54,9 @@ func threeStations(t *testing.T, ips []string) []*tstation {
 	for i, ip := range ips {
 		opts[i] = stationOpts(ip, t.TempDir())
 		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
+		if tune != nil {
+			tune(&opts[i])
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -169,7 +174,7 @@ func sameSeries(t *testing.T, seen []map[uint64]time.Time) uint64 {
 // When the poller stops, another takes over within the lease's TTL and
 // the seq keeps increasing.
 func TestFeedbackOnePoller(t *testing.T) {
-	sts := threeStations(t, []string{"127.0.74.1", "127.0.74.2", "127.0.74.3"})
+	sts := threeStations(t, []string{"127.0.74.1", "127.0.74.2", "127.0.74.3"}, nil)
 	c1 := serveCountedLoad(t, "127.0.74.11:7180", feedback.LocalConfig{Node: "n1", Interface: "lo"})
 	c2 := serveCountedLoad(t, "127.0.74.12:7181", feedback.LocalConfig{Node: "n2", Interface: "lo", ProcRoot: skewedProc(t)})
 	mustApply(t, sts[0].client(t, sts[0].admin), 0, strings.ReplaceAll(fbYAML, "127.0.71.", "127.0.74."))

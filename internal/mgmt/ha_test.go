@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -174,39 +173,7 @@ func TestEtcdLoopbackPlain(t *testing.T) {
 // certificate works with every station's etcd.
 func TestThreeStationsEtcdTLS(t *testing.T) {
 	ips := []string{"127.0.85.11", "127.0.85.12", "127.0.85.13"}
-	var ic []string
-	for _, ip := range ips {
-		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=http://"+ip+":7602")
-	}
-	opts := make([]Options, 3)
-	sts := make([]*Station, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i, ip := range ips {
-		opts[i] = stationOpts(ip, t.TempDir())
-		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
-		opts[i].EtcdClientTLS = true
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sts[i], errs[i] = New(opts[i])
-		}()
-	}
-	wg.Wait()
-	for i := range sts {
-		if errs[i] != nil {
-			for _, s := range sts {
-				if s != nil {
-					s.Close()
-				}
-			}
-			t.Fatalf("station %d: %v", i, errs[i])
-		}
-	}
-	var ts []*tstation
-	for i := range sts {
-		ts = append(ts, serve(t, sts[i], opts[i]))
-	}
+	ts := threeStations(t, ips, func(o *Options) { o.EtcdClientTLS = true })
 	h := join(t, ts[1], api.RoleDirector, "d1").HA
 	if h == nil || len(h.Etcd) != 3 {
 		t.Fatalf("HA part: %+v", h)
