@@ -174,3 +174,25 @@ func TestGoalCountsFailures(t *testing.T) {
 		t.Errorf("0.1 %% failed: p99 %v, want the answered one", got)
 	}
 }
+
+// TestGoalBound: when lc already answers more than 1/1.3 of the measured
+// capacity, goal (b) says no scheduler can reach 1.3x lc on that run.
+func TestGoalBound(t *testing.T) {
+	rows := func(lc float64) []FBRow {
+		return []FBRow{
+			{Scheduler: "rr", LoadPct: 110, Throughput: 400, Conns: 1000},
+			{Scheduler: "lc", LoadPct: 110, Throughput: lc, Conns: 1000},
+			{Scheduler: "feedback", LoadPct: 110, Throughput: 950, Conns: 1000},
+		}
+	}
+	r := &FeedbackResult{Capacity: 1000, Rows: rows(900)}
+	r.goals()
+	if !strings.Contains(r.Goals[1], "no scheduler can exceed 1.11x lc here") || !strings.Contains(r.Goals[1], "NOT met") {
+		t.Errorf("bound: %q", r.Goals[1])
+	}
+	r = &FeedbackResult{Capacity: 1000, Rows: rows(500)}
+	r.goals()
+	if strings.Contains(r.Goals[1], "no scheduler") || !strings.HasSuffix(r.Goals[1], ": met") {
+		t.Errorf("reachable: %q", r.Goals[1])
+	}
+}

@@ -11,16 +11,17 @@ import (
 
 func feedbackBenchCmd() *cobra.Command {
 	var quick bool
-	var dir, out, only string
+	var dir, out, only, dataplane string
 	var calls, stepRuns, stepPct int
 	var poll time.Duration
 	c := &cobra.Command{
-		Use:   "feedback [--quick] [--only step|test2] [--calls N] [--poll D]",
+		Use:   "feedback [--quick] [--only step|test2] [--calls N] [--poll D] [--dataplane l7|xdp]",
 		Short: "Load feedback (paper 003): rr, lc, wlc and feedback weights with one node 3x slower, open-loop httperf, a load step",
 		Example: `  sudo corral bench feedback --quick
   sudo corral bench feedback --out results/feedback/today
   sudo corral bench feedback --only step --step-runs 3 --poll 250ms
-  sudo corral bench feedback --only test2 --calls 50`,
+  sudo corral bench feedback --only test2 --calls 50
+  sudo corral bench feedback --only test2 --calls 50 --dataplane xdp`,
 		Long: `Build test bed h7fb (10.87.0.0/24: client, director, node1-3, meta, iod1-3),
 start a cluster with the l7 director, put every node in a CPU cgroup of its
 own (equal quotas; node3 a third: 3x slower) and request a 16 KiB file with
@@ -45,7 +46,10 @@ reversal).
 nothing else. --only test2: every scheduler at 90 and 110 % (goals a and b).
 --calls N: N requests per connection (httperf --num-calls; paper 003's test 2
 used sessions of 50 calls). --poll: the feedback block's interval (default
-500ms here; the director's own default is 2s).
+500ms here; the director's own default is 2s). --dataplane xdp: the XDP
+director with direct routing, as paper 003's LVS: lc and wlc count
+connections (IPVS's active x 256 + inactive), not requests, and each node's
+share is its share of connections.
 
 Writes results.json, results.md, feedback-weights.svg and feedback-latency.svg
 under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
@@ -58,7 +62,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 			}
 			return runScenario("feedback", out, func(ctx context.Context, out string) (markdowner, error) {
 				return bench.RunFeedback(ctx, bench.FeedbackConfig{Bin: bin, Dir: dir, Out: out, Quick: quick, Log: os.Stdout,
-					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns, StepPct: stepPct})
+					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns, StepPct: stepPct, Dataplane: dataplane})
 			})
 		},
 	}
@@ -69,6 +73,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 	c.Flags().IntVar(&calls, "calls", 1, "httperf calls per connection (persistent connections)")
 	c.Flags().IntVar(&stepRuns, "step-runs", 0, "load steps to run (default 1; 3 with --only step; at most 20)")
 	c.Flags().IntVar(&stepPct, "step-load", 50, "the load step's load, % of the capacity")
+	c.Flags().StringVar(&dataplane, "dataplane", "l7", "the director's dataplane: l7 (schedules each request) or xdp (direct routing, schedules connections)")
 	c.Flags().DurationVar(&poll, "poll", 500*time.Millisecond, "the feedback block's poll interval (100ms to 10s)")
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/corral-cluster/corral/internal/feedback"
+	"golang.org/x/sys/unix"
 )
 
 // loadReport is what the admin /load answers: the node's own figures
@@ -19,9 +20,10 @@ type loadReport struct {
 	Load
 	feedback.Sample
 	SampleError string `json:"sample_error,omitempty"`
-	// CPUFrom says where the sample's CPU ticks come from: "host"
-	// (/proc/stat) or "cgroup" (the node's own cgroup v2 cpu.stat against
-	// its cpu.max; see cgroupCPU).
+	// CPUFrom says where the sample's CPU counters come from: "host"
+	// (/proc/stat, in ticks) or "cgroup" (the node's own cgroup usage
+	// against its quota, in µs; see cgroupCPU). Only the ratio of busy to
+	// busy+idle enters equation 4, so the unit does not matter there.
 	CPUFrom string `json:"cpuFrom,omitempty"`
 }
 
@@ -35,9 +37,12 @@ func (s *Server) serveLoad(w http.ResponseWriter, r *http.Request) {
 		rep.SampleError = err.Error()
 	} else {
 		rep.Sample, rep.CPUFrom = smp, "host"
-		if busy, idle, ok := s.cgroupCPU("/sys/fs/cgroup", "/proc/self/cgroup", smp.SysUpTime); ok {
-			rep.CPU = feedback.CPUTicks{User: busy, Idle: idle}
-			rep.CPUFrom = "cgroup"
+		var ts unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts) == nil {
+			if busy, idle, ok := s.cgroupCPU("/sys/fs/cgroup", "/proc/self/cgroup", uint64(ts.Nano()/1000)); ok {
+				rep.CPU = feedback.CPUTicks{User: busy, Idle: idle}
+				rep.CPUFrom = "cgroup"
+			}
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -78,20 +83,23 @@ func (s *Server) loadInterface() string {
 }
 
 // cgroupCPU reads the node's CPU use from its own cgroup when the cgroup
-// limits it (v2 cpu.max, or v1 cpu.cfs_quota_us), as ticks (1/100 s) for
-// the sample's CPU counters: busy is the cgroup's usage, idle the
-// allowance (uptime x quota/period) minus busy. Nodes on one machine share
-// /proc/stat and /proc/loadavg, so the host's figures cannot tell a
-// throttled node from an idle one; its own cgroup can. idle is kept
-// monotonic (a burst above the quota within one period would step it
-// back), so the CPU term reads 100 % busy then.
-func (s *Server) cgroupCPU(root, selfCgroup string, uptime uint32) (busy, idle uint64, ok bool) {
+// limits it (v2 cpu.max, or v1 cpu.cfs_quota_us), in µs for the sample's
+// CPU counters: busy is the cgroup's usage, idle the allowance (uptimeUsec
+// x quota/period) minus busy. Nodes on one machine share /proc/stat and
+// /proc/loadavg, so the host's figures cannot tell a throttled node from an
+// idle one; its own cgroup can. Why µs and not SNMP's 1/100 s ticks: a node
+// at 5 % of a CPU uses 1.25 ticks in a 250 ms poll, so in ticks a poll read
+// 0, 40, 80 or 100 % busy, and that noise moved the weights more than the
+// load did. idle is kept monotonic (a burst above the quota within one
+// period would step it back), so the CPU term reads 100 % busy then.
+func (s *Server) cgroupCPU(root, selfCgroup string, uptimeUsec uint64) (busy, idle uint64, ok bool) {
 	quota, period, usec, ok := cgroupLimit(root, selfCgroup)
 	if !ok {
 		return 0, 0, false
 	}
-	busy = usec / 10000
-	allow := uint64(uptime) * quota / period
+	busy = usec
+	allow := uptimeUsec / period * quota
+	allow += uptimeUsec % period * quota / period
 	s.cgMu.Lock()
 	defer s.cgMu.Unlock()
 	idle = s.cgIdle
