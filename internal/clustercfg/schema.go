@@ -257,6 +257,10 @@ all errors at once):
 - A check's ` + "`path`, `status` and `body`" + ` need ` + "`type: http`" + ` (the default
   is a tcp check); its ` + "`command`" + ` needs ` + "`type: exec`" + `. A service's ` + "`port`" + `
   is for a pool of cluster nodes, not with ` + "`servers`" + `.
+- A service's admission limits (` + "`qos-per-server`, `qos-inflight`, `qos-reserve`" + `,
+  as in director.conf and checked by the same code) need ` + "`dataplane: l7`" + ` and a
+  ` + "`qos`" + ` list; ` + "`qos-inflight`" + ` or ` + "`qos-per-server`" + `, not both; the reserve is
+  below either (default 32 per server).
 - Domain names are unique ignoring case (host names ignore it); meta
   members unique. An account named ` + "`admin`" + ` is the station's own and has
   role admin.
@@ -284,7 +288,9 @@ the output's bad lines and exits 1.
   connections), also where a pool lists it by address (its address, or
   any port on its IP when no other node has that IP). Defaults are the director file's: admin 127.0.0.1:7500,
   protocol tcp, dataplane l4, scheduler wlc, a tcp check every 2s. Its
-  meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `.
+  meta (mwlc's file sizes) is the first of ` + "`filesystem.meta`" + `. An l7
+  service takes the ` + "`qos`" + ` classes it lists and its admission limits; one
+  that lists none has no admission control (director.conf's ` + "`qos off`" + `).
 - A web node takes the docroot (default /www), its default domain, every
   domain's directory (its docroot, default DOCROOT/NAME) and the meta members.
 

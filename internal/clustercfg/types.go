@@ -150,6 +150,17 @@ type Service struct {
 	Servers []RealServer `yaml:"servers,omitempty" json:"servers,omitempty"`
 	// QoS names the classes that apply to this service, highest first.
 	QoS []string `yaml:"qos,omitempty" json:"qos,omitempty"`
+	// QoSPerServer is the admission limit per server with weight > 0: the
+	// requests in flight to the pool at most are this many times those
+	// servers (l7 with qos classes; not with qos-inflight). Default 32.
+	QoSPerServer int `yaml:"qos-per-server,omitempty" json:"qos-per-server,omitempty"`
+	// QoSInflight is a fixed admission limit instead: the requests in
+	// flight to the pool at most, whatever its size (l7 with qos classes).
+	QoSInflight int `yaml:"qos-inflight,omitempty" json:"qos-inflight,omitempty"`
+	// QoSReserve keeps, per server with weight > 0, the last slots of the
+	// limit for the service's top class (by priority): fewer than
+	// qos-per-server, or than qos-inflight (l7 with qos classes). Default 0.
+	QoSReserve int `yaml:"qos-reserve,omitempty" json:"qos-reserve,omitempty"`
 	// Weights is static (the configured weights) or feedback (the
 	// station's monitor sets each server's weight from its measured
 	// load; needs the feedback section and a weighted scheduler).

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/sched"
 )
@@ -56,6 +57,10 @@ var bounds = map[string][2]int{
 	"Feedback.max":         {0, 65535},
 	"Feedback.port":        {0, 65535},
 	"Feedback.agent-port":  {0, 65535},
+	// 0: the default (32 per server), or none (qos-inflight, qos-reserve).
+	"Service.qos-per-server": {0, config.MaxQoSLimit},
+	"Service.qos-inflight":   {0, config.MaxQoSLimit},
+	"Service.qos-reserve":    {0, config.MaxQoSLimit},
 }
 
 // zeroOr are integer fields where 0 means the default and a value below
@@ -406,6 +411,7 @@ func (k *checker) validate() {
 				k.bad(fmt.Sprintf("%s.qos[%d]", p, j), "no qos class named %q", q)
 			}
 		}
+		k.qosLimits(p, &s, dp, dpOK)
 	}
 
 	// Host names are case-insensitive (nodes look a Host up in lower
@@ -668,6 +674,44 @@ func (k *checker) directorsHA() {
 	for i, s := range c.Services {
 		if s.Dataplane != "xdp" {
 			k.bad(fmt.Sprintf("services[%d].dataplane", i), "%q: directors in an HA group sync the XDP connection table; every service must use dataplane xdp", or(s.Dataplane, "l4"))
+		}
+	}
+}
+
+// qosLimits checks a service's admission limits (qos-per-server,
+// qos-inflight, qos-reserve) with the director's own rules
+// (config.CheckQoSLimit, CheckQoSLimits), each error at its field.
+func (k *checker) qosLimits(p string, s *Service, dp string, dpOK bool) {
+	fields := []struct {
+		key string
+		v   int
+	}{{"qos-per-server", s.QoSPerServer}, {"qos-inflight", s.QoSInflight}, {"qos-reserve", s.QoSReserve}}
+	given, ok := "", true
+	for _, f := range fields {
+		if f.v == 0 {
+			continue // not given (0 is also the default reserve)
+		}
+		if given == "" {
+			given = f.key
+		}
+		if err := config.CheckQoSLimit(f.key, f.v); err != nil {
+			k.bad(p+"."+f.key, "%d: %v", f.v, err)
+			ok = false
+		}
+	}
+	switch {
+	case given == "" || !ok:
+	case dp != "l7":
+		if dpOK {
+			k.bad(p+"."+given, "only the l7 dataplane has admission limits (this service is %s)", dp)
+		}
+	case len(s.QoS) == 0:
+		// The view gives such a service no classes (qos off): the limit
+		// would be ignored.
+		k.bad(p+"."+given, "the service lists no qos classes (qos:), so it has no admission control to limit")
+	default:
+		if key, err := config.CheckQoSLimits(s.QoSInflight, s.QoSPerServer, s.QoSReserve); err != nil {
+			k.bad(p+"."+key, "%v", err)
 		}
 	}
 }

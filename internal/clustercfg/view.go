@@ -77,6 +77,7 @@ func importDirector(d *config.Director) (*Config, error) {
 			for _, q := range spec {
 				o.QoS = append(o.QoS, q.Name)
 			}
+			o.QoSPerServer, o.QoSInflight, o.QoSReserve = s.QoSPerServer, s.QoSInflight, s.QoSReserve
 		}
 		for _, r := range s.Servers {
 			rs := RealServer{Address: r.Addr.String()}
@@ -94,8 +95,9 @@ func importDirector(d *config.Director) (*Config, error) {
 }
 
 // importQoS is director.conf's classes as the station's. The station has
-// no paths, burst, queue cap, nor a service's qos-inflight/per-server:
-// those are left out (docs/qos.md).
+// no paths, burst nor queue cap: those are left out (docs/qos.md). A
+// service's qos-inflight, qos-per-server and qos-reserve are its own
+// fields (importDirector).
 func importQoS(specs []qos.Spec) []QoSClass {
 	var out []QoSClass
 	for _, s := range specs {
@@ -282,6 +284,9 @@ func serviceView(c *Config, s *Service, drained []string) (config.Service, error
 	if o.Dataplane == "l7" && len(c.QoS) > 0 {
 		o.QoS = slices.Clone(s.QoS)
 		o.QoSOff = len(s.QoS) == 0
+		if !o.QoSOff {
+			o.QoSPerServer, o.QoSInflight, o.QoSReserve = s.QoSPerServer, s.QoSInflight, s.QoSReserve
+		}
 	}
 	for _, f := range []struct {
 		v   string

@@ -51,6 +51,9 @@ func TestDirectorView(t *testing.T) {
 	if media.Persistence != 5*time.Minute || media.Scheduler != "mwlc" || !reflect.DeepEqual(media.Check, config.DefaultCheck()) {
 		t.Errorf("media: %+v", media)
 	}
+	if !reflect.DeepEqual(media.QoS, []string{"gold"}) || media.QoSPerServer != 16 || media.QoSReserve != 1 || media.QoSInflight != 0 {
+		t.Errorf("media's qos: %v, per-server %d, reserve %d, inflight %d", media.QoS, media.QoSPerServer, media.QoSReserve, media.QoSInflight)
+	}
 	// dns: explicit servers, weights as written.
 	if got, want := servers(dns), map[string]int{"127.0.51.31:53": 1, "127.0.51.32:53": 0}; !reflect.DeepEqual(got, want) {
 		t.Errorf("dns pool %v, want %v", got, want)

@@ -43,6 +43,42 @@ import (
 // server when classes are defined and qos-inflight is not set.
 const DefaultQoSPerServer = 32
 
+// MaxQoSLimit bounds qos-inflight, qos-per-server and qos-reserve.
+const MaxQoSLimit = 1 << 20
+
+// CheckQoSLimit checks the value of one of a service's admission limits:
+// key is qos-inflight or qos-per-server (1..MaxQoSLimit) or qos-reserve
+// (0..MaxQoSLimit). The station's cluster configuration checks its
+// fields of the same names with it, so both say the same.
+func CheckQoSLimit(key string, n int) error {
+	if key == "qos-reserve" {
+		if n < 0 || n > MaxQoSLimit {
+			return fmt.Errorf("want 0..%d requests per server", MaxQoSLimit)
+		}
+		return nil
+	}
+	if n < 1 || n > MaxQoSLimit {
+		return fmt.Errorf("want 1..%d requests", MaxQoSLimit)
+	}
+	return nil
+}
+
+// CheckQoSLimits checks a service's admission limits against each other
+// (0: not given). On a refusal key is the statement at fault, for a
+// caller that places errors by field (the station's YAML path).
+func CheckQoSLimits(inflight, perServer, reserve int) (key string, err error) {
+	switch {
+	case inflight > 0 && perServer > 0:
+		// One would be ignored: qos-inflight wins in QoSLimit.
+		return "qos-per-server", fmt.Errorf("qos-per-server %d and qos-inflight %d: give one (a limit per server, or a fixed one for the pool)", perServer, inflight)
+	case inflight > 0 && reserve >= inflight:
+		return "qos-reserve", fmt.Errorf("qos-reserve %d: want fewer than qos-inflight (%d): the lower classes need a slot", reserve, inflight)
+	case inflight == 0 && reserve >= cmp.Or(perServer, DefaultQoSPerServer):
+		return "qos-reserve", fmt.Errorf("qos-reserve %d: want fewer than qos-per-server (%d): the lower classes need a slot", reserve, cmp.Or(perServer, DefaultQoSPerServer))
+	}
+	return "", nil
+}
+
 // qosBlock is a qos block being read.
 type qosBlock struct {
 	spec *qos.Spec
@@ -292,34 +328,28 @@ func parseServiceQoS(svc *Service, key string, args []string, line int, errf fun
 			}
 		}
 		svc.QoS, svc.QoSOff, svc.QoSLine = slices.Clone(args), false, line
-	case "qos-reserve":
+	case "qos-inflight", "qos-per-server", "qos-reserve":
 		if len(args) != 1 {
 			errf("want exactly one value, got %d", len(args))
 			return true
 		}
 		n, err := strconv.Atoi(args[0])
-		if err != nil || n < 0 || n > 1<<20 {
-			errf("%q: want 0..1048576 requests per server", args[0])
-			return true
-		}
-		svc.QoSReserve = n
-		if svc.QoSLine == 0 {
-			svc.QoSLine = line
-		}
-	case "qos-inflight", "qos-per-server":
-		if len(args) != 1 {
-			errf("want exactly one value, got %d", len(args))
-			return true
-		}
-		n, err := strconv.Atoi(args[0])
-		if err != nil || n < 1 || n > 1<<20 {
-			errf("%q: want 1..1048576 requests", args[0])
-			return true
-		}
-		if key == "qos-inflight" {
-			svc.QoSInflight = n
+		if err == nil {
+			err = CheckQoSLimit(key, n)
 		} else {
+			err = CheckQoSLimit(key, -1) // its "want" says what a number would be
+		}
+		if err != nil {
+			errf("%q: %v", args[0], err)
+			return true
+		}
+		switch key {
+		case "qos-inflight":
+			svc.QoSInflight = n
+		case "qos-per-server":
 			svc.QoSPerServer = n
+		default:
+			svc.QoSReserve = n
 		}
 		if svc.QoSLine == 0 {
 			svc.QoSLine = line
@@ -359,8 +389,8 @@ func validateQoS(d *Director) []placed {
 			errf("no qos classes are defined (qos NAME { ... })")
 			continue
 		}
-		if per := cmp.Or(s.QoSPerServer, DefaultQoSPerServer); s.QoSInflight == 0 && s.QoSReserve >= per {
-			errf("qos-reserve %d: want fewer than qos-per-server (%d): the lower classes need a slot", s.QoSReserve, per)
+		if _, err := CheckQoSLimits(s.QoSInflight, s.QoSPerServer, s.QoSReserve); err != nil {
+			errf("%v", err)
 		}
 		for _, n := range s.QoS {
 			if !slices.ContainsFunc(d.QoS, func(c qos.Spec) bool { return c.Name == n }) && n != qos.DefaultName {

@@ -123,6 +123,13 @@ func TestQoSErrors(t *testing.T) {
 		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-reserve -1\n}\n", "c:5: service w: qos-reserve: \"-1\": want 0..1048576"},
 		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-per-server 2\n qos-reserve 2\n}\n", "c:5: service w: qos: qos-reserve 2: want fewer than qos-per-server (2)"},
 		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-reserve 32\n}\n", "c:5: service w: qos: qos-reserve 32: want fewer than qos-per-server (32)"},
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-reserve x\n}\n", "c:5: service w: qos-reserve: \"x\": want 0..1048576 requests per server"},
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-per-server 1048577\n}\n", "c:5: service w: qos-per-server: \"1048577\": want 1..1048576 requests"},
+		// Both limits: one would be ignored (qos-inflight won silently before).
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-inflight 64\n qos-per-server 8\n}\n", "c:5: service w: qos: qos-per-server 8 and qos-inflight 64: give one"},
+		// A reserve per server of the whole fixed limit or more leaves the
+		// lower classes nothing whatever the pool (it was cut to limit-1).
+		{"qos gold { }\nservice w {\n vip 127.0.0.1:80\n dataplane l7\n qos-inflight 4\n qos-reserve 4\n}\n", "c:5: service w: qos: qos-reserve 4: want fewer than qos-inflight (4)"},
 	}
 	for _, c := range cases {
 		_, err := Parse("c", []byte(c.conf))
