@@ -287,12 +287,12 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		return nil, err
 	}
 	// run offers rate requests/s for d with cfg.Calls requests per
-	// connection; the capacity ramp (rampCalls) uses one: the capacity is
-	// the servers', and followed's p99 bound is per request there (with 50
-	// calls a connection lives for all 50).
-	calls := cfg.Calls
+	// connection. The capacity ramp uses the same sessions: a node serves
+	// 50 calls on one connection for less than 50 connections (on xdp the
+	// node does every handshake), and a capacity measured with one call
+	// per connection put "110 %" of sessions below the overload.
 	run := func(rate float64, d time.Duration) (FBRow, error) {
-		return httperf(ctx, bed.Wrap("client"), vip, path, rate, calls, d)
+		return httperf(ctx, bed.Wrap("client"), vip, path, rate, cfg.Calls, d)
 	}
 	// drained waits (at most 90 s) until no request is in progress at any
 	// node: a node overloaded by the previous run (rr sends the slow one
@@ -445,11 +445,12 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err := apply("wlc"); err != nil {
 		return nil, err
 	}
-	calls = 1
+	if cfg.Calls > 1 {
+		rampDur *= 2 // a 5 s step at 100 req/s holds 10 sessions of 50
+	}
 	res.Capacity, res.Ramp, err = rampCapacity(func(rate float64) (FBRow, error) {
 		return measured("wlc", 0, false, rate, rampDur)
-	})
-	calls = cfg.Calls
+	}, cfg.Calls > 1)
 	if err != nil {
 		return nil, err
 	}
@@ -614,9 +615,11 @@ func clientPorts(wrap []string) error {
 
 // followed says the replies kept up with rate with no queue building: a
 // short ramp step at the edge of overload still answers most requests, but
-// a 20 s run at that rate would not.
-func followed(row FBRow, rate float64) bool {
-	return row.Throughput >= 0.95*rate && row.Errors <= row.Conns/200 && row.P99 <= 500
+// a 20 s run at that rate would not. p99Bound is the tail a step may have:
+// 500 ms for one request per connection; for sessions of many calls (a
+// session's latency is all its calls) 3x the lightest step's p99.
+func followed(row FBRow, rate, p99Bound float64) bool {
+	return row.Throughput >= 0.95*rate && row.Errors <= row.Conns/200 && row.P99 <= p99Bound
 }
 
 // rampCapacity is the capacity: measure at 100, 200, 400, ... req/s until
@@ -625,17 +628,21 @@ func followed(row FBRow, rate float64) bool {
 // The capacity is the highest throughput of a rate that was followed: a
 // rate not followed may still answer near the offer for a short step
 // (with a growing queue), and loads of 90 or 110 % of that would be
-// overload already.
-func rampCapacity(measure func(rate float64) (FBRow, error)) (float64, []FBRow, error) {
+// overload already. sessions says a connection carries many calls: the
+// tail bound is then relative to the lightest step (see followed).
+func rampCapacity(measure func(rate float64) (FBRow, error), sessions bool) (float64, []FBRow, error) {
 	var ramp []FBRow
-	capacity, okRate, failRate := 0.0, 0.0, 0.0
+	capacity, okRate, failRate, bound := 0.0, 0.0, 0.0, 500.0
 	for rate := 100.0; rate <= 3200; rate *= 2 {
 		row, err := measure(rate)
 		if err != nil {
 			return 0, ramp, err
 		}
 		ramp = append(ramp, row)
-		if !followed(row, rate) {
+		if sessions && len(ramp) == 1 {
+			bound = max(bound, 3*row.P99)
+		}
+		if !followed(row, rate, bound) {
 			failRate = rate
 			break
 		}
@@ -648,7 +655,7 @@ func rampCapacity(measure func(rate float64) (FBRow, error)) (float64, []FBRow, 
 			return 0, ramp, err
 		}
 		ramp = append(ramp, row)
-		if followed(row, mid) {
+		if followed(row, mid, bound) {
 			okRate, capacity = mid, math.Max(capacity, row.Throughput)
 		} else {
 			failRate = mid

@@ -108,13 +108,29 @@ func TestRampCapacity(t *testing.T) {
 		}
 		return row, nil
 	}
-	c, ramp, err := rampCapacity(measure)
+	c, ramp, err := rampCapacity(measure, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// 100..800 followed, 1600 not, then 1200 followed, 1400 not.
 	if c != 1200 || len(ramp) != 7 {
 		t.Errorf("capacity %v after %d steps, want 1200 after 7", c, len(ramp))
+	}
+	// Sessions of many calls: a session's p99 is all its calls (here 900
+	// ms unloaded, 3 s in overload); the bound follows the lightest step.
+	// With the one-request bound of 500 ms the ramp measured nothing.
+	sessions := func(rate float64) (FBRow, error) {
+		row := FBRow{Offered: rate, Throughput: rate, Conns: int(rate / 10), P99: 900}
+		if rate > 400 {
+			row.Throughput, row.P99 = math.Min(rate*0.9, 500), 3000
+		}
+		return row, nil
+	}
+	if c, _, err = rampCapacity(sessions, true); err != nil || c != 400 {
+		t.Errorf("sessions: capacity %v (%v), want 400", c, err)
+	}
+	if c, _, _ = rampCapacity(sessions, false); c != 0 {
+		t.Errorf("sessions with the one-request bound: capacity %v, want 0", c)
 	}
 }
 

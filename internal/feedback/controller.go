@@ -203,6 +203,11 @@ type Controller struct {
 // mean's lag only delays balancing by a poll or two.
 const meanSmoothing = 0.3
 
+// saturatedCPU is the CPU busy share (cpuraw) from which a node counts as
+// saturated: a cgroup at its quota reads 97-100 % over a poll (cfs hands
+// the quota out per period).
+const saturatedCPU = 97.0
+
 // Last returns a copy of the decisions of the latest Step (for `corral ctl
 // feedback` and metrics, which must not step the controller themselves).
 func (c *Controller) Last() []Decision {
@@ -293,8 +298,29 @@ func (c *Controller) Step(readings []Reading) []Decision {
 			why = fmt.Sprintf("cluster overloaded: mean load %.3f (smoothed) as target", target)
 		}
 	}
-	for i, n := range names {
+	// Every answering node's CPU saturated in overload: the loads then measure the
+	// quotas, not the nodes' speed, and the differences left (the eth
+	// term, larger on the nodes that serve more) would steer weight
+	// towards the slowest node, and "the load did not follow the move"
+	// (none can) would drive each to the floor. Hold the weights learnt
+	// below saturation (TestSustainedOverload).
+	// Only in overload (the smoothed mean above Target): one poll of
+	// coarse figures (SNMP's ticks) can read every node at 100 % at half
+	// load.
+	saturated := nfresh > 0 && c.mean > c.cfg.Target
+	for i := range names {
 		if fresh[i] {
+			t := out[i].Terms
+			saturated = saturated && t != nil && t.CPUFrom == CPURaw && t.CPUBusy >= saturatedCPU
+		}
+	}
+	for i, n := range names {
+		switch {
+		case fresh[i] && saturated:
+			out[i].Target = target
+			out[i].Error = target - out[i].Smoothed
+			out[i].Reason = fmt.Sprintf("every answering node's CPU reads >= %.0f %% busy: the loads cannot tell the nodes apart: weight held", saturatedCPU)
+		case fresh[i]:
 			c.apply(c.nodes[n], &out[i], target, why)
 		}
 	}
@@ -307,6 +333,15 @@ func (c *Controller) Step(readings []Reading) []Decision {
 	}
 	if top > 0 && top < float64(c.cfg.Max) {
 		k := float64(c.cfg.Max) / top
+		// If every answering node is at the floor, none is pinned: equal
+		// weights at the floor are equal weights at Max, and leaving them
+		// all at 1 made the floor a trap no rule step left.
+		allFloor := true
+		for _, n := range names {
+			if st := c.nodes[n]; st.missed == 0 && st.prev != nil && st.w > float64(c.cfg.Floor) {
+				allFloor = false
+			}
+		}
 		for i, n := range names {
 			st := c.nodes[n]
 			// A node at the floor that the rule did not raise (it pushed
@@ -315,7 +350,7 @@ func (c *Controller) Step(readings []Reading) []Decision {
 			// ratio to keep. Scaling it up with the others lifted a hogged
 			// node off the floor every poll the others fell (1 -> 14 in
 			// the bench at 250 ms polls), each lift undone a poll later.
-			pinned := st.w <= float64(c.cfg.Floor) && out[i].Delta <= 0
+			pinned := st.w <= float64(c.cfg.Floor) && out[i].Delta <= 0 && !allFloor
 			if st.missed == 0 && st.prev != nil && !pinned {
 				st.w = math.Min(float64(c.cfg.Max), st.w*k)
 				out[i].Reason += fmt.Sprintf("; all answering weights scaled by %.3f so the largest is %d", k, c.cfg.Max)

@@ -458,6 +458,7 @@ func TestStepAfterDampedGain(t *testing.T) {
 // allowance, both in 10 ms ticks, idle never going back. At 5 % of a CPU a
 // 500 ms poll holds 2.5 ticks of allowance, so the busy share is coarse.
 type cgroupNode struct {
+	fine             bool    // counters in µs (the node's /load since 2026-11-28), not 10 ms ticks
 	quota            float64 // share of a CPU
 	usedUS, allowUS  float64
 	busyT, idleT     uint64
@@ -475,8 +476,12 @@ func (g *cgroupNode) advance(interval time.Duration, demand float64, hog bool, r
 	g.allowUS += allow
 	g.usedUS = math.Min(g.allowUS, g.usedUS+use)
 	seen := math.Max(0, g.usedUS-rng.Float64()*3000)
-	g.busyT = max(g.busyT, uint64(seen/10000))
-	if a := uint64(g.allowUS / 10000); a > g.busyT && a-g.busyT > g.idleT {
+	unit := 10000.0
+	if g.fine {
+		unit = 1
+	}
+	g.busyT = max(g.busyT, uint64(seen/unit))
+	if a := uint64(g.allowUS / unit); a > g.busyT && a-g.busyT > g.idleT {
 		g.idleT = a - g.busyT
 	}
 	return g.busyT, g.idleT
@@ -688,5 +693,69 @@ func TestFloorWaitsForSecondPoll(t *testing.T) {
 	}
 	if d.Weight < 90 {
 		t.Errorf("a at %d four polls after leaving the floor, want >= 90 (b is at 100 with load 0.5)", d.Weight)
+	}
+}
+
+// TestSustainedOverload: the bench's nodes (c 3x slower, CPU from each
+// cgroup in µs, the disk term every node carries, an eth term that grows
+// with each node's traffic) learn their weights at 70 % load, then stay at
+// 110 % for 40 s. In a saturated cluster every CPU reads 100 %, so the
+// loads no longer tell the nodes apart: the weights must keep what they
+// learnt, not fall to the floor together. Before the fix they did (on the
+// xdp bed, 2026-11-28: 1/1/1 late in the 110 % run, and the slow node
+// took 22 % of the connections): no node's load followed its weight's
+// moves, so the gain boost for a hog drove each to the floor within a few
+// polls, and the rescale left floored nodes alone even when every node was
+// floored.
+func TestSustainedOverload(t *testing.T) {
+	for seed := uint64(0); seed < 10; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 29))
+		clk := newFakeClock()
+		iv := 250 * time.Millisecond
+		c, err := NewController(ControllerConfig{Interval: iv, Target: 0.8, Options: Options{CPU: CPURaw, BandwidthOverride: 1e9}}, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{"a", "b", "c"}
+		caps := []float64{1, 1, 1.0 / 3}
+		nodes := []*cgroupNode{{fine: true, quota: 0.05}, {fine: true, quota: 0.05}, {fine: true, quota: 0.05 / 3}}
+		w := map[string]int{"a": 100, "b": 100, "c": 100}
+		octets := map[string]uint64{}
+		ticks := uint32(1000)
+		var last map[string]int
+		for i := 0; i < int(60*time.Second/iv); i++ {
+			load := 0.7
+			if i >= int(20*time.Second/iv) {
+				load = 1.1
+			}
+			D := load * (2 + 1.0/3)
+			clk.Advance(iv)
+			ticks += uint32(iv / (10 * time.Millisecond))
+			sum := 0
+			for _, n := range names {
+				sum += w[n]
+			}
+			var rs []Reading
+			for j, n := range names {
+				demand := D * float64(w[n]) / float64(sum) / caps[j]
+				busy, idle := nodes[j].advance(iv, demand, false, rng)
+				// 9 % of a 1 Gbit/s link at a fast node's full rate.
+				octets[n] += uint64(math.Min(1, demand) * caps[j] * 0.09 * 1e9 / 8 * iv.Seconds())
+				smp := cpuSample(n, clk.Now(), ticks, busy, idle)
+				smp.OutOctets = octets[n]
+				rs = append(rs, Reading{Node: n, Sample: smp})
+			}
+			last = map[string]int{}
+			for _, d := range c.Step(rs) {
+				last[d.Node] = d.Weight
+			}
+			w = last
+		}
+		if top := max(last["a"], last["b"], last["c"]); top != 100 {
+			t.Errorf("seed %d: weights %v after 40 s at 110 %%: the largest is not 100", seed, last)
+		}
+		if last["c"] >= min(last["a"], last["b"]) {
+			t.Errorf("seed %d: weights %v after 40 s at 110 %%: the slow node c is not below the fast ones", seed, last)
+		}
 	}
 }
