@@ -298,15 +298,14 @@ func (c *Controller) Step(readings []Reading) []Decision {
 			why = fmt.Sprintf("cluster overloaded: mean load %.3f (smoothed) as target", target)
 		}
 	}
-	// Every answering node's CPU saturated in overload: the loads then measure the
-	// quotas, not the nodes' speed, and the differences left (the eth
-	// term, larger on the nodes that serve more) would steer weight
-	// towards the slowest node, and "the load did not follow the move"
-	// (none can) would drive each to the floor. Hold the weights learnt
-	// below saturation (TestSustainedOverload).
-	// Only in overload (the smoothed mean above Target): one poll of
-	// coarse figures (SNMP's ticks) can read every node at 100 % at half
-	// load.
+	// Every answering node's CPU saturated in overload: the loads then
+	// measure the quotas, not the nodes' speed, and the differences left
+	// (the eth term, larger on the nodes that serve more) would steer
+	// weight towards the slowest node, and "the load did not follow the
+	// move" (none can) would drive each to the floor. Hold the weights
+	// learnt below saturation (TestSustainedOverload). Only in overload
+	// (the smoothed mean above Target): one poll of coarse figures (SNMP's
+	// ticks) can read every node at 100 % at half load.
 	saturated := nfresh > 0 && c.mean > c.cfg.Target
 	for i := range names {
 		if fresh[i] {
