@@ -148,37 +148,57 @@ func TestQoSPriorityOrder(t *testing.T) {
 }
 
 // TestQoSWireMark: on a real TCP connection, the node sets the socket's
-// TOS and SO_PRIORITY for each request's class before writing the
-// response: the top class EF and 6, a lower class, an untrusted or an
-// untagged request 0, also when they follow a gold request on the same
-// keep-alive connection.
+// TOS (IPv6: traffic class) and SO_PRIORITY for each request's class
+// before writing the response: the top class EF and 6, a lower class, an
+// untrusted or an untagged request 0, also when they follow a gold request
+// on the same keep-alive connection. Over IPv4, IPv6 (::1) and an IPv6
+// listener that takes an IPv4 client (v4-mapped: the IPv4 TOS applies).
 func TestQoSWireMark(t *testing.T) {
-	s := &Server{qos: newNodeQoS([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, 2, slog.Default())}
+	for _, tc := range []struct{ name, listen, dial string }{
+		{"ipv4", "127.0.72.1:0", ""},
+		{"ipv6", "[::1]:0", ""},
+		{"v4-mapped", "[::]:0", "127.0.72.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWireMark(t, tc.listen, tc.dial) })
+	}
+}
+
+func testWireMark(t *testing.T, listen, dialHost string) {
+	s := &Server{qos: newNodeQoS([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}, 2, slog.Default())}
 	type mark struct{ tos, prio int }
 	got := make(chan mark, 1)
 	srv := &http.Server{ConnContext: connContext, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serveQoS(w, r, func() {
 			// What the kernel holds for this socket as the response is written.
-			raw, err := r.Context().Value(connCtxKey{}).(net.Conn).(syscall.Conn).SyscallConn()
+			c := r.Context().Value(connCtxKey{}).(net.Conn)
+			raw, err := c.(syscall.Conn).SyscallConn()
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			var m mark
 			raw.Control(func(fd uintptr) {
-				m.tos, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS)
+				if a := c.LocalAddr().(*net.TCPAddr); a.IP.To4() == nil {
+					m.tos, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_TCLASS)
+				} else {
+					m.tos, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS)
+				}
 				m.prio, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PRIORITY)
 			})
 			got <- m
 			w.Write([]byte("ok"))
 		})
 	})}
-	ln, err := net.Listen("tcp", "127.0.72.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("listen %s: %v", listen, err)
 	}
 	go srv.Serve(ln)
 	defer srv.Close()
+	addr := ln.Addr().String()
+	if dialHost != "" {
+		addr = net.JoinHostPort(dialHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1} // one keep-alive connection for all
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 5 * time.Second}
@@ -194,7 +214,7 @@ func TestQoSWireMark(t *testing.T) {
 		{"default; priority=0; nice=10", mark{0, 0}},
 		{"gold; priority=10", mark{0, 0}}, // malformed: untagged
 	} {
-		req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
 		if tc.hdr != "" {
 			req.Header.Set(qos.Header, tc.hdr)
 		}
@@ -210,7 +230,7 @@ func TestQoSWireMark(t *testing.T) {
 	}
 	// An untrusted peer's gold tag marks nothing.
 	s.qos.trust = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
-	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/", nil)
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
 	req.Header.Set(qos.Header, "gold; priority=10; nice=0")
 	resp, err := cl.Do(req)
 	if err != nil {
