@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -242,6 +243,42 @@ func (c *Controller) Forget(node string) {
 			break
 		}
 	}
+}
+
+// Seed starts nodes from decisions another controller made: their weight
+// (Exact, else Weight, clamped) and smoothed load, with the gain and
+// damping afresh. A station that takes over polling seeds its controllers
+// from the last publication, so the change of poller does not send every
+// server back to the Initial weight (Max: a slow server would get a full
+// share until its load told again). why is each seeded node's reason until
+// its next Step.
+func (c *Controller) Seed(ds []Decision, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	for _, d := range ds {
+		if d.Node == "" {
+			continue
+		}
+		w := d.Exact
+		if w <= 0 {
+			w = float64(d.Weight)
+		}
+		w = math.Min(float64(c.cfg.Max), math.Max(float64(c.cfg.Floor), w))
+		st := &nodeState{w: w, gain: 1, lastStep: now}
+		if d.Smoothed > 0 && !math.IsInf(d.Smoothed, 0) && !math.IsNaN(d.Smoothed) {
+			st.smoothed, st.haveLoad = d.Smoothed, true
+		}
+		c.nodes[d.Node] = st
+		i := slices.IndexFunc(c.last, func(x Decision) bool { return x.Node == d.Node })
+		if i < 0 {
+			c.last = append(c.last, Decision{})
+			i = len(c.last) - 1
+		}
+		c.last[i] = Decision{Node: d.Node, At: now, Weight: c.round(w), Previous: c.round(w), Exact: w,
+			Smoothed: st.smoothed, Target: c.cfg.Target, Reason: why}
+	}
+	sort.Slice(c.last, func(i, j int) bool { return c.last[i].Node < c.last[j].Node })
 }
 
 // Step feeds one poll's readings and returns every known node's decision,

@@ -759,3 +759,32 @@ func TestSustainedOverload(t *testing.T) {
 		}
 	}
 }
+
+// TestSeed: a controller seeded with another's decisions (a station taking
+// over polling) starts from their weights, clamped, not from Initial, and
+// says so until its first step.
+func TestSeed(t *testing.T) {
+	clk := newFakeClock()
+	c, err := NewController(ControllerConfig{Interval: time.Second, Floor: 1, Max: 100, Options: Options{CPU: CPURaw}}, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Seed([]Decision{{Node: "a", Exact: 7.4, Weight: 7, Smoothed: 0.9}, {Node: "b", Weight: 500}, {Node: "c", Weight: 0}}, "seeded from publication 12")
+	want := map[string]int{"a": 7, "b": 100, "c": 1}
+	for _, d := range c.Last() {
+		if d.Weight != want[d.Node] || d.Reason != "seeded from publication 12" {
+			t.Errorf("after Seed: %s weight %d reason %q, want %d", d.Node, d.Weight, d.Reason, want[d.Node])
+		}
+	}
+	// The first samples give no rates: the seeded weights stand.
+	clk.Advance(time.Second)
+	var rs []Reading
+	for _, n := range []string{"a", "b", "c"} {
+		rs = append(rs, Reading{Node: n, Sample: cpuSample(n, clk.Now(), 1000, 10, 10)})
+	}
+	for _, d := range c.Step(rs) {
+		if d.Weight != want[d.Node] {
+			t.Errorf("first step after Seed: %s weight %d, want %d (%s)", d.Node, d.Weight, want[d.Node], d.Reason)
+		}
+	}
+}

@@ -148,6 +148,24 @@ func (p *Pools) pool(name string) (*pool, error) {
 	return pl, nil
 }
 
+// Seed starts each listed pool's controller from its decisions in st (see
+// Controller.Seed): a station taking over polling from the last
+// publication.
+func (p *Pools) Seed(st []PoolStatus, why string) error {
+	for _, ps := range st {
+		pl, err := p.pool(ps.Name)
+		if err != nil {
+			return err
+		}
+		ds := make([]Decision, len(ps.Nodes))
+		for i, n := range ps.Nodes {
+			ds[i] = n.Decision
+		}
+		pl.ctrl.Seed(ds, why)
+	}
+	return nil
+}
+
 // Retain drops the pools not in keep (services that left feedback).
 func (p *Pools) Retain(keep func(name string) bool) {
 	p.mu.Lock()

@@ -187,8 +187,8 @@ func (s *Station) campaignFeedback(ctx context.Context, fc *config.Feedback) {
 }
 
 // leadFeedback polls as the elected poller until ctx ends, the lease is
-// lost or the section changes. The controllers start afresh (from the
-// first round's loads), not from the last published weights.
+// lost or the section changes. The controllers carry on from the last
+// publication's weights (Pools.Seed), whichever station made it.
 func (s *Station) leadFeedback(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, fc *config.Feedback) {
 	f := s.fb
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -198,17 +198,25 @@ func (s *Station) leadFeedback(ctx context.Context, sess *concurrency.Session, e
 		s.log.Warn("feedback: reading the last publication", "err", err)
 		return
 	}
-	var last struct {
-		Seq uint64 `json:"seq"`
-	}
-	if len(resp.Kvs) > 0 {
+	var last director.FeedbackStatus
+	if len(resp.Kvs) > 0 && len(resp.Kvs[0].Value) <= maxFBPub {
 		// A key that does not decode starts the series at 1 again; the
 		// agents take a lower seq as a restarted series.
-		_ = json.Unmarshal(resp.Kvs[0].Value, &last)
+		if json.Unmarshal(resp.Kvs[0].Value, &last) != nil {
+			last = director.FeedbackStatus{}
+		}
 	}
 	f.mu.Lock()
 	f.poller, f.seq = true, last.Seq
+	pools := f.pools
 	f.mu.Unlock()
+	if pools != nil && len(last.Services) > 0 {
+		// Carry on from the last poller's weights, not from the initial
+		// ones (TestFeedbackOnePoller).
+		if err := pools.Seed(last.Services, fmt.Sprintf("seeded from publication %d (a new poller carries on from the last one's weights)", last.Seq)); err != nil {
+			s.log.Warn("feedback: seeding the controllers from the last publication", "err", err)
+		}
+	}
 	defer func() {
 		f.mu.Lock()
 		f.poller = false

@@ -3,8 +3,10 @@ package mgmt
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -230,6 +232,22 @@ func TestFeedbackOnePoller(t *testing.T) {
 	}
 	top := sameSeries(t, seen)
 
+	// The poller's weights, from etcd: n2 (load average 500) at the
+	// floor, far from the initial weight (max, 1000).
+	other := sts[(who+1)%3].s.cli
+	resp, err := other.Get(ctxT(t), keyFBPub)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("publication in etcd: %v %v", err, resp)
+	}
+	var old director.FeedbackStatus
+	if err := json.Unmarshal(resp.Kvs[0].Value, &old); err != nil {
+		t.Fatal(err)
+	}
+	oldW := pubWeights(old)
+	if oldW["127.0.74.12:8080"] >= 1000 || oldW["127.0.74.11:8080"] == 0 {
+		t.Fatalf("weights before the takeover %v: want n2 below the initial 1000", oldW)
+	}
+
 	// The poller stops: another takes over within the TTL (5 s), the seq
 	// carries on.
 	stopped := time.Now()
@@ -254,6 +272,45 @@ func TestFeedbackOnePoller(t *testing.T) {
 	}
 	w2, _ := poller(rest)
 	t.Logf("takeover by %s within %v; seq %d then %d..%d", rest[w2].ip, took.Round(time.Millisecond), top, lo, top2)
+	// The new poller's first round (its controllers have one sample each,
+	// no rates) carries the old weights on: seeded from the last
+	// publication, not the initial 1000, which sent a slow server a full
+	// share until its load told again. etcd's history holds every
+	// publication since: the long polls above may skip one.
+	wctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	var first map[string]int
+	for ev := range rest[0].s.cli.Watch(wctx, keyFBPub, clientv3.WithRev(resp.Kvs[0].ModRevision+1)) {
+		for _, e := range ev.Events {
+			var pub director.FeedbackStatus
+			if first != nil || json.Unmarshal(e.Kv.Value, &pub) != nil || len(pub.Services) != 1 || len(pub.Services[0].Nodes) != 2 {
+				continue
+			}
+			if pub.Services[0].Nodes[0].Terms == nil && pub.Services[0].Nodes[1].Terms == nil {
+				first = pubWeights(pub)
+				t.Logf("the new poller's first round: seq %d, weights %v (the last poller's: seq %d, %v)", pub.Seq, first, old.Seq, oldW)
+			}
+		}
+		if first != nil {
+			break
+		}
+	}
+	if first == nil {
+		t.Error("no first round of the new poller in etcd's history")
+	} else if !maps.Equal(first, oldW) {
+		t.Errorf("the new poller's first round: weights %v, want the last poller's %v", first, oldW)
+	}
+}
+
+// pubWeights is a one-service publication's weights by server.
+func pubWeights(p director.FeedbackStatus) map[string]int {
+	out := map[string]int{}
+	for _, s := range p.Services {
+		for _, n := range s.Nodes {
+			out[n.Node] = n.Weight
+		}
+	}
+	return out
 }
 
 // TestFeedbackPollerAfterRestore: a backup taken while a station polls
