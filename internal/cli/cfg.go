@@ -451,13 +451,15 @@ what --replace says you want.`,
 		Long: `Apply several changes as one version: OPS.json is a JSON list of operations,
 each {"op": "put", "kind": K, "value": ITEM} (add, or replace by name) or
 {"op": "delete", "kind": K, "name": NAME}; K is cluster, node, director,
-service, domain, qos, layout (named by its path) or account; ITEM has the
-YAML field names; a misspelt field is an error. The base is --base, else the
+service, domain, qos, layout (named by its path), account or feedback (the
+one section that is not a list: put whole, deleted by the name "feedback");
+ITEM has the YAML field names; a misspelt field is an error. The base is --base, else the
 current version (read first); a stale base exits 3. "-" reads standard input.
 The station's errors about the result print as PATH: message (exit 1): they
 are not lines of OPS.json.`,
 		Example: `  corral cfg tx ops.json --comment swap-web1
-  echo '[{"op":"delete","kind":"node","name":"web1"}]' | corral cfg tx -`,
+  echo '[{"op":"delete","kind":"node","name":"web1"}]' | corral cfg tx -
+  echo '[{"op":"put","kind":"feedback","value":{"source":"agent","interval":"1s"}}]' | corral cfg tx -`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			doc, err := readDoc(args[0])

@@ -53,7 +53,7 @@ func TestParseTxOpsStrict(t *testing.T) {
 		`[{"op":"put","kind":"node","vaule":{"name":"a"}}]`:            `unknown field "vaule"`,
 		`{"opz":[{"op":"delete","kind":"node","name":"a"}]}`:           `unknown field "opz"`,
 		`[{"op":"delete","kind":"node","name":"a"}] [{"op":"delete"}]`: "more after the list",
-		`[{"op":"delete","kind":"nodes","name":"a"}]`:                  "want one of account, cluster, director, domain, layout, node, qos, service",
+		`[{"op":"delete","kind":"nodes","name":"a"}]`:                  "want one of account, cluster, director, domain, feedback, layout, node, qos, service",
 	} {
 		if _, err := parseTxOps([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("parseTxOps(%s): %v, want ...%s...", in, err, want)

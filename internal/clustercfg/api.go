@@ -99,8 +99,9 @@ func (c *Config) Marshal() ([]byte, error) { return marshal(c) }
 func Diff(a, b []byte) string { return diff(a, b) }
 
 // ApplyOp applies one transaction change to c (api.TxOp: op put|delete,
-// kind cluster|node|director|service|domain|qos|layout|account, name for
-// delete, value the item's JSON for put). The result is validated by the
+// kind cluster|node|director|service|domain|qos|layout|account|feedback,
+// name for delete, value the item's JSON for put; feedback is one item,
+// named "feedback"). The result is validated by the
 // caller (Parse of its Marshal).
 func (c *Config) ApplyOp(op, kind, name string, value []byte) error {
 	return applyOp(c, op, kind, name, value)

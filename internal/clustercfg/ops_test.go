@@ -42,6 +42,16 @@ func TestApplyOp(t *testing.T) {
 	if err := c.ApplyOp("delete", "domain", "shop.example.test", nil); err != nil {
 		t.Fatal(err)
 	}
+	// The feedback section is one item, named "feedback": put whole...
+	if err := c.ApplyOp("put", "feedback", "", []byte(`{"source":"agent","interval":"500ms","timeout":"300ms","agent-port":9080,"bandwidth":"1gbit","cpu":"cpuraw","target":0.8}`)); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.Feedback; f == nil || f.Interval != "500ms" || f.Target != 0.8 || f.Floor != 0 {
+		t.Fatalf("feedback put %+v", f)
+	}
+	if err := c.ApplyOp("put", "feedback", "feedback", []byte(`{"source":"agent","interval":"2s"}`)); err != nil || c.Feedback.Interval != "2s" || c.Feedback.Target != 0 {
+		t.Fatalf("feedback replaced: %v %+v", err, c.Feedback)
+	}
 	// The result is still a valid configuration.
 	y, _ := c.Marshal()
 	if _, err := Parse("after.yaml", y); err != nil {
@@ -55,6 +65,21 @@ func TestApplyOp(t *testing.T) {
 	}
 	if c.Clusters != nil {
 		t.Fatalf("clusters %#v", c.Clusters)
+	}
+	// ...and deleted.
+	if err := c.ApplyOp("delete", "feedback", "feedback", nil); err != nil || c.Feedback != nil {
+		t.Fatalf("feedback delete: %v %+v", err, c.Feedback)
+	}
+	for _, tc := range []struct{ op, name, value, want string }{
+		{"delete", "feedback", "", "has no feedback section"},
+		{"put", "fb", `{"source":"agent"}`, `name "fb"`},
+		{"put", "", `{"source":"agent","floor":"many"}`, "floor"},
+		{"put", "", `{"source":"agent","bogus":1}`, "bogus"},
+		{"put", "", ``, "no value"},
+	} {
+		if err := c.ApplyOp(tc.op, "feedback", tc.name, []byte(tc.value)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s feedback %q %s: %v, want %q", tc.op, tc.name, tc.value, err, tc.want)
+		}
 	}
 
 	for _, tc := range []struct{ op, kind, name, value, want string }{

@@ -2,6 +2,7 @@ package clustercfg
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -63,16 +64,68 @@ var sections = map[string]section{
 	"account":  {func(c *Config) reflect.Value { return reflect.ValueOf(&c.Accounts).Elem() }, "Name"},
 }
 
+// kindFeedback is the one item that is not in a list: the feedback
+// section, put whole or deleted, named "feedback".
+const kindFeedback = "feedback"
+
 func sectionNames() []string {
-	out := make([]string, 0, len(sections))
+	out := make([]string, 0, len(sections)+1)
 	for k := range sections {
 		out = append(out, k)
 	}
+	out = append(out, kindFeedback)
 	slices.Sort(out)
 	return out
 }
 
+// decodeItem decodes one put's value (JSON or YAML) into item.
+func decodeItem(kind string, value []byte, item reflect.Value) error {
+	if len(value) == 0 {
+		return fmt.Errorf("put %s: no value", kind)
+	}
+	root, err := parseDocument("value", value)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", kind, err)
+	}
+	if root == nil {
+		return fmt.Errorf("put %s: empty value", kind)
+	}
+	d := newDecoder("value", countNodes(root)+aliasBudget)
+	d.decode(root, item, kind)
+	if len(d.errs) > 0 {
+		sortErrors(d.errs)
+		return fmt.Errorf("put %s: %w", kind, d.errs)
+	}
+	return nil
+}
+
+// applyFeedbackOp puts or deletes the feedback section.
+func applyFeedbackOp(c *Config, op, name string, value []byte) error {
+	if name != "" && name != kindFeedback {
+		return fmt.Errorf("%s feedback: name %q: the section is one, named %q", op, name, kindFeedback)
+	}
+	switch op {
+	case "put":
+		var f Feedback
+		if err := decodeItem(kindFeedback, value, reflect.ValueOf(&f).Elem()); err != nil {
+			return err
+		}
+		c.Feedback = &f
+		return nil
+	case "delete":
+		if c.Feedback == nil {
+			return errors.New("delete feedback: the configuration has no feedback section")
+		}
+		c.Feedback = nil
+		return nil
+	}
+	return fmt.Errorf("unknown op %q (want put or delete)", op)
+}
+
 func applyOp(c *Config, op, kind, name string, value []byte) error {
+	if kind == kindFeedback {
+		return applyFeedbackOp(c, op, name, value)
+	}
 	sec, ok := sections[kind]
 	if !ok {
 		return fmt.Errorf("unknown kind %q (want %s)", kind, orList(sectionNames()))
@@ -92,22 +145,9 @@ func applyOp(c *Config, op, kind, name string, value []byte) error {
 	}
 	switch op {
 	case "put":
-		if len(value) == 0 {
-			return fmt.Errorf("put %s: no value", kind)
-		}
-		root, err := parseDocument("value", value)
-		if err != nil {
-			return fmt.Errorf("put %s: %w", kind, err)
-		}
-		if root == nil {
-			return fmt.Errorf("put %s: empty value", kind)
-		}
 		item := reflect.New(list.Type().Elem()).Elem()
-		d := newDecoder("value", countNodes(root)+aliasBudget)
-		d.decode(root, item, kind)
-		if len(d.errs) > 0 {
-			sortErrors(d.errs)
-			return fmt.Errorf("put %s: %w", kind, d.errs)
+		if err := decodeItem(kind, value, item); err != nil {
+			return err
 		}
 		n := item.FieldByName(sec.key).String()
 		if n == "" {

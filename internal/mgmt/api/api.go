@@ -117,7 +117,8 @@ type TxRequest struct {
 
 // TxOp is one change: put (add or replace by name) or delete an item of
 // a section. Kind: cluster, node, director, service, domain, qos, layout
-// (named by path), account.
+// (named by path), account, or feedback (the one section that is not a
+// list: put whole, deleted by the name "feedback").
 type TxOp struct {
 	Op    string          `json:"op"` // put | delete
 	Kind  string          `json:"kind"`
