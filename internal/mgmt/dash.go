@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
@@ -41,6 +42,8 @@ type dashSource interface {
 	setDrain(ctx context.Context, node string, drain bool, who string) error
 	recentEvents(n int) []api.Event
 	subscribe() (<-chan api.Event, func())
+	// feedbackPub is the latest load feedback publication (nil: none).
+	feedbackPub() *director.FeedbackStatus
 }
 
 // dashAuth wraps a handler with authentication (Station.auth in production).

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/feedback"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
@@ -124,12 +126,15 @@ const dashPageJS = `(() => {
     const svc = {cluster: s.closest('[data-cluster]').dataset.cluster, rate: +q(s, '.stats [data-field=rate]').dataset.value,
       throughput: +q(s, '.stats [data-field=throughput]').dataset.value, p99: q(s, '[data-field=p99]').textContent,
       p99_value: +(q(s, '[data-field=p99]').dataset.value ?? -1), requests: +(q(s, '.stats [data-field=requests]').dataset.value ?? -1),
-      director: q(s, '[data-field=director]').textContent, servers: {}};
+      director: q(s, '[data-field=director]').textContent, servers: {},
+      fb_seq: +((q(s, '[data-field=feedback]') || {dataset: {}}).dataset.seq ?? -1)};
     for (const r of s.querySelectorAll('tr[data-server]')) {
       svc.servers[r.dataset.server] = {node: r.dataset.node || '', weight: +q(r, '[data-field=weight]').textContent,
         config_weight: +q(r, '[data-field=config_weight]').textContent, active: +q(r, '[data-field=active]').textContent,
         inactive: +q(r, '[data-field=inactive]').textContent, rate: +q(r, '[data-field=rate]').dataset.value,
-        health: q(r, '[data-field=health]').dataset.value, drain: (q(r, 'button[data-action]') || {dataset: {}}).dataset.action || ''};
+        health: q(r, '[data-field=health]').dataset.value, drain: (q(r, 'button[data-action]') || {dataset: {}}).dataset.action || '',
+        fb_weight: +((q(r, '[data-field=feedback_weight]') || {dataset: {}}).dataset.value ?? -1),
+        fb_reason: (q(r, '[data-field=feedback_weight]') || {}).title || ''};
     }
     out.services[s.dataset.service] = svc;
   }
@@ -157,11 +162,14 @@ type dashPage struct {
 		Rate, Throughput       float64
 		P99Value               float64 `json:"p99_value"`
 		Requests               float64
+		FBSeq                  int64 `json:"fb_seq"`
 		Servers                map[string]struct {
 			Node, Health, Drain    string
 			Weight                 float64
 			ConfigWeight           float64 `json:"config_weight"`
 			Active, Inactive, Rate float64
+			FBWeight               float64 `json:"fb_weight"`
+			FBReason               string  `json:"fb_reason"`
 		}
 	}
 	Members map[string]struct {
@@ -214,6 +222,9 @@ func comparePage(t testing.TB, p dashPage, st dashStatus) {
 				ps.Requests != orNone(s.ReqPS) || !strings.Contains(ps.Director, s.Director) {
 				t.Errorf("service %s: page %+v, API %+v", s.Name, ps, s)
 			}
+			if want := int64(-1); s.Feedback != nil && ps.FBSeq != int64(s.Feedback.Seq) || s.Feedback == nil && ps.FBSeq != want {
+				t.Errorf("service %s: page shows feedback publication %d, API %+v", s.Name, ps.FBSeq, s.Feedback)
+			}
 			if len(ps.Servers) != len(s.Servers) {
 				t.Errorf("service %s: %d servers on the page, %d in the API", s.Name, len(ps.Servers), len(s.Servers))
 			}
@@ -223,6 +234,9 @@ func comparePage(t testing.TB, p dashPage, st dashStatus) {
 				if px.Node != x.Node || int(px.Weight) != x.Weight || int(px.ConfigWeight) != x.ConfigWeight || int64(px.Active) != x.Active ||
 					int64(px.Inactive) != x.Inactive || px.Rate != x.Rate.CPS || px.Health != health {
 					t.Errorf("service %s server %s: page %+v, API %+v", s.Name, x.Addr, px, x)
+				}
+				if f := x.Feedback; f != nil && (int(px.FBWeight) != f.Weight || px.FBReason != f.Reason) || f == nil && s.Feedback != nil && px.FBWeight != -1 {
+					t.Errorf("service %s server %s: page's feedback %v %q, API %+v", s.Name, x.Addr, px.FBWeight, px.FBReason, f)
 				}
 			}
 		}
@@ -265,6 +279,11 @@ func TestDashChromium(t *testing.T) {
 	}
 	f := newFakeSource()
 	f.metrics = fakeMetrics(t)
+	// www's weights come from the station's load feedback.
+	f.fb = &director.FeedbackStatus{Source: "agent", Poll: "agent", Seq: 42, Time: time.Now().UTC(), Services: []director.FeedbackService{{Name: "www",
+		Nodes: []director.FeedbackNode{
+			{Decision: feedback.Decision{Node: "127.0.55.11:8080", Weight: 100, Smoothed: 0.42, Reason: "inside dead band ±0.050 of target 0.800: unchanged"}},
+			{Decision: feedback.Decision{Node: "127.0.55.12:8080", Weight: 17, Smoothed: 1.13, Reason: "load did not follow the last move (1.099 -> 1.099): gain 2"}}}}}}
 	shot := os.Getenv("CORRAL_SCREENSHOT") == "1"
 	_, base := startDash(t, f, func(d *dash) {
 		d.tick, d.cacheFor = 100*time.Millisecond, time.Nanosecond
@@ -282,6 +301,10 @@ func TestDashChromium(t *testing.T) {
 	p := readPage(t, ctx)
 	if www := p.Services["www"]; www.Servers["127.0.55.11:8080"].Drain != "drain" || www.P99Value != 0.05 || www.P99 != "50.0 ms" || !p.Members["n2"].Mismatch || p.Members["n1"].Mismatch || p.Events < 2 {
 		t.Fatalf("before the drain: %+v", p)
+	}
+	if www, as := p.Services["www"], p.Services["assets"]; www.FBSeq != 42 || www.Servers["127.0.55.12:8080"].FBWeight != 17 ||
+		!strings.Contains(www.Servers["127.0.55.12:8080"].FBReason, "gain 2") || as.FBSeq != -1 {
+		t.Fatalf("feedback on the page: www %+v, assets %+v", www, as)
 	}
 
 	// Drain n1 from the page: the pool shows it at weight 0.

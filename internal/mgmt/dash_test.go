@@ -61,6 +61,7 @@ type fakeSource struct {
 	weights  map[string]int
 	metrics  string // d1's /metrics URL
 	varyFrom atomic.Int64
+	fb       *director.FeedbackStatus // the feedback publication
 }
 
 // startVarying makes the rates change with the simulated clock, which goes
@@ -172,6 +173,12 @@ func (f *fakeSource) recentEvents(n int) []api.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.events[max(0, len(f.events)-n):])
+}
+
+func (f *fakeSource) feedbackPub() *director.FeedbackStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fb
 }
 
 func (f *fakeSource) subscribe() (<-chan api.Event, func()) {

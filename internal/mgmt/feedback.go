@@ -448,6 +448,17 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// feedbackPub is the latest publication this station has seen (nil:
+// none): the dashboard shows its weights beside each pool.
+func (s *Station) feedbackPub() *director.FeedbackStatus {
+	if s.fb == nil {
+		return nil
+	}
+	s.fb.mu.Lock()
+	defer s.fb.mu.Unlock()
+	return s.fb.pub
+}
+
 // waitFeedback is the latest publication once its Seq is above after,
 // or nil after wait (nil at once with no monitor and wait 0).
 func (f *stationFB) waitFeedback(ctx context.Context, after uint64, wait time.Duration) *director.FeedbackStatus {

@@ -66,6 +66,24 @@ type dashService struct {
 	ReqPS   *float64     `json:"requests_per_sec,omitempty"`
 	P99     *float64     `json:"p99_seconds,omitempty"`
 	Servers []dashServer `json:"servers"`
+	// Feedback is the station's load feedback publication for this
+	// service (weights: feedback), absent when it has none.
+	Feedback *dashFeedback `json:"feedback,omitempty"`
+}
+
+// dashFeedback says which publication a service's feedback weights are.
+type dashFeedback struct {
+	Seq    uint64    `json:"seq"`
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"` // snmp or agent
+	Stale  string    `json:"stale,omitempty"`
+}
+
+// dashServerFB is one server's latest feedback decision.
+type dashServerFB struct {
+	Weight int     `json:"weight"`
+	Load   float64 `json:"load"` // the smoothed aggregate load (Total_load/100)
+	Reason string  `json:"reason"`
 }
 
 // dashServer is one real server of a pool.
@@ -81,6 +99,7 @@ type dashServer struct {
 	Inactive     int64         `json:"inactive"`
 	Requests     int64         `json:"requests"`
 	Rate         director.Rate `json:"rate"`
+	Feedback     *dashServerFB `json:"feedback,omitempty"`
 }
 
 // overview is the station's picture of the cluster (what `corral ctl
@@ -171,7 +190,37 @@ func buildStatus(ctx context.Context, src dashSource, fsf fsStatusFunc, meta []s
 		}
 	}
 	st.HA, st.Clusters = dashPools(cfg, st.Members, st.Drained, fail)
+	dashFeedbackOn(st.Clusters, src.feedbackPub())
 	return st
+}
+
+// dashFeedbackOn adds the publication's decisions to the pools it covers.
+func dashFeedbackOn(cs []dashCluster, pub *director.FeedbackStatus) {
+	if pub == nil || pub.Seq == 0 {
+		return
+	}
+	for ci := range cs {
+		for si := range cs[ci].Services {
+			sv := &cs[ci].Services[si]
+			i := slices.IndexFunc(pub.Services, func(p director.FeedbackService) bool { return p.Name == sv.Name })
+			if i < 0 {
+				continue
+			}
+			source := pub.Poll
+			if source == "" {
+				source = pub.Source
+			}
+			sv.Feedback = &dashFeedback{Seq: pub.Seq, Time: pub.Time, Source: source, Stale: pub.Stale}
+			for xi := range sv.Servers {
+				x := &sv.Servers[xi]
+				for _, n := range pub.Services[i].Nodes {
+					if n.Node == x.Addr {
+						x.Feedback = &dashServerFB{Weight: n.Weight, Load: n.Smoothed, Reason: n.Reason}
+					}
+				}
+			}
+		}
+	}
 }
 
 // dashConfig reads a version's YAML for display. The station validated it

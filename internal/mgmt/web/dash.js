@@ -312,6 +312,11 @@
       el('span', {}, 'drops ', el('b', { 'data-field': 'drops', 'data-value': s.drops }, s.drops)),
       el('span', { class: 'meta', 'data-field': 'director' }, from)));
     card.append(...chart(s.name));
+    const fb = s.feedback;
+    if (fb) {
+      card.append(el('p', { class: 'meta', 'data-field': 'feedback', 'data-seq': fb.seq, 'data-stale': fb.stale ? 'true' : 'false' },
+        `load feedback weights: publication ${fb.seq} (${fb.source}), ${ago(fb.time)}`, fb.stale ? el('span', { class: 'bad' }, ' — ' + fb.stale) : null));
+    }
     const tb = el('tbody');
     for (const x of s.servers || []) {
       const isDrained = x.drained || (x.node && drained.has(x.node));
@@ -333,12 +338,21 @@
         num('inactive', x.inactive),
         num('rate', xr.conns_per_sec || 0, rate(xr.conns_per_sec)),
         num('throughput', (xr.bytes_in_per_sec || 0) + (xr.bytes_out_per_sec || 0), bps((xr.bytes_in_per_sec || 0) + (xr.bytes_out_per_sec || 0))),
+        ...(fb ? fbCells(x.feedback) : []),
         action));
     }
     const head = el('thead', {}, el('tr', {}, ...['server', 'node', 'health'].map((h) => el('th', {}, h)),
-      ...['weight', 'configured', 'active', 'inactive', 'conns/s', 'throughput'].map((h) => el('th', { class: 'num' }, h)), el('th')));
+      ...['weight', 'configured', 'active', 'inactive', 'conns/s', 'throughput'].concat(fb ? ['feedback', 'load'] : []).map((h) => el('th', { class: 'num' }, h)), el('th')));
     card.append(el('table', { class: 'pool' }, head, tb));
     return card;
+  }
+
+  // fbCells are a server's feedback weight and load; the controller's
+  // reason in words is the weight's tooltip.
+  function fbCells(f) {
+    if (!f) return [el('td', { class: 'num', 'data-field': 'feedback_weight' }, '–'), el('td', { class: 'num', 'data-field': 'feedback_load' }, '–')];
+    return [el('td', { class: 'num', 'data-field': 'feedback_weight', 'data-value': f.weight, title: f.reason }, String(f.weight)),
+      el('td', { class: 'num', 'data-field': 'feedback_load', 'data-value': f.load }, f.load.toFixed(2))];
   }
 
   function drawIO(servers) {
