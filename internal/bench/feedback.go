@@ -56,6 +56,12 @@ type FeedbackConfig struct {
 	// as paper 003's LVS: lc counts connections, IPVS's active x 256 +
 	// inactive, and each connection's calls stay on one node).
 	Dataplane string
+	// Generator is the load generator: "httperf" (default, as paper 003)
+	// or "go" (`corral bench loadgen`: open loop, per-connection latency
+	// from the scheduled start, up to 16384 connections open, where
+	// httperf's select() holds 1024 and a second of backlog collapses a
+	// row at the client).
+	Generator string
 }
 
 // FBRow is one httperf run.
@@ -138,6 +144,7 @@ type FeedbackResult struct {
 	Only       string                    `json:"only,omitempty"`
 	Calls      int                       `json:"calls"` // httperf calls per connection
 	Dataplane  string                    `json:"dataplane"`
+	Generator  string                    `json:"generator"`
 	Poll       string                    `json:"poll"`  // the feedback block's interval
 	Goals      []string                  `json:"goals"` // issue 17's goals a-c: measured, met or not
 	Terms      *director.FeedbackService `json:"terms"` // the controller's view at 80 % of the feedback 110 % run
@@ -170,6 +177,13 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		return nil, fmt.Errorf("bench feedback: --only %q: want step or test2", cfg.Only)
 	}
 	cfg.Calls = max(cfg.Calls, 1)
+	switch cfg.Generator {
+	case "":
+		cfg.Generator = "httperf"
+	case "httperf", "go":
+	default:
+		return nil, fmt.Errorf("bench feedback: --generator %q: want httperf or go", cfg.Generator)
+	}
 	switch cfg.Dataplane {
 	case "":
 		cfg.Dataplane = "l7"
@@ -199,7 +213,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	if err := testbed.CheckRoot(); err != nil {
 		return nil, err
 	}
-	if _, err := exec.LookPath("httperf"); err != nil {
+	if _, err := exec.LookPath("httperf"); err != nil && cfg.Generator == "httperf" {
 		return nil, fmt.Errorf("bench feedback needs httperf (Debian: apt-get install httperf; scripts/deps installs it)")
 	}
 	scratch, cleanup, err := scratchDir(cfg.Out, cfg.Dir, "feedback")
@@ -251,7 +265,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 		}
 	}
 	res := &FeedbackResult{When: time.Now().UTC(), Quick: cfg.Quick, File: humanBytes(size), LoadAvg: [2]string{loadavg()},
-		Only: cfg.Only, Calls: cfg.Calls, Poll: cfg.Poll.String(), Dataplane: cfg.Dataplane,
+		Only: cfg.Only, Calls: cfg.Calls, Poll: cfg.Poll.String(), Dataplane: cfg.Dataplane, Generator: cfg.Generator,
 		Quota: fmt.Sprintf("cgroup cpu quota %d/%d µs (5 %% of a CPU) on node1 and node2, %d/%d µs on node3 (3x slower)", fbFast, fbPeriod, fbSlow, fbPeriod)}
 
 	// Every node in a cgroup of its own: equal quotas, node3 a third.
@@ -292,6 +306,9 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	// node does every handshake), and a capacity measured with one call
 	// per connection put "110 %" of sessions below the overload.
 	run := func(rate float64, d time.Duration) (FBRow, error) {
+		if cfg.Generator == "go" {
+			return loadgenRun(ctx, cfg.Bin, bed.Wrap("client"), vip, path, rate, cfg.Calls, d)
+		}
 		return httperf(ctx, bed.Wrap("client"), vip, path, rate, cfg.Calls, d)
 	}
 	// drained waits (at most 90 s) until no request is in progress at any
@@ -1142,14 +1159,18 @@ func (r *FeedbackResult) Markdown() string {
 	}
 	calls := "one request per connection"
 	if r.Calls > 1 {
-		calls = fmt.Sprintf("%d requests per connection (httperf --num-calls: persistent connections; latencies are per connection, of all its calls)", r.Calls)
+		calls = fmt.Sprintf("%d requests per connection (persistent connections; latencies are per connection, of all its calls)", r.Calls)
+	}
+	gen := "httperf open-loop (--hog; at most 1024 sockets: select())"
+	if r.Generator == "go" {
+		gen = "`corral bench loadgen` open-loop (up to 16384 connections open; latency from each connection's scheduled start)"
 	}
 	dp := "the l7 director (every request scheduled; lc counts requests in progress)"
 	if r.Dataplane == "xdp" {
 		dp = "the xdp director in direct routing (connections scheduled; lc counts connections as IPVS: active x 256 + inactive; shares are of connections)"
 	}
-	fmt.Fprintf(&b, "# feedback, %s%s\n\nThree nodes on test bed %s (10.87.0.0/24), %s, %s requests of a %s file, httperf open-loop, %s. Feedback polls every %s. %s.\n\n",
-		r.When.Format(time.RFC3339), q, fbBed, dp, "GET", r.File, calls, r.Poll, r.Quota)
+	fmt.Fprintf(&b, "# feedback, %s%s\n\nThree nodes on test bed %s (10.87.0.0/24), %s, %s requests of a %s file, %s, %s. Feedback polls every %s. %s.\n\n",
+		r.When.Format(time.RFC3339), q, fbBed, dp, "GET", r.File, gen, calls, r.Poll, r.Quota)
 	if len(r.Goals) > 0 {
 		b.WriteString("## Issue 17's goals\n\n")
 		for _, g := range r.Goals {

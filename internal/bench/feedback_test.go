@@ -1,10 +1,15 @@
 package bench
 
 import (
+	"context"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/testbed"
 )
@@ -211,5 +216,38 @@ func TestGoalBound(t *testing.T) {
 	r.goals()
 	if strings.Contains(r.Goals[1], "no scheduler") || !strings.HasSuffix(r.Goals[1], ": met") {
 		t.Errorf("reachable: %q", r.Goals[1])
+	}
+}
+
+// TestLoadGen: the open-loop generator against a real server on loopback:
+// every session of 3 calls answered; a server slower than the timeout
+// fails the sessions; bad settings are refused.
+func TestLoadGen(t *testing.T) {
+	var slow atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			time.Sleep(300 * time.Millisecond)
+		}
+		w.Write([]byte("hello"))
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	r, err := LoadGen(context.Background(), LoadGenConfig{Addr: addr, Path: "/x", Rate: 300, Calls: 3, Duration: time.Second, Timeout: time.Second})
+	if err != nil || r.Conns != 100 || r.Errors != 0 || r.Replies != 300 || r.P99 <= 0 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	slow.Store(true)
+	r, err = LoadGen(context.Background(), LoadGenConfig{Addr: addr, Path: "/x", Rate: 20, Calls: 1, Duration: 500 * time.Millisecond, Timeout: 100 * time.Millisecond})
+	if err != nil || r.Conns != 10 || r.Errors != 10 || r.Replies != 0 {
+		t.Fatalf("slow server: %+v %v", r, err)
+	}
+	for _, c := range []LoadGenConfig{
+		{Addr: addr, Path: "/", Rate: 0, Calls: 1, Duration: time.Second, Timeout: time.Second},
+		{Addr: "nowhere", Path: "/", Rate: 1, Calls: 1, Duration: time.Second, Timeout: time.Second},
+		{Addr: addr, Path: "/a\r\nX: y", Rate: 1, Calls: 1, Duration: time.Second, Timeout: time.Second},
+	} {
+		if _, err := LoadGen(context.Background(), c); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
 	}
 }

@@ -79,7 +79,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
 	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), raidBenchCmd())
-	c.AddCommand(redundancyBenchCmd(), mgmtBenchCmd(), failoverBenchCmd(), feedbackBenchCmd(), qosBenchCmd())
+	c.AddCommand(redundancyBenchCmd(), mgmtBenchCmd(), failoverBenchCmd(), feedbackBenchCmd(), qosBenchCmd(), loadgenCmd())
 	return c
 }
 

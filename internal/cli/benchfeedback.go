@@ -11,7 +11,7 @@ import (
 
 func feedbackBenchCmd() *cobra.Command {
 	var quick bool
-	var dir, out, only, dataplane string
+	var dir, out, only, dataplane, generator string
 	var calls, stepRuns, stepPct int
 	var poll time.Duration
 	c := &cobra.Command{
@@ -49,7 +49,10 @@ used sessions of 50 calls). --poll: the feedback block's interval (default
 500ms here; the director's own default is 2s). --dataplane xdp: the XDP
 director with direct routing, as paper 003's LVS: lc and wlc count
 connections (IPVS's active x 256 + inactive), not requests, and each node's
-share is its share of connections.
+share is its share of connections. --generator go: corral's own open-loop
+generator instead of httperf (httperf holds at most 1024 sockets, so at
+~1000 req/s a second of backlog fails every new request at the client);
+latencies then count from each connection's scheduled start.
 
 Writes results.json, results.md, feedback-weights.svg and feedback-latency.svg
 under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
@@ -62,7 +65,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 			}
 			return runScenario("feedback", out, func(ctx context.Context, out string) (markdowner, error) {
 				return bench.RunFeedback(ctx, bench.FeedbackConfig{Bin: bin, Dir: dir, Out: out, Quick: quick, Log: os.Stdout,
-					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns, StepPct: stepPct, Dataplane: dataplane})
+					Only: only, Calls: calls, Poll: poll, StepRuns: stepRuns, StepPct: stepPct, Dataplane: dataplane, Generator: generator})
 			})
 		},
 	}
@@ -73,6 +76,7 @@ under --out. Needs root and httperf. --quick: 50 and 110 % only, 3 s runs, an
 	c.Flags().IntVar(&calls, "calls", 1, "httperf calls per connection (persistent connections)")
 	c.Flags().IntVar(&stepRuns, "step-runs", 0, "load steps to run (default 1; 3 with --only step; at most 20)")
 	c.Flags().IntVar(&stepPct, "step-load", 50, "the load step's load, % of the capacity")
+	c.Flags().StringVar(&generator, "generator", "httperf", "the load generator: httperf (paper 003's) or go (corral bench loadgen: no 1024-socket cap)")
 	c.Flags().StringVar(&dataplane, "dataplane", "l7", "the director's dataplane: l7 (schedules each request) or xdp (direct routing, schedules connections)")
 	c.Flags().DurationVar(&poll, "poll", 500*time.Millisecond, "the feedback block's poll interval (100ms to 10s)")
 	return c
