@@ -106,6 +106,9 @@ port 161, eth0's speed set to --rate), for a director's feedback block
 			if err != nil {
 				return err
 			}
+			if err := privateDir(abs); err != nil {
+				return fmt.Errorf("--data: %w", err)
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			cfg := launch.ClusterConfig{Bin: bin, Data: abs, MetaListen: upMetaMembers(net, metaMembers), VIP: vip, Admin: net + ".1:7500",
@@ -353,4 +356,26 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 		}
 	}
 	return bed, nil
+}
+
+// privateDir makes dir (0700) or tightens an existing one to 0700: it
+// holds the cluster secret, the CA's key, tokens and every file's data,
+// and only its own modes may protect them (its parent is often a home
+// directory others can enter).
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(os.Stderr, "corral up: %s was mode %04o; now 0700 (it holds the cluster's secrets)\n", dir, st.Mode().Perm())
+		return os.Chmod(dir, 0o700)
+	}
+	return nil
 }

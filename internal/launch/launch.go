@@ -64,10 +64,11 @@ type Proc struct {
 // Start runs bin with args, sending its output to logPath, and waits (at most
 // 20 s) for its readiness line.
 func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Proc, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+	// Logs name paths, addresses and clients: for the operator only.
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
