@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/pfs/pfstest"
+	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // The attacker's-eye test: a `corral up` with its station, looked at by a
@@ -256,116 +260,26 @@ func TestAttackerEye(t *testing.T) {
 			t.Errorf("%s listens on a non-loopback address", a)
 		}
 	}
-
-	// The secrets the attacker must not see anywhere.
-	secrets := map[string]string{}
 	tok, err := os.ReadFile(filepath.Join(m.data, "mgmt", "admin.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	secrets := clusterSecrets(t, filepath.Join(m.data, "meta", "cluster.secret"))
 	secrets["admin token"] = strings.TrimSpace(string(tok))
-	if b, err := os.ReadFile(filepath.Join(m.data, "meta", "cluster.secret")); err == nil {
-		f := strings.Fields(string(b))
-		secrets["cluster secret"] = f[len(f)-1]
-	} else {
-		t.Fatalf("the cluster secret: %v", err)
-	}
-	secrets["a private key"] = "PRIVATE KEY"
-
-	// The attacker binary: this test binary, where nobody can run it.
-	bindir, err := os.MkdirTemp("", "corral-attack-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(bindir)
-	os.Chmod(bindir, 0o755)
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := filepath.Join(bindir, "attacker")
-	if err := os.WriteFile(exe, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	planB, _ := json.Marshal(attackPlan{TCP: tcp, UDP: udp, Data: m.data, Hold: 2 * time.Second})
-	planFile := filepath.Join(bindir, "plan.json")
-	if err := os.WriteFile(planFile, planB, 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	// The cluster serves while it is attacked.
-	stop := make(chan struct{})
-	var served, failed int
-	var lwg sync.WaitGroup
-	lwg.Add(1)
-	go func() {
-		defer lwg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-			if get(m.vip()) == nil {
-				served++
-			} else {
-				failed++
-			}
-		}
-	}()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run", "^TestAttackerRole$", "-test.v")
-	cmd.Env = []string{attackEnv + "=" + planFile, "HOME=/", "PATH=/usr/bin:/bin"}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	close(stop)
-	lwg.Wait()
-	if err != nil {
-		t.Fatalf("attacker: %v\n%s\n%s", err, out, stderr.String())
-	}
-	i := bytes.Index(out, []byte("ATTACK-REPORT "))
-	if i < 0 {
-		t.Fatalf("attacker printed no report:\n%s", out)
-	}
-	line := out[i+len("ATTACK-REPORT "):]
-	line = line[:bytes.IndexByte(line, '\n')]
-	var rep attackReport
-	if err := json.Unmarshal(line, &rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range rep.Errors {
-		t.Errorf("attacker: %s", e)
-	}
-	for probe, reply := range rep.Replies {
-		for what, s := range secrets {
-			if s != "" && strings.Contains(reply, s) {
-				t.Errorf("%s: the reply holds %s:\n%.400s", probe, what, reply)
-			}
-		}
-		// etcd's gateway answering a range at all means the store is open.
-		if strings.Contains(probe, "/v3/kv/") && strings.Contains(reply, `"kvs"`) {
-			t.Errorf("%s: etcd served keys to an unauthenticated peer: %.300s", probe, reply)
-		}
-		if strings.Contains(probe, "/v3/kv/put") && strings.Contains(reply, `"revision"`) && strings.HasPrefix(reply, "200") {
-			t.Errorf("%s: etcd took a write from an unauthenticated peer: %.300s", probe, reply)
-		}
-	}
-	for _, p := range rep.Readable {
-		t.Errorf("uid nobody can read %s", p)
-	}
+	served, failed, stop := keepGetting(m.vip())
+	rep := runAttacker(t, attackPlan{TCP: tcp, UDP: udp, Data: m.data, Hold: 2 * time.Second}, nil)
+	stop()
+	checkReport(t, rep, secrets)
 
 	// Every daemon still serves: the same processes, the site through both
 	// dataplanes, the station's API, every member reporting.
 	if gone := missing(pids, descendants(m.cmd.Process.Pid)); len(gone) > 0 {
 		t.Errorf("processes died under attack: %v", gone)
 	}
-	if failed > served/100 {
-		t.Errorf("the site failed %d of %d requests during the attack", failed, served+failed)
+	if *failed > *served/100 {
+		t.Errorf("the site failed %d of %d requests during the attack", *failed, *served+*failed)
 	}
 	for _, u := range []string{m.vip(), m.vipL7()} {
 		if err := get(u); err != nil {
@@ -388,7 +302,131 @@ func TestAttackerEye(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("probed %d TCP and %d UDP sockets; %d replies; the site served %d requests during the attack", len(tcp), len(udp), len(rep.Replies), served)
+	t.Logf("probed %d TCP and %d UDP sockets; %d replies; the site served %d requests during the attack", len(tcp), len(udp), len(rep.Replies), *served)
+}
+
+// clusterSecrets are the strings no reply may hold: the cluster secret
+// (from its file) and any private key.
+func clusterSecrets(t *testing.T, secretFile string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(secretFile)
+	if err != nil {
+		t.Fatalf("the cluster secret: %v", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		t.Fatalf("the cluster secret %s is empty", secretFile)
+	}
+	return map[string]string{"the cluster secret": f[len(f)-1], "a private key": "PRIVATE KEY"}
+}
+
+// keepGetting GETs url every 50 ms until stop is called, counting
+// answers and failures.
+func keepGetting(url string) (served, failed *int, stop func()) {
+	served, failed = new(int), new(int)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if get(url) == nil {
+				*served++
+			} else {
+				*failed++
+			}
+		}
+	}()
+	return served, failed, func() { close(done); wg.Wait() }
+}
+
+// runAttacker runs TestAttackerRole as uid nobody (behind wrap, e.g.
+// nsenter into a test bed's host) and returns its report.
+func runAttacker(t *testing.T, plan attackPlan, wrap []string) attackReport {
+	t.Helper()
+	// The attacker binary: this test binary, where nobody can run it.
+	bindir, err := os.MkdirTemp("", "corral-attack-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(bindir)
+	os.Chmod(bindir, 0o755)
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bindir, "attacker")
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	planB, _ := json.Marshal(plan)
+	planFile := filepath.Join(bindir, "plan.json")
+	if err := os.WriteFile(planFile, planB, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := append(append([]string{}, wrap...), exe, "-test.run", "^TestAttackerRole$", "-test.v")
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = []string{attackEnv + "=" + planFile, "HOME=/", "PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	// nsenter (when wrapping) runs as root and then execs the attacker:
+	// drop to nobody there with setpriv.
+	if len(wrap) > 0 {
+		args = append(append(append([]string{}, wrap...), "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"), args[len(wrap):]...)
+		cmd = exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env, cmd.Dir = []string{attackEnv + "=" + planFile, "HOME=/", "PATH=/usr/bin:/bin"}, "/"
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("attacker: %v\n%s\n%s", err, out, stderr.String())
+	}
+	i := bytes.Index(out, []byte("ATTACK-REPORT "))
+	if i < 0 {
+		t.Fatalf("attacker printed no report:\n%s", out)
+	}
+	line := out[i+len("ATTACK-REPORT "):]
+	line = line[:bytes.IndexByte(line, '\n')]
+	var rep attackReport
+	if err := json.Unmarshal(line, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// checkReport fails the test for every secret a reply held, every key
+// etcd served or write it took, and every file nobody could read.
+func checkReport(t *testing.T, rep attackReport, secrets map[string]string) {
+	t.Helper()
+	for _, e := range rep.Errors {
+		t.Errorf("attacker: %s", e)
+	}
+	for probe, reply := range rep.Replies {
+		for what, s := range secrets {
+			if s != "" && strings.Contains(reply, s) {
+				t.Errorf("%s: the reply holds %s:\n%.400s", probe, what, reply)
+			}
+		}
+		// etcd's gateway answering a range at all means the store is open.
+		if strings.Contains(probe, "/v3/kv/") && strings.Contains(reply, `"kvs"`) {
+			t.Errorf("%s: etcd served keys to an unauthenticated peer: %.300s", probe, reply)
+		}
+		if strings.Contains(probe, "/v3/kv/put") && strings.Contains(reply, `"revision"`) && strings.HasPrefix(reply, "200") {
+			t.Errorf("%s: etcd took a write from an unauthenticated peer: %.300s", probe, reply)
+		}
+	}
+	for _, p := range rep.Readable {
+		t.Errorf("uid nobody can read %s", p)
+	}
 }
 
 // descendants are pid's process tree below it.
@@ -429,8 +467,17 @@ func listening(pids []int) (tcp, udp []string) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, f := range []string{"tcp", "tcp6", "udp", "udp6"} {
-		b, err := os.ReadFile("/proc/net/" + f)
+	// Each process's own view: on a test bed they sit in other network
+	// namespaces.
+	var tables []string
+	for _, pid := range pids {
+		for _, f := range []string{"tcp", "tcp6", "udp", "udp6"} {
+			tables = append(tables, fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		}
+	}
+	for _, table := range tables {
+		f := filepath.Base(table)
+		b, err := os.ReadFile(table)
 		if err != nil {
 			continue
 		}
@@ -493,4 +540,85 @@ func procAddr(s string) string {
 		return ""
 	}
 	return net.JoinHostPort(ip.String(), strconv.FormatUint(port, 10))
+}
+
+// TestAttackerEyeTestbed is the same attack from another host of a test
+// bed (a peer on the cluster's network, not a local user): every role on
+// its own host, the attacker on one more, probing every socket the
+// cluster's processes listen on. Each role's data directory must protect
+// itself: the directory above them is open to all here.
+func TestAttackerEyeTestbed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole cluster on a test bed")
+	}
+	if err := testbed.CheckRoot(); err != nil {
+		t.Skipf("needs root for the test bed: %v", err)
+	}
+	const name = "atk"
+	spec := testbed.NewSpecOn(name, netip.MustParsePrefix("10.93.0.0/24"), append([]string{"attacker"}, launch.ClusterHosts(2, 2)...), "")
+	testbed.Down(name)
+	bed, err := testbed.Up(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { testbed.Down(name) })
+	dir := t.TempDir()
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cc := launch.ClusterConfig{Bin: pfstest.Binary(t), Data: data, Admin: "127.0.0.1:7500", Dataplane: "l4", Scheduler: "wlc"}
+	if err := cc.OnTestbed(bed, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, err := launch.StartCluster(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	var pids []int
+	for _, p := range append(append([]*launch.Proc{cl.Meta, cl.Director}, cl.IODs...), cl.Nodes...) {
+		pids = append(pids, p.Pid())
+	}
+	tcp, udp := listening(pids)
+	// The attacker reaches what listens on the bed's network.
+	var reach []string
+	for _, a := range tcp {
+		if ap, err := netip.ParseAddrPort(a); err == nil && spec.Subnet.Contains(ap.Addr()) {
+			reach = append(reach, a)
+		}
+	}
+	if len(reach) < 5 {
+		t.Fatalf("found %d TCP listeners on the bed (%v of %v), want every daemon's", len(reach), reach, tcp)
+	}
+	vip := "http://" + cc.VIP + "/"
+	served, failed, stop := keepGetting(vip)
+	rep := runAttacker(t, attackPlan{TCP: reach, UDP: udp, Data: data, Hold: 2 * time.Second}, bed.Wrap("attacker"))
+	stop()
+	checkReport(t, rep, clusterSecrets(t, cl.SecretFile))
+	if *failed > *served/100 {
+		t.Errorf("the site failed %d of %d requests during the attack", *failed, *served+*failed)
+	}
+	if err := get(vip); err != nil {
+		t.Errorf("after the attack: %v", err)
+	}
+	if gone := missing(pids, pidsAlive(pids)); len(gone) > 0 {
+		t.Errorf("processes died under attack: %v", gone)
+	}
+	t.Logf("probed %d TCP sockets on the bed; %d replies; the site served %d requests during the attack", len(reach), len(rep.Replies), *served)
+}
+
+func pidsAlive(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		if alive(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -327,7 +327,7 @@ func (c *Cluster) WriteDirectorConf(scheduler string, weights []int) error {
 	}
 	c.ConfPath = filepath.Join(c.Data, "director.conf")
 	tmp := c.ConfPath + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, c.ConfPath)

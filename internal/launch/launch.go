@@ -432,7 +432,7 @@ func (f *FS) prepareSecret() error {
 	secretMu.Lock()
 	defer secretMu.Unlock()
 	dir := filepath.Join(f.Data, "meta")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	f.SecretFile = filepath.Join(dir, proto.SecretFileName)
