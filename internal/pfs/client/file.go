@@ -599,14 +599,16 @@ func (f *File) Sync(ctx context.Context) error {
 		m.Mask |= proto.SetSizeExtend
 		m.Size = uint64(f.size)
 	}
-	if m.Mask != 0 {
-		a, err := f.c.attr(ctx, m)
-		if err != nil {
-			return err
-		}
-		f.metaSize, f.ctime = int64(a.Size), a.Ctime
-		f.size = max(f.size, f.metaSize)
+	// Sent even with nothing in the mask (an explicit time came after the
+	// writes): meta moves the ctime, which tells caches keyed by it (the
+	// node's data cache) that the content changed, now that it is on the
+	// I/O servers.
+	a, err := f.c.attr(ctx, m)
+	if err != nil {
+		return err
 	}
+	f.metaSize, f.ctime = int64(a.Size), a.Ctime
+	f.size = max(f.size, f.metaSize)
 	clear(f.touched)
 	clear(f.dirt)
 	f.dirty = false

@@ -407,3 +407,25 @@ func TestTimesOmitNow(t *testing.T) {
 		})
 	}
 }
+
+// Reads leave atime alone on the mount (docs/mount.md: as noatime; ext4's
+// relatime would move an old atime), and an explicit atime is kept exactly.
+func TestTimesAtime(t *testing.T) {
+	needFUSE(t)
+	fsys := pfstest.Start(t, 3)
+	mnt := mount(t, fsys.Meta.Addr, fusefs.Options{})
+	p := filepath.Join(mnt, "f")
+	if err := os.WriteFile(p, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const a0, m0 = 1_000_000_000_000_000_001, 1_100_000_000_000_000_002
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{unix.NsecToTimespec(a0), unix.NsecToTimespec(m0)}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	got := lstatTimes(t, p)
+	wantTime(t, "atime after a read", got.atime, a0)
+	wantTime(t, "mtime after a read", got.mtime, m0)
+}
