@@ -226,8 +226,30 @@ func (c *Client) GetAttr(ctx context.Context, ino uint64) (proto.Attr, error) {
 	return c.attr(ctx, &proto.GetAttr{Ino: ino})
 }
 
+// SetAttr changes an inode's attributes. An explicit mtime for a file open
+// through this client wins over the time of the writes it made before:
+// close then publishes their size but not their time (write, set the
+// times, close is what cp -a and tar do).
 func (c *Client) SetAttr(ctx context.Context, m *proto.SetAttr) (proto.Attr, error) {
-	return c.attr(ctx, m)
+	if m.Mask&proto.SetMtime == 0 {
+		return c.attr(ctx, m)
+	}
+	c.mu.Lock()
+	st := c.open[m.Ino]
+	c.mu.Unlock()
+	if st == nil {
+		return c.attr(ctx, m)
+	}
+	// Held across the call so that no Sync publishes the writes' time
+	// between this change and forgetting that time.
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	a, err := c.attr(ctx, m)
+	if err == nil {
+		st.wtime = 0
+		st.ctime = max(st.ctime, a.Ctime)
+	}
+	return a, err
 }
 
 // CreateOpts are the optional parts of a create.

@@ -8,7 +8,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
@@ -66,6 +65,11 @@ type wstate struct {
 	werr     error
 	gen      uint64 // bumped by every write and truncate: read-ahead older than it is stale
 	ctime    int64  // the newest change time meta has told us: older attributes are stale
+	// wtime is when the latest write not yet published happened (unix ns;
+	// 0: none, or a later explicit mtime or truncate superseded it). Sync
+	// publishes it as the mtime: a file's mtime is its last write's, not
+	// its close's.
+	wtime int64
 
 	// Replicated files only (replica.go): where the copies live, the
 	// object range of each column written since the last sync, and the
@@ -232,6 +236,15 @@ func (f *File) Size() int64 {
 	return f.size
 }
 
+// Pending is the size including writes not yet published, and the time of
+// the latest such write (unix ns; 0: none), which Sync will publish as the
+// mtime.
+func (f *File) Pending() (size, mtime int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size, f.wtime
+}
+
 func (f *File) unit() int64 { return min(int64(f.lay.StripeSize), maxReq) }
 
 // boundary is the first request boundary after off: the end of its stripe
@@ -280,6 +293,7 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	}
 	f.size = max(f.size, off+int64(len(p)))
 	f.dirty = true // again: a Sync during a wait above may have cleared it
+	f.wtime = now().UnixNano()
 	f.gen++
 	return len(p), nil
 }
@@ -478,11 +492,12 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err := f.truncObjects(ctx, size); err != nil {
 		return err
 	}
-	a, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)})
+	a, err := f.c.attr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSize, Size: uint64(size)})
 	if err != nil {
 		return err
 	}
 	f.size, f.metaSize, f.ctime = size, size, a.Ctime
+	f.wtime = 0 // the truncate set the mtime, after every earlier write
 	// The objects' new sizes become durable with the next fsync or close.
 	for k := range f.touched {
 		f.touched[k] = true
@@ -561,7 +576,8 @@ func (f *File) syncObjects(ctx context.Context) error {
 }
 
 // Sync makes every write durable on the I/O servers, then records the size
-// and modification time with the metadata server.
+// and the time of the latest write (unless an explicit time or a truncate
+// came after it) with the metadata server.
 func (f *File) Sync(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -574,20 +590,29 @@ func (f *File) Sync(ctx context.Context) error {
 	if err := f.syncObjects(ctx); err != nil {
 		return err
 	}
-	m := &proto.SetAttr{Ino: f.ino, Mask: proto.SetMtime, Mtime: time.Now().UnixNano()}
+	m := &proto.SetAttr{Ino: f.ino}
+	if f.wtime != 0 {
+		m.Mask |= proto.SetMtime
+		m.Mtime = f.wtime
+	}
 	if f.size > f.metaSize {
 		m.Mask |= proto.SetSizeExtend
 		m.Size = uint64(f.size)
 	}
-	a, err := f.c.SetAttr(ctx, m)
+	// Sent even with nothing in the mask (an explicit time came after the
+	// writes): meta moves the ctime, which tells caches keyed by it (the
+	// node's data cache) that the content changed, now that it is on the
+	// I/O servers.
+	a, err := f.c.attr(ctx, m)
 	if err != nil {
 		return err
 	}
+	f.metaSize, f.ctime = int64(a.Size), a.Ctime
+	f.size = max(f.size, f.metaSize)
 	clear(f.touched)
 	clear(f.dirt)
 	f.dirty = false
-	f.metaSize, f.ctime = int64(a.Size), a.Ctime
-	f.size = max(f.size, f.metaSize)
+	f.wtime = 0
 	return nil
 }
 

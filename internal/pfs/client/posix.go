@@ -119,8 +119,9 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 		}
 	}
 	f.dirty = true
+	f.wtime = now().UnixNano() // it changed the data or the space, as a write
 	if mode&FallocKeepSize == 0 && off+n > f.size {
-		a, err := f.c.SetAttr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSizeExtend, Size: uint64(off + n)})
+		a, err := f.c.attr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSizeExtend, Size: uint64(off + n)})
 		if err != nil {
 			return err
 		}

@@ -198,15 +198,21 @@ func (n *node) child(ctx context.Context, a *proto.Attr, out *fuse.EntryOut) *fs
 	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
 }
 
-// openSize is the size including writes not yet published by an open file.
+// withOpenSize adds what an open file's writes not yet published changed:
+// the size, and the mtime (and ctime) of the latest write, as a local file
+// system shows them at once.
 func (n *node) withOpenSize(a *proto.Attr) {
 	n.mu.Lock()
 	f := n.file
 	n.mu.Unlock()
-	// Outside mu: Size waits for the file's own lock, which a write-back
+	// Outside mu: Pending waits for the file's own lock, which a write-back
 	// to the I/O servers (Sync) holds across its round trips.
 	if f != nil {
-		a.Size = max(a.Size, uint64(f.Size()))
+		size, mtime := f.Pending()
+		a.Size = max(a.Size, uint64(size))
+		if mtime != 0 {
+			a.Mtime, a.Ctime = mtime, max(a.Ctime, mtime)
+		}
 	}
 }
 
@@ -222,7 +228,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	ch := n.child(ctx, &a, out)
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.withOpenSize(&a)
-		out.Attr.Size = a.Size
+		fillAttr(&a, &out.Attr)
 	}
 	return ch, 0
 }
