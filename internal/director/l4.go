@@ -100,10 +100,9 @@ func (p *tcpProxy) handle(c *net.TCPConn) {
 		}
 		r.conns.Add(1)
 		cn := p.s.track(srcAddr(c.RemoteAddr()), r, "TCP", "ESTABLISHED")
-		tcpTimeout, finTimeout, _ := p.s.cfg.Load().L4Timeouts()
-		w := newIdleWatch(c, up.(*net.TCPConn), tcpTimeout)
+		w := newIdleWatch(p.s, c, up.(*net.TCPConn))
 		splice(w, r, func() {
-			w.setLimit(finTimeout)
+			w.halfClosed()
 			p.s.setState(cn, "FIN_WAIT", time.Time{})
 		})
 		if w.expired.Load() {
@@ -117,28 +116,37 @@ func (p *tcpProxy) handle(c *net.TCPConn) {
 
 // idleWatch ends a relayed connection that moves no byte either way for
 // its limit: tcp-timeout while established, tcp-fin-timeout once one side
-// has ended, as the XDP dataplane's connection table does. Each direction
-// looks at the clock every limit/8 (at most 15 s): the copy (splice(2))
-// stops at a read deadline and resumes where it stopped, so an idle
-// connection ends between its limit and a period later.
+// has ended, as the XDP dataplane's connection table does (and, as there,
+// the service's current values: a reload applies to established
+// connections). Each direction looks at the clock every limit/8 (at most
+// 15 s): the copy (splice(2)) stops at a read deadline and resumes where it
+// stopped, so an idle connection ends between its limit and a period later.
 type idleWatch struct {
+	s       *service
 	c, up   *net.TCPConn
-	limit   atomic.Int64 // nanoseconds
+	half    atomic.Bool  // one side has ended: tcp-fin-timeout
 	last    atomic.Int64 // Unix nanoseconds: when a direction last saw bytes moved
 	expired atomic.Bool
 }
 
-func newIdleWatch(c, up *net.TCPConn, limit time.Duration) *idleWatch {
-	w := &idleWatch{c: c, up: up}
-	w.limit.Store(int64(limit))
+func newIdleWatch(s *service, c, up *net.TCPConn) *idleWatch {
+	w := &idleWatch{s: s, c: c, up: up}
 	w.last.Store(time.Now().UnixNano())
 	return w
 }
 
-// setLimit changes the limit; idleness counts from now.
-func (w *idleWatch) setLimit(d time.Duration) {
+func (w *idleWatch) limit() time.Duration {
+	tcp, fin, _ := w.s.cfg.Load().L4Timeouts()
+	if w.half.Load() {
+		return fin
+	}
+	return tcp
+}
+
+// halfClosed switches to tcp-fin-timeout; idleness counts from now.
+func (w *idleWatch) halfClosed() {
 	w.last.Store(time.Now().UnixNano())
-	w.limit.Store(int64(d))
+	w.half.Store(true)
 }
 
 func checkPeriod(limit time.Duration) time.Duration {
@@ -153,7 +161,7 @@ func (w *idleWatch) pump(dst, src *net.TCPConn) int64 {
 	var total int64
 	for {
 		start := time.Now()
-		limit := time.Duration(w.limit.Load())
+		limit := w.limit()
 		src.SetReadDeadline(start.Add(checkPeriod(limit)))
 		dst.SetWriteDeadline(start.Add(limit))
 		n, err := io.Copy(dst, src)
@@ -166,7 +174,7 @@ func (w *idleWatch) pump(dst, src *net.TCPConn) int64 {
 			return total
 		}
 		stalled := now.Sub(start) >= limit
-		if !stalled && now.Sub(time.Unix(0, w.last.Load())) < time.Duration(w.limit.Load()) {
+		if !stalled && now.Sub(time.Unix(0, w.last.Load())) < w.limit() {
 			continue
 		}
 		if w.expired.CompareAndSwap(false, true) {

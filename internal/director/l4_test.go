@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/config"
 )
 
 // tcpEcho answers each line with the server's address and the line; each
@@ -468,4 +470,64 @@ func mustAddrPort(t *testing.T, s string) netip.AddrPort {
 		t.Fatal(err)
 	}
 	return ap
+}
+
+// TestL4ReloadAppliesTimeoutAndCaps: a reload's tcp-timeout applies to
+// established connections (as the XDP dataplane's timeouts do), and its
+// lower cap refuses new connections without cutting the ones over it.
+func TestL4ReloadAppliesTimeoutAndCaps(t *testing.T) {
+	srv := silentServer(t)
+	vip := freeAddr(t, "tcp")
+	conf := func(timeout string, maxConns int) string {
+		return fmt.Sprintf("admin 127.0.0.1:1\nservice www {\n vip %s\n tcp-timeout %s\n max-conns %d\n check none\n server %s\n}\n", vip, timeout, maxConns, srv)
+	}
+	d := start(t, conf("4s", 10))
+	var cs []net.Conn
+	for i := 0; i < 3; i++ {
+		c, err := net.Dial("tcp", vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	waitFor(t, "three connections", 2*time.Second, func() bool { return l4(t, d).Flows == 3 })
+	cfg, err := config.Parse("test.conf", []byte(conf("1s", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := d.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Over the new cap: kept, and a new one is refused.
+	if l := l4(t, d); l.Flows != 3 || l.MaxConns != 2 {
+		t.Fatalf("after the reload: %+v", l)
+	}
+	extra, err := net.Dial("tcp", vip)
+	if err == nil {
+		defer extra.Close()
+		extra.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := extra.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+			t.Fatalf("a connection past the lowered cap was not refused: %v", err)
+		}
+	}
+	// Idle for the new 1 s (plus a check period of the old 4 s), not 4 s.
+	for _, c := range cs {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("established connection: %v, want EOF", err)
+		}
+	}
+	if took := time.Since(t0); took > 3*time.Second {
+		t.Errorf("idle connections ended %v after the reload to tcp-timeout 1s", took)
+	}
+	if l := l4(t, d); l.RefusedService != 1 {
+		t.Errorf("refusals %+v", l)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
 }
