@@ -142,8 +142,8 @@ type Service struct {
 	// MaxConns caps the service's live TCP connections or UDP flows (l4);
 	// a new one past it is refused (TCP: reset; UDP: dropped). Default 10000.
 	MaxConns int `yaml:"max-conns,omitempty" json:"max-conns,omitempty"`
-	// MaxConnsPerSource caps one client address's live flows (l4), at
-	// most max-conns. Default 1000, or max-conns if lower.
+	// MaxConnsPerSource caps one client address's (IPv6: one /64's) live
+	// flows (l4), at most max-conns. Default 1000, or max-conns if lower.
 	MaxConnsPerSource int `yaml:"max-conns-per-source,omitempty" json:"max-conns-per-source,omitempty"`
 	// InactiveTimeout is how long a closed connection counts as inactive
 	// (lc, wlc). Default 60s.

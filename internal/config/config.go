@@ -111,7 +111,7 @@ type Service struct {
 	TCPTimeout    time.Duration
 	TCPFinTimeout time.Duration
 	// MaxConns and MaxConnsPerSource cap the l4 dataplane's live flows,
-	// of the service and of one client address (0: the default;
+	// of the service and of one client address, IPv6 /64 (0: the default;
 	// ConnLimits); LimitsLine is where the first is set (0: neither).
 	MaxConns, MaxConnsPerSource int
 	LimitsLine                  int

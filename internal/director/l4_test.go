@@ -531,3 +531,35 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// TestSourceKey: max-conns-per-source counts an IPv6 client by its /64, so
+// that one host cannot pass the cap by walking its own prefix; IPv4
+// clients (mapped or not) by address.
+func TestSourceKey(t *testing.T) {
+	var l flowLimits
+	for i := 0; i < 3; i++ {
+		if !l.admit(netip.MustParseAddr(fmt.Sprintf("2001:db8:1:2::%x", i+1)), 100, 3) {
+			t.Fatalf("flow %d from 2001:db8:1:2::/64 refused under the cap", i+1)
+		}
+	}
+	if l.admit(netip.MustParseAddr("2001:db8:1:2:ffff::9"), 100, 3) {
+		t.Fatal("a 4th flow from the same /64 was admitted")
+	}
+	if !l.admit(netip.MustParseAddr("2001:db8:1:3::1"), 100, 3) {
+		t.Fatal("another /64 refused")
+	}
+	if !l.admit(netip.MustParseAddr("::ffff:192.0.2.1"), 100, 3) || !l.admit(netip.MustParseAddr("192.0.2.1"), 100, 3) ||
+		!l.admit(netip.MustParseAddr("192.0.2.2"), 100, 3) {
+		t.Fatal("IPv4 clients refused")
+	}
+	if n := l.bySrc[netip.MustParseAddr("192.0.2.1")]; n != 2 {
+		t.Fatalf("192.0.2.1 and its mapped form: %d flows, want 2 under one key", n)
+	}
+	l.release(netip.MustParseAddr("2001:db8:1:2::1"))
+	if !l.admit(netip.MustParseAddr("2001:db8:1:2::77"), 100, 3) {
+		t.Fatal("a released slot of the /64 was not given again")
+	}
+	if l.n != 7 || l.refusedSource.Load() != 1 {
+		t.Fatalf("n %d, refused %d", l.n, l.refusedSource.Load())
+	}
+}

@@ -20,9 +20,22 @@ type flowLimits struct {
 	idleClosed                    atomic.Int64 // TCP connections ended by tcp-timeout or tcp-fin-timeout
 }
 
+// sourceKey is what max-conns-per-source counts by: the client's IPv4
+// address, or its IPv6 /64 (one host, or one site, is given a whole /64:
+// counted by address, it would have 2^64 sources).
+func sourceKey(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
 // admit takes a slot for a new flow from src, or counts the refusal and
 // says no.
 func (l *flowLimits) admit(src netip.Addr, perService, perSource int) bool {
+	src = sourceKey(src)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n >= perService {
@@ -43,6 +56,7 @@ func (l *flowLimits) admit(src netip.Addr, perService, perSource int) bool {
 
 // release gives back the slot of an admitted flow.
 func (l *flowLimits) release(src netip.Addr) {
+	src = sourceKey(src)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.n--
@@ -58,7 +72,7 @@ func (l *flowLimits) release(src netip.Addr) {
 type L4Status struct {
 	Flows          int   `json:"flows"`                // live TCP connections or UDP flows
 	MaxConns       int   `json:"max_conns"`            // the service's cap
-	Sources        int   `json:"sources"`              // client addresses with a live flow
+	Sources        int   `json:"sources"`              // client addresses (IPv6: /64s) with a live flow
 	Busiest        int   `json:"busiest_source_flows"` // the live flows of the busiest of them
 	MaxPerSource   int   `json:"max_conns_per_source"` // the cap per client address
 	RefusedService int64 `json:"refused_service_limit"`
