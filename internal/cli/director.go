@@ -609,6 +609,7 @@ func printServices(st []director.ServiceStatus) error {
 			}
 			notes = append(notes, fmt.Sprintf("%s: xdp %s on %s, %d packets (%s/s), %s in; drops %s", s.Name, x.Mode, x.Interface, x.Packets, rate(s.Rate.InPPS), human(int64(x.Bytes)), strings.Join(drops, " ")))
 		}
+		notes = append(notes, l4Notes(s)...)
 		for _, r := range s.Servers {
 			h := "up"
 			if !r.Healthy {
@@ -640,6 +641,29 @@ func printServices(st []director.ServiceStatus) error {
 		fmt.Println(n)
 	}
 	return nil
+}
+
+// l4Notes are an l4 service's lines below the table: its flows against
+// max-conns, the busiest client address against max-conns-per-source, the
+// idle timeouts, and the flows refused at each cap (kept apart from the
+// table, which is wide already).
+func l4Notes(s director.ServiceStatus) []string {
+	l := s.L4
+	if l == nil {
+		return nil
+	}
+	idle, refused := "idle "+l.UDPTimeout, "dropped"
+	if s.Protocol == "tcp" {
+		idle, refused = fmt.Sprintf("idle %s, half-closed %s", l.TCPTimeout, l.TCPFinTimeout), "refused"
+	}
+	out := []string{
+		fmt.Sprintf("%s: l4 %d/%d flows, busiest source %d/%d; %s", s.Name, l.Flows, l.MaxConns, l.Busiest, l.MaxPerSource, idle),
+		fmt.Sprintf("%s: %s %d at max-conns, %d at max-conns-per-source", s.Name, refused, l.RefusedService, l.RefusedSource),
+	}
+	if s.Protocol == "tcp" {
+		out[1] += fmt.Sprintf("; %d ended idle", l.IdleClosed)
+	}
+	return out
 }
 
 func rate(v float64) string {

@@ -72,3 +72,39 @@ func TestPrintReload(t *testing.T) {
 		t.Fatalf("%q", s)
 	}
 }
+
+// TestPrintServicesL4: ctl services shows an l4 service's flows against
+// its caps, the refusals by cap and the idle timeouts below the table, in
+// lines under 100 columns even with the largest counts.
+func TestPrintServicesL4(t *testing.T) {
+	st := []director.ServiceStatus{
+		{Name: "www", Protocol: "tcp", Dataplane: "l4", VIP: "127.0.0.1:80", L4: &director.L4Status{Flows: 12, MaxConns: 10000, Busiest: 3,
+			MaxPerSource: 1000, RefusedService: 4, RefusedSource: 5, IdleClosed: 6, TCPTimeout: "15m0s", TCPFinTimeout: "2m0s"}},
+		{Name: "dns-resolvers", Protocol: "udp", Dataplane: "l4", VIP: "127.0.0.1:53", L4: &director.L4Status{Flows: 1048576, MaxConns: 1048576,
+			Busiest: 1048576, MaxPerSource: 1048576, RefusedService: 1 << 40, RefusedSource: 1 << 40, UDPTimeout: "5m0s"}},
+		{Name: "web", Protocol: "tcp", Dataplane: "l7", VIP: "127.0.0.1:81"},
+	}
+	out, _ := capture(t, func() {
+		if err := printServices(st); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, want := range []string{
+		"\nwww: l4 12/10000 flows, busiest source 3/1000; idle 15m0s, half-closed 2m0s\n",
+		"\nwww: refused 4 at max-conns, 5 at max-conns-per-source; 6 ended idle\n",
+		"\ndns-resolvers: l4 1048576/1048576 flows, busiest source 1048576/1048576; idle 5m0s\n",
+		"\ndns-resolvers: dropped 1099511627776 at max-conns, 1099511627776 at max-conns-per-source\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "web: l4") {
+		t.Errorf("an l7 service has l4 lines:\n%s", out)
+	}
+	for _, n := range l4Notes(st[1]) {
+		if len(n) >= 100 {
+			t.Errorf("%d columns: %q", len(n), n)
+		}
+	}
+}

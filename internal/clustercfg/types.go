@@ -134,11 +134,17 @@ type Service struct {
 	Persistence string `yaml:"persistence,omitempty" json:"persistence,omitempty"`
 	// UDPTimeout ends an idle UDP flow. Default 300s.
 	UDPTimeout string `yaml:"udp-timeout,omitempty" json:"udp-timeout,omitempty"`
-	// TCPTimeout ends an idle established TCP flow (xdp). Default 900s.
+	// TCPTimeout ends an idle established TCP flow (xdp, l4). Default 900s.
 	TCPTimeout string `yaml:"tcp-timeout,omitempty" json:"tcp-timeout,omitempty"`
-	// TCPFinTimeout ends a TCP flow after the client's FIN or RST (xdp).
-	// Default 120s.
+	// TCPFinTimeout ends a TCP flow idle after the client's FIN or RST
+	// (xdp; l4: after either side's). Default 120s.
 	TCPFinTimeout string `yaml:"tcp-fin-timeout,omitempty" json:"tcp-fin-timeout,omitempty"`
+	// MaxConns caps the service's live TCP connections or UDP flows (l4);
+	// a new one past it is refused (TCP: reset; UDP: dropped). Default 10000.
+	MaxConns int `yaml:"max-conns,omitempty" json:"max-conns,omitempty"`
+	// MaxConnsPerSource caps one client address's (IPv6: one /64's) live
+	// flows (l4), at most max-conns. Default 1000, or max-conns if lower.
+	MaxConnsPerSource int `yaml:"max-conns-per-source,omitempty" json:"max-conns-per-source,omitempty"`
 	// InactiveTimeout is how long a closed connection counts as inactive
 	// (lc, wlc). Default 60s.
 	InactiveTimeout string `yaml:"inactive-timeout,omitempty" json:"inactive-timeout,omitempty"`

@@ -61,6 +61,9 @@ var bounds = map[string][2]int{
 	"Service.qos-per-server": {0, config.MaxQoSLimit},
 	"Service.qos-inflight":   {0, config.MaxQoSLimit},
 	"Service.qos-reserve":    {0, config.MaxQoSLimit},
+	// 0: the default (10000; per source 1000 or max-conns if lower).
+	"Service.max-conns":            {0, config.MaxConnsLimit},
+	"Service.max-conns-per-source": {0, config.MaxConnsLimit},
 }
 
 // zeroOr are integer fields where 0 means the default and a value below
@@ -412,6 +415,7 @@ func (k *checker) validate() {
 			}
 		}
 		k.qosLimits(p, &s, dp, dpOK)
+		k.connLimits(p, &s, dp, dpOK)
 	}
 
 	// Host names are case-insensitive (nodes look a Host up in lower
@@ -712,6 +716,32 @@ func (k *checker) qosLimits(p string, s *Service, dp string, dpOK bool) {
 	default:
 		if key, err := config.CheckQoSLimits(s.QoSInflight, s.QoSPerServer, s.QoSReserve); err != nil {
 			k.bad(p+"."+key, "%v", err)
+		}
+	}
+}
+
+// connLimits checks a service's l4 caps (max-conns, max-conns-per-source)
+// with the director's own rules (config.CheckConnLimit, CheckConnLimits).
+func (k *checker) connLimits(p string, s *Service, dp string, dpOK bool) {
+	ok := true
+	for _, f := range []struct {
+		key string
+		v   int
+	}{{"max-conns", s.MaxConns}, {"max-conns-per-source", s.MaxConnsPerSource}} {
+		if f.v == 0 {
+			continue
+		}
+		if err := config.CheckConnLimit(f.v); err != nil {
+			k.bad(p+"."+f.key, "%d: %v", f.v, err)
+			ok = false
+		} else if dp != "l4" && dpOK {
+			k.bad(p+"."+f.key, "only the l4 dataplane has it (this service is %s)", dp)
+			ok = false
+		}
+	}
+	if ok {
+		if err := config.CheckConnLimits(s.MaxConns, s.MaxConnsPerSource); err != nil {
+			k.bad(p+".max-conns-per-source", "%v", err)
 		}
 	}
 }

@@ -57,6 +57,7 @@ func importDirector(d *config.Director) (*Config, error) {
 			TCPTimeout:      dur(s.TCPTimeout, def.TCPTimeout),
 			TCPFinTimeout:   dur(s.TCPFinTimeout, def.TCPFinTimeout),
 			InactiveTimeout: dur(s.InactiveTimeout, def.InactiveTimeout),
+			MaxConns:        s.MaxConns, MaxConnsPerSource: s.MaxConnsPerSource,
 		}
 		if s.Protocol != def.Protocol {
 			o.Protocol = s.Protocol
@@ -279,6 +280,7 @@ func serviceView(c *Config, s *Service, drained []string) (config.Service, error
 	o.Dataplane = or(s.Dataplane, o.Dataplane)
 	o.Scheduler = or(s.Scheduler, o.Scheduler)
 	o.PassInternal = s.PassInternal
+	o.MaxConns, o.MaxConnsPerSource = s.MaxConns, s.MaxConnsPerSource
 	// Request classes are the l7 dataplane's (docs/qos.md): a service
 	// lists those that apply, and one that lists none has none.
 	if o.Dataplane == "l7" && len(c.QoS) > 0 {

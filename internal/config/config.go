@@ -18,8 +18,10 @@
 //	    scheduler wlc             # rr wrr lc wlc sed nq sh mh; mwlc with l7
 //	    persistence 0s            # keep a client on its server this long
 //	    udp-timeout 300s
-//	    tcp-timeout 900s          # xdp: idle established TCP flows end
-//	    tcp-fin-timeout 120s      # xdp: after the client's FIN or RST
+//	    tcp-timeout 900s          # xdp, l4: idle established TCP flows end
+//	    tcp-fin-timeout 120s      # xdp, l4: after the client's FIN or RST
+//	    max-conns 10000           # l4: live TCP connections / UDP flows at most
+//	    max-conns-per-source 1000 # l4: of one client address at most
 //	    inactive-timeout 60s      # lc/wlc count closed connections this long
 //	    pass-internal off         # l7: pass clients' /load, /healthz, /metrics to nodes
 //	    weights config            # config (weight=N) | feedback (the feedback block's controller)
@@ -103,10 +105,16 @@ type Service struct {
 	Persistence time.Duration
 	// UDPTimeout ends a UDP flow idle this long.
 	UDPTimeout time.Duration
-	// TCPTimeout and TCPFinTimeout end idle TCP flows in the XDP
-	// connection table (established; after the client's FIN or RST).
+	// TCPTimeout and TCPFinTimeout end idle TCP flows (established; after
+	// the client's FIN or RST) in the XDP connection table and the l4
+	// proxy (L4Timeouts).
 	TCPTimeout    time.Duration
 	TCPFinTimeout time.Duration
+	// MaxConns and MaxConnsPerSource cap the l4 dataplane's live flows,
+	// of the service and of one client address, IPv6 /64 (0: the default;
+	// ConnLimits); LimitsLine is where the first is set (0: neither).
+	MaxConns, MaxConnsPerSource int
+	LimitsLine                  int
 	// InactiveTimeout is how long a closed connection still counts as
 	// inactive for the lc family (LVS's TIME_WAIT entries).
 	InactiveTimeout time.Duration
@@ -602,7 +610,10 @@ func parse(name string, b []byte) (*Director, Errors, map[string]bool) {
 			if parseServiceQoS(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
 				continue
 			}
-			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server, qos-reserve)")
+			if parseServiceLimits(svc, key, args, line, func(format string, a ...any) { errf(field, format, a...) }) {
+				continue
+			}
+			errf(field, "unknown field (want vip, protocol, dataplane, scheduler, persistence, udp-timeout, tcp-timeout, tcp-fin-timeout, inactive-timeout, max-conns, max-conns-per-source, pass-internal, weights, check, server, qos, qos-inflight, qos-per-server, qos-reserve)")
 		}
 	}
 	if svc != nil {
@@ -700,6 +711,7 @@ func validate(d *Director) []placed {
 		}
 	}
 	out = append(out, validateQoS(d)...)
+	out = append(out, validateLimits(d)...)
 	out = append(out, validateHA(d)...)
 	return append(out, validateFeedback(d)...)
 }
@@ -801,6 +813,12 @@ func Format(d *Director) string {
 		fmt.Fprintf(&b, "    vip %s\n    protocol %s\n    dataplane %s\n    scheduler %s\n", s.VIP, s.Protocol, s.Dataplane, s.Scheduler)
 		fmt.Fprintf(&b, "    persistence %v\n    udp-timeout %v\n    tcp-timeout %v\n    tcp-fin-timeout %v\n    inactive-timeout %v\n",
 			s.Persistence, s.UDPTimeout, s.TCPTimeout, s.TCPFinTimeout, s.InactiveTimeout)
+		if s.MaxConns != 0 { // 0: the default, which may change
+			fmt.Fprintf(&b, "    max-conns %d\n", s.MaxConns)
+		}
+		if s.MaxConnsPerSource != 0 {
+			fmt.Fprintf(&b, "    max-conns-per-source %d\n", s.MaxConnsPerSource)
+		}
 		if s.PassInternal {
 			b.WriteString("    pass-internal on\n")
 		}

@@ -36,6 +36,8 @@ type ServiceStatus struct {
 	Drops       int64  `json:"drops"`
 	// XDP holds the kernel dataplane's counters (dataplane xdp only).
 	XDP *XDPCounters `json:"xdp,omitempty"`
+	// L4 holds the l4 dataplane's flows, caps and refusals (l4 only).
+	L4 *L4Status `json:"l4,omitempty"`
 	// Rate: new connections and bytes per second over the last
 	// RateInterval (bytes summed over the servers).
 	Rate    Rate           `json:"rate"`
@@ -71,7 +73,7 @@ func (d *Director) Status() []ServiceStatus {
 		s.expireConns(d.now())
 		st := ServiceStatus{Name: cfg.Name, VIP: cfg.VIP.String(), Protocol: cfg.Protocol, Dataplane: cfg.Dataplane,
 			Scheduler: cfg.Scheduler, Persistence: cfg.Persistence.String(), NewConns: s.newConns.Load(), Drops: s.drops.Load(), XDP: s.xdp.Load(),
-			Rate: d.rates.get(cfg.Name, "")}
+			L4: s.l4Status(), Rate: d.rates.get(cfg.Name, "")}
 		s.mu.Lock()
 		for _, r := range s.reals {
 			ss := ServerStatus{Addr: r.addr, Weight: r.weight(), ConfigWeight: int(r.cfgWeight.Load()), Override: int(r.override.Load()),

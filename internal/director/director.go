@@ -148,6 +148,7 @@ type service struct {
 	persist map[netip.Addr]*persistEntry
 
 	table connTable
+	lim   flowLimits // l4: live flows against max-conns (limits.go)
 
 	newConns, drops atomic.Int64
 	xdp             atomic.Pointer[XDPCounters] // dataplane xdp: kernel counters

@@ -93,6 +93,11 @@ var (
 	descFBTerm        = prometheus.NewDesc("corral_director_feedback_term_percent", "one term of paper 003's equations 1-8 for the real server, in percent (term: total, ethernet, sys, mem_swap, mem_real, la_load, cpu_busy, dsk)", append(serverLabels, "term"), nil)
 	descFBMissed      = prometheus.NewDesc("corral_director_feedback_missed_polls", "polls in a row the real server's load did not come back (its weight decays towards the floor)", serverLabels, nil)
 	descFBPolled      = prometheus.NewDesc("corral_director_feedback_last_poll_timestamp_seconds", "when the service's last feedback round ended, Unix time", []string{"service"}, nil)
+	descL4Flows       = prometheus.NewDesc("corral_director_l4_flows", "live flows of an l4 service (TCP connections, UDP flows)", []string{"service"}, nil)
+	descL4Limit       = prometheus.NewDesc("corral_director_l4_flow_limit", "an l4 service's cap on live flows, by scope (service: max-conns; source: max-conns-per-source)", []string{"service", "scope"}, nil)
+	descL4Busiest     = prometheus.NewDesc("corral_director_l4_busiest_source_flows", "live flows of the l4 service's busiest client address", []string{"service"}, nil)
+	descL4Refused     = prometheus.NewDesc("corral_director_l4_refused_total", "new l4 flows refused (TCP: reset; UDP: datagram dropped), by reason (service_limit, source_limit)", []string{"service", "reason"}, nil)
+	descL4Idle        = prometheus.NewDesc("corral_director_l4_idle_closed_total", "l4 TCP connections ended after tcp-timeout (tcp-fin-timeout once half-closed) without a byte either way", []string{"service"}, nil)
 	descXDPPass       = prometheus.NewDesc("corral_director_xdp_passed_total", "frames the XDP dataplane left to the kernel, by why (not_a_service, malformed, fragment)", []string{"why"}, nil)
 )
 
@@ -103,7 +108,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descUp, descWeight, descActive, descInactive, descPending, descConns, descRequests,
 		descFailures, descBytes, descPackets, descFlows, descDrops, descXDPPkts, descXDPDrops, descXDPPass, descReloadOK, descReloadAt,
 		descHAState, descHATransitions, descHAFence, descHALag, descHASyncErrors, descHAResyncs, descHAInSync,
-		descFBWeight, descFBLoad, descFBTerm, descFBMissed, descFBPolled} {
+		descFBWeight, descFBLoad, descFBTerm, descFBMissed, descFBPolled,
+		descL4Flows, descL4Limit, descL4Busiest, descL4Refused, descL4Idle} {
 		ch <- d
 	}
 	for _, d := range qosDescs {
@@ -141,6 +147,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descFlows, float64(s.NewConns), s.Name)
 		counter(descDrops, float64(s.Drops), s.Name)
+		if l := s.L4; l != nil {
+			gauge(descL4Flows, float64(l.Flows), s.Name)
+			gauge(descL4Limit, float64(l.MaxConns), s.Name, "service")
+			gauge(descL4Limit, float64(l.MaxPerSource), s.Name, "source")
+			gauge(descL4Busiest, float64(l.Busiest), s.Name)
+			counter(descL4Refused, float64(l.RefusedService), s.Name, "service_limit")
+			counter(descL4Refused, float64(l.RefusedSource), s.Name, "source_limit")
+			if s.Protocol == "tcp" {
+				counter(descL4Idle, float64(l.IdleClosed), s.Name)
+			}
+		}
 		if s.XDP != nil {
 			counter(descXDPPkts, float64(s.XDP.Packets), s.Name)
 			for _, reason := range xdp.DropReasons {
