@@ -34,6 +34,10 @@ var sys = steps{
 	syncDir:  syncDir,
 }
 
+// SyncDir syncs directory dir, so the names created, renamed or removed in
+// it survive a power cut (after renaming a directory into place, say).
+func SyncDir(dir string) error { return sys.syncDir(dir) }
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
