@@ -67,10 +67,11 @@ func MkdirAll(dir string) error {
 		}
 	}
 	if err := os.Mkdir(dir, DirMode); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil // made meanwhile by someone else
+		// Made meanwhile by someone else, whose sync of the parent may not
+		// have happened yet: sync it here too.
+		if fi, serr := os.Stat(dir); !errors.Is(err, fs.ErrExist) || serr != nil || !fi.IsDir() {
+			return err
 		}
-		return err
 	}
 	if err := sys.syncDir(parent); err != nil {
 		return fmt.Errorf("sync directory %s: %w", parent, err)
