@@ -348,10 +348,18 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 	// generated into DATA/snmp.community (0600): no "public". It is
 	// optional: without snmpd the cluster runs all the same. Down ends
 	// them with their namespaces.
+	started := 0
 	for i := 1; i <= nodes; i++ {
 		h := fmt.Sprintf("node%d", i)
 		if _, err := bed.StartSNMPD(context.Background(), h, testbed.SNMPConfig{Dir: cfg.Data}); err != nil {
 			fmt.Fprintf(os.Stderr, "corral up: no snmpd on %s (a feedback block with source snmp will not see it): %v\n", h, err)
+		} else {
+			started++
+		}
+	}
+	if started > 0 {
+		if p, err := filepath.Abs(filepath.Join(cfg.Data, testbed.SNMPCommunityFile)); err == nil {
+			fmt.Fprintf(os.Stderr, "corral up: snmpd on the node hosts admits the community in %s (feedback: community file:%s)\n", p, p)
 		}
 	}
 	return bed, nil
