@@ -30,7 +30,7 @@ type layer struct {
 }
 
 var (
-	rowRE  = regexp.MustCompile(`^\|\s*(\d+)\s*\|([^|]*)\|([^|]*)\|\s*$`)
+	rowRE  = regexp.MustCompile(`^\|\s*(-?\d+)\s*\|([^|]*)\|([^|]*)\|\s*$`)
 	codeRE = regexp.MustCompile("`([^`]+)`")
 )
 

@@ -209,7 +209,8 @@ ETag/Last-Modified and conditional requests. Symbolic links resolve inside
 the domain's directory only; a URL path over 4096 bytes is 414.
 
 The internal endpoints are on a separate admin listener (--admin, default
-the --listen host with port 9080), never on the service port: /healthz
+the --listen host with port 9080; loopback when --listen is the wildcard
+address), never on the service port: /healthz
 answers "ok" while the node can serve content (503 with the reason when the
 file system is unreachable); /load reports active requests, bytes in flight
 and the load average as JSON.
@@ -323,7 +324,7 @@ start after the change.`,
 	}
 	c.Flags().StringVar(&listen, "listen", "127.0.0.21:8080", "address to serve HTTP on")
 	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
-	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080)")
+	c.Flags().StringVar(&adminAddr, "admin", "", "address of the admin endpoints /healthz, /load and /metrics (default: the --listen host, port 9080; 127.0.0.1 for a wildcard --listen)")
 	c.Flags().BoolVar(&healthzOnService, "healthz-on-service", false, "also answer /healthz on the service port (then reachable through a VIP; for checkers that cannot reach --admin)")
 	c.Flags().StringVar(&raBudget, "read-ahead-budget", "32M", "read-ahead of all requests together; past it a request reads without (bounds memory under many slow clients)")
 	c.Flags().StringVar(&dataCache, "data-cache", "64M", "memory for whole small files served without asking the I/O servers (at most 64G); 0: no cache")

@@ -18,6 +18,7 @@ import (
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/cobra"
 )
 
@@ -770,26 +771,58 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 	return nil
 }
 
+// getFile copies remote to local ("-": standard output). A regular local
+// file is replaced whole (safefile: a temporary file beside it, synced and
+// renamed at the end), so a get that fails midway leaves the old file as it
+// was; a replaced file keeps its mode and owner. A device or pipe (say
+// /dev/null) is written in place.
 func getFile(ctx context.Context, cl *client.Client, remote, local string) error {
 	f, err := cl.Open(ctx, remote)
 	if err != nil {
 		return err
 	}
-	var dst *os.File
+	var dst io.Writer
+	var out *safefile.File
 	if local == "-" {
 		dst = os.Stdout
 	} else {
 		if fi, err := os.Stat(local); err == nil && fi.IsDir() {
 			local = filepath.Join(local, path.Base("/"+remote))
 		}
-		if dst, err = os.Create(local); err != nil {
+		// Through a symbolic link to the file it names, as cp does.
+		if t, err := filepath.EvalSymlinks(local); err == nil {
+			local = t
+		}
+		switch fi, err := os.Stat(local); {
+		case err == nil && !fi.Mode().IsRegular():
+			w, err := os.OpenFile(local, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			dst = w
+		case err == nil:
+			if out, err = safefile.Create(local, fi.Mode().Perm()); err != nil {
+				return err
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+				out.File.Chown(int(st.Uid), int(st.Gid)) // root replacing a user's file; best effort
+			}
+		case errors.Is(err, fs.ErrNotExist):
+			if out, err = safefile.Create(local, 0o666&^umask()); err != nil {
+				return err
+			}
+		default:
 			return err
 		}
-		defer dst.Close()
+		if out != nil {
+			defer out.Abort() // nothing once committed
+			dst = out
+		}
 	}
 	size := f.Size()
 	var bar *progress
-	if dst != os.Stdout || !isTTYFile(os.Stdout) { // not over the data on the same terminal
+	if local != "-" || !isTTYFile(os.Stdout) { // not over the data on the same terminal
 		bar = newProgress("get "+path.Base("/"+remote), size)
 	}
 	buf := make([]byte, transferBuf)
@@ -812,13 +845,31 @@ func getFile(ctx context.Context, cl *client.Client, remote, local string) error
 			return ctx.Err()
 		}
 	}
-	if dst != os.Stdout {
-		if err := dst.Close(); err != nil {
+	if out != nil {
+		if err := out.Commit(); err != nil {
 			return err
 		}
 	}
 	bar.done()
 	return nil
+}
+
+// umask is the process's file mode creation mask, read from /proc (setting
+// it to read it would race with other goroutines creating files); 022
+// when it cannot be read.
+func umask() fs.FileMode {
+	b, err := os.ReadFile("/proc/self/status")
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Umask:"); ok {
+				var m uint32
+				if _, err := fmt.Sscanf(strings.TrimSpace(v), "%o", &m); err == nil {
+					return fs.FileMode(m) & 0o777
+				}
+			}
+		}
+	}
+	return 0o022
 }
 
 func errPutExists(remote string) error {

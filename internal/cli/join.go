@@ -15,6 +15,7 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/pflag"
 )
 
@@ -79,7 +80,7 @@ func (j *joinFlags) options(role, defName, defState string, log *slog.Logger) (a
 		if o.Token != "" {
 			return o, usageError{errors.New("--token and the token file exclude each other")}
 		}
-		b, err := os.ReadFile(j.tokenFile)
+		b, err := safefile.ReadSecret(j.tokenFile)
 		if err != nil {
 			return o, fmt.Errorf("join token: %w", err)
 		}

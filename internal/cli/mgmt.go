@@ -20,6 +20,7 @@ import (
 	"github.com/corral-cluster/corral/internal/mgmt"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/cobra"
 )
 
@@ -536,8 +537,8 @@ func backupCmd() *cobra.Command {
 		Short: "Save the station's state (etcd snapshot and configuration history) to FILE",
 		Long: `Save everything the station keeps (an etcd snapshot with the configuration
 history, accounts, tokens and members) to FILE, mode 0600: it holds secrets.
-The file is written as FILE.tmp and renamed once complete, so FILE is never
-half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
+The file is written beside FILE, synced and renamed once complete (and the
+directory synced), so FILE is never half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
 		Example: `  corral mgmt backup station.bak`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -552,26 +553,23 @@ half a backup. Restore it into a fresh station with 'corral mgmt restore'.`,
 			// A large backup may take long: no timeout, only signals.
 			ctx, stop := signalContext()
 			defer stop()
-			tmp := file + ".tmp"
-			f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+			// Through safefile: FILE is the old one or the whole new one,
+			// synced with its directory, even after a power cut.
+			f, err := safefile.Create(file, 0o600)
 			if err != nil {
 				return err
 			}
+			defer f.Abort()
 			cw := &countWriter{w: f, p: newProgressTo(os.Stderr, isTTYFile(os.Stderr), "backup", -1, time.Now)}
 			err = cl.DoRaw(ctx, http.MethodGet, api.RouteBackup, "", nil, cw)
 			cw.p.done()
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
 			if err == nil && cw.n == 0 {
 				err = errors.New("station: the backup is empty")
 			}
 			if err != nil {
-				os.Remove(tmp)
 				return stationError(cmd.CommandPath(), "", 0, err)
 			}
-			if err := os.Rename(tmp, file); err != nil {
-				os.Remove(tmp)
+			if err := f.Commit(); err != nil {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "backup: %d bytes (%s) written to %s\n", cw.n, human(cw.n), file)

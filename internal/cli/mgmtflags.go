@@ -24,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/pflag"
 )
 
@@ -127,7 +128,7 @@ func (f *stationFlags) client(needToken bool) (*api.Client, error) {
 	}
 	var tok string
 	if p := f.tokenPath(); p != "" {
-		b, err := os.ReadFile(p)
+		b, err := safefile.ReadSecret(p) // refused when others may read it
 		if err != nil {
 			return nil, fileError("API token file", p, err)
 		}
@@ -231,25 +232,22 @@ func printJSONTo(w io.Writer, v any) error {
 	return e.Encode(v)
 }
 
-// writeFileAtomic writes b to path through path.tmp and a rename, so a
-// reader never sees half a file.
+// writeFileAtomic writes b to path with mode through safefile (a
+// temporary file beside it, synced, renamed, the directory synced), so a
+// reader never sees half a file and a crash leaves the old one or the new.
 func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory: give a file name", path)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
+	f, err := safefile.Create(path, mode)
+	if err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		os.Remove(tmp)
+	defer f.Abort()
+	if _, err := f.Write(b); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return f.Commit()
 }
 
 // readPassword reads a password: the first line of file, else of

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/cobra"
 )
 
@@ -46,7 +47,7 @@ func (s *roStation) client() (*api.Client, error) {
 	if s.tokenFile == "" {
 		return nil, errors.New("no API token: give --token-file FILE (the station's DATA/admin.token, or your token)")
 	}
-	b, err := os.ReadFile(s.tokenFile)
+	b, err := safefile.ReadSecret(s.tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("--token-file: %w", err)
 	}

@@ -66,9 +66,10 @@ namespaces on a bridge, 10.77.0.0/24: client, director, node1.., meta,
 iod1..), links shaped to --rate; Ctrl-C also removes the test bed. With
 --dataplane xdp the director does LVS direct routing in the kernel: the VIP is
 10.77.0.100:80, the nodes hold it on their loopback and answer the client
-straight back. Each node host also runs net-snmp's snmpd (community public,
-port 161, eth0's speed set to --rate), for a director's feedback block
-(docs/feedback.md).`,
+straight back. Each node host also runs net-snmp's snmpd (port 161, eth0's
+speed set to --rate; a random community generated into DATA/snmp.community,
+mode 0600: give the feedback block 'community file:/ABS/DATA/snmp.community'),
+for a director's feedback block (docs/feedback.md).`,
 		Example: `  corral up
   corral up --nodes 5 --dataplane l7 --scheduler mwlc
   corral up --reset      # apply the flags' configuration as a new version
@@ -345,14 +346,23 @@ func upTestbed(cfg *launch.ClusterConfig, rate string) (*testbed.Bed, error) {
 			return nil, err
 		}
 	}
-	// An snmpd on every node host (community public, the bed's subnet,
-	// port 161), for a director's feedback block (docs/feedback.md). It
-	// is optional: without snmpd the cluster runs all the same. Down
-	// ends them with their namespaces.
+	// An snmpd on every node host (the bed's subnet, port 161), for a
+	// director's feedback block (docs/feedback.md), admitting a community
+	// generated into DATA/snmp.community (0600): no "public". It is
+	// optional: without snmpd the cluster runs all the same. Down ends
+	// them with their namespaces.
+	started := 0
 	for i := 1; i <= nodes; i++ {
 		h := fmt.Sprintf("node%d", i)
 		if _, err := bed.StartSNMPD(context.Background(), h, testbed.SNMPConfig{Dir: cfg.Data}); err != nil {
 			fmt.Fprintf(os.Stderr, "corral up: no snmpd on %s (a feedback block with source snmp will not see it): %v\n", h, err)
+		} else {
+			started++
+		}
+	}
+	if started > 0 {
+		if p, err := filepath.Abs(filepath.Join(cfg.Data, testbed.SNMPCommunityFile)); err == nil {
+			fmt.Fprintf(os.Stderr, "corral up: snmpd on the node hosts admits the community in %s (feedback: community file:%s)\n", p, p)
 		}
 	}
 	return bed, nil

@@ -202,7 +202,8 @@ type Feedback struct {
 	// SNMPVersion is 2c (community) or 3 (authPriv, the v3 fields).
 	// Default 2c.
 	SNMPVersion string `yaml:"snmp-version,omitempty" json:"snmp-version,omitempty"`
-	// Community is the v2c community. Default public.
+	// Community is the v2c community, required for 2c unless
+	// community-file is given ("public" is not assumed).
 	Community string `yaml:"community,omitempty" json:"community,omitempty"`
 	// CommunityFile is an absolute path on the station holding the v2c
 	// community instead.

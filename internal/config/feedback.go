@@ -16,7 +16,7 @@ import (
 //	feedback {
 //	    source snmp                   # snmp (each server's snmpd) | agent (each node's admin /load)
 //	    interval 2s                   # poll period, 100ms..1m
-//	    community public              # snmp v2c: the community, or file:/PATH holding it
+//	    community file:/PATH          # snmp v2c: the community, or file:/PATH holding it (no default)
 //	    v3 user=NAME auth=SHA:/PATH priv=AES:/PATH  # snmp v3 authPriv instead of v2c; passphrases in files
 //	    port 161                      # snmp: snmpd's port on each server's address
 //	    agent-port 9080               # agent: the node's admin port on each server's address
@@ -84,7 +84,7 @@ var feedbackSchedulers = []string{"wrr", "wlc", "sed", "nq", "mh", "mwlc"}
 
 // NewFeedback is a feedback block with every field at its default.
 func NewFeedback() *Feedback {
-	return &Feedback{Source: "snmp", Interval: DefaultFeedbackInterval, Version: "2c", Community: "public",
+	return &Feedback{Source: "snmp", Interval: DefaultFeedbackInterval, Version: "2c",
 		Port: DefaultSNMPPort, AgentPort: DefaultAgentPort, IfName: "eth0", CPU: "laload", LoadMin: 1,
 		Floor: 1, Max: 100, Target: 1, DeadBand: 0.05, Smoothing: 1, Timeout: time.Second}
 }
@@ -331,7 +331,7 @@ func formatFeedback(b *strings.Builder, f *Feedback) {
 		fmt.Fprintf(b, "    v3 user=%s auth=%s:%s priv=%s:%s\n", f.User, f.AuthProto, f.AuthFile, f.PrivProto, f.PrivFile)
 	case f.CommFile != "":
 		fmt.Fprintf(b, "    community file:%s\n", f.CommFile)
-	default:
+	case f.Community != "":
 		fmt.Fprintf(b, "    community %s\n", f.Community)
 	}
 	fmt.Fprintf(b, "    port %d\n    agent-port %d\n    ifname %s\n", f.Port, f.AgentPort, f.IfName)

@@ -38,7 +38,7 @@ func TestFeedbackGood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Feedback{Line: 1, Source: "snmp", Interval: 500 * time.Millisecond, Version: "3", Community: "public",
+	want := &Feedback{Line: 1, Source: "snmp", Interval: 500 * time.Millisecond, Version: "3",
 		User: "mon", AuthProto: "SHA256", AuthFile: "/etc/corral/auth", PrivProto: "AES", PrivFile: "/etc/corral/priv",
 		Port: 16161, AgentPort: 9081, IfName: "eth1", Bandwidth: 100e6, CPU: "cpuraw", LoadMin: 5, Floor: 2, Max: 200,
 		Target: 0.8, DeadBand: 0.1, Smoothing: 0.5, Timeout: 300 * time.Millisecond, SourceAddr: "10.87.0.1"}
@@ -131,4 +131,19 @@ func sameFeedbackBlock(a, b *Feedback) bool {
 	x, y := *a, *b
 	x.Line, y.Line = 0, 0
 	return reflect.DeepEqual(x, y)
+}
+
+// TestFeedbackNoDefaultCommunity: the block's community has no default
+// (it was "public"), and Format writes no empty community line.
+func TestFeedbackNoDefaultCommunity(t *testing.T) {
+	d, err := Parse("d.conf", []byte("feedback {\n source snmp\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Feedback.Community != "" {
+		t.Fatalf("default community %q, want none", d.Feedback.Community)
+	}
+	if _, err := Parse("d.conf", []byte(Format(d))); err != nil {
+		t.Fatalf("Format without a community does not parse: %v\n%s", err, Format(d))
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // TokenFileName is the admin token's file, by default beside the
@@ -47,12 +49,17 @@ func EnsureToken(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("admin token: %w (choose another place with --token-file)", err)
 	}
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		f.Close()
-		os.Remove(path)
-		return "", fmt.Errorf("admin token: %s: %w", path, err)
+	_, err = f.WriteString(tok + "\n")
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Close(); err != nil {
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = safefile.SyncDir(filepath.Dir(path)) // the new name, past a power cut
+	}
+	if err != nil {
 		os.Remove(path)
 		return "", fmt.Errorf("admin token: %s: %w", path, err)
 	}

@@ -3,17 +3,15 @@ package director
 import (
 	"context"
 	"fmt"
-
-	"os"
 	"reflect"
 	"slices"
-
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/feedback"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // The feedback monitor (issue 17, paper 003): for each service with
@@ -39,7 +37,8 @@ func readFeedbackSecrets(cfg *config.Director) (fbSecrets, error) {
 		return s, nil
 	}
 	read := func(field, path string) (string, error) {
-		b, err := os.ReadFile(path)
+		// Secrets: refused when others may read them, as ssh does.
+		b, err := safefile.ReadSecret(path)
 		if err != nil {
 			return "", &config.Error{File: cfg.File, Line: f.Line, Field: "feedback: " + field, Msg: err.Error()}
 		}

@@ -65,7 +65,7 @@ type Target struct {
 	LocalAddr string
 
 	Version   string // "2c" (default) or "3"
-	Community string // v2c community; default "public"
+	Community string // v2c community; required (no default)
 
 	// SNMPv3 authPriv (the only v3 level accepted: load figures are not
 	// secret, but an unauthenticated answer could steer the weights).
@@ -185,10 +185,11 @@ func newSession(t Target, cfg PollerConfig) (*gosnmp.GoSNMP, error) {
 	switch strings.ToLower(t.Version) {
 	case "", "2c", "v2c":
 		s.Version = gosnmp.Version2c
-		s.Community = t.Community
-		if s.Community == "" {
-			s.Community = "public"
+		// No default: "public" is the community every scanner tries.
+		if t.Community == "" {
+			return nil, fmt.Errorf("feedback: snmp target %q: no v2c community configured (there is no default): give the feedback block a community or community file:/PATH, or use v3", t.Node)
 		}
+		s.Community = t.Community
 	case "3", "v3":
 		if t.User == "" || t.AuthPass == "" || t.PrivPass == "" {
 			return nil, fmt.Errorf("feedback: snmp target %q: SNMPv3 needs user, auth and priv passphrases (authPriv only)", t.Node)

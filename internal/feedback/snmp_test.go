@@ -83,7 +83,7 @@ func TestPollerRealSnmpd(t *testing.T) {
 			PrivProto: "AES", PrivPass: "h6privpass123", IfIndex: 1, LoadMinutes: 5},
 		{Node: "v3-wrong-pass", Addr: addr, LocalAddr: "127.0.86.1", Version: "3", User: "h6user", AuthPass: "wrongwrong", PrivPass: "h6privpass123", IfIndex: 1},
 		{Node: "v2c-wrong-community", Addr: addr, LocalAddr: "127.0.86.1", Community: "nope", IfIndex: 1},
-		{Node: "silent", Addr: "127.0.86.3:16169", LocalAddr: "127.0.86.1", IfIndex: 1},
+		{Node: "silent", Addr: "127.0.86.3:16169", LocalAddr: "127.0.86.1", Community: "h6public", IfIndex: 1},
 	}
 	p, err := NewPoller(PollerConfig{Interval: time.Second, Timeout: 300 * time.Millisecond, Retries: 0, Concurrency: 2}, targets)
 	if err != nil {
@@ -198,13 +198,13 @@ func TestNewPollerErrors(t *testing.T) {
 		want string
 	}{
 		{Target{Addr: "x", IfIndex: 1}, "no node name"},
-		{Target{Node: "a", Addr: "x"}, "interface index or name"},
+		{Target{Node: "a", Addr: "x", Community: "c"}, "interface index or name"},
 		{Target{Node: "a", Addr: "x:0", IfIndex: 1}, "bad port"},
 		{Target{Node: "a", Addr: "x", IfIndex: 1, Version: "1"}, "want 2c or 3"},
 		{Target{Node: "a", Addr: "x", IfIndex: 1, Version: "3", User: "u", AuthPass: "12345678"}, "authPriv only"},
 		{Target{Node: "a", Addr: "x", IfIndex: 1, Version: "3", User: "u", AuthPass: "1234", PrivPass: "12345678"}, "at least 8"},
 		{Target{Node: "a", Addr: "x", IfIndex: 1, Version: "3", User: "u", AuthPass: "12345678", PrivPass: "12345678", PrivProto: "3DES"}, "priv protocol"},
-		{Target{Node: "a", Addr: "x", IfIndex: 1, LoadMinutes: 10}, "load minutes"},
+		{Target{Node: "a", Addr: "x", IfIndex: 1, LoadMinutes: 10, Community: "c"}, "load minutes"},
 	} {
 		if _, err := NewPoller(PollerConfig{}, []Target{c.tg}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.tg, err, c.want)
@@ -271,7 +271,7 @@ func TestPollerBounds(t *testing.T) {
 	}()
 	var targets []Target
 	for i := 0; i < 6; i++ {
-		targets = append(targets, Target{Node: fmt.Sprintf("n%d", i), Addr: "127.0.86.6:16166", LocalAddr: "127.0.86.1", IfIndex: 1})
+		targets = append(targets, Target{Node: fmt.Sprintf("n%d", i), Addr: "127.0.86.6:16166", LocalAddr: "127.0.86.1", Community: "c", IfIndex: 1})
 	}
 	p, err := NewPoller(PollerConfig{Interval: time.Second, Timeout: 200 * time.Millisecond, Retries: -1, Concurrency: 2}, targets)
 	if err != nil {
@@ -295,5 +295,18 @@ func TestPollerBounds(t *testing.T) {
 	p.Run(ctx, func(rs []Reading) { rounds++ })
 	if rounds < 1 || rounds > 3 {
 		t.Errorf("%d rounds in 1.5 s at a 1 s interval", rounds)
+	}
+}
+
+// TestPollerNoDefaultCommunity: a v2c target without a community is an
+// error that says so, not a poll with "public", the community every
+// scanner tries first.
+func TestPollerNoDefaultCommunity(t *testing.T) {
+	_, err := NewPoller(PollerConfig{}, []Target{{Node: "n1", Addr: "127.0.86.2:16161", IfIndex: 1}})
+	if err == nil {
+		t.Fatal("a v2c target without a community was accepted (it polled with \"public\")")
+	}
+	if !strings.Contains(err.Error(), "no v2c community configured") || !strings.Contains(err.Error(), `"n1"`) {
+		t.Errorf("error %q does not name the target and the missing community", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // readyMarker is what a daemon prints on stdout once it accepts connections:
@@ -462,22 +463,10 @@ func (f *FS) prepareSecret() error {
 
 var secretMu sync.Mutex
 
-// writeFile writes a credential file (mode 0600) atomically.
+// writeFile writes a credential file (mode 0600) through safefile: a
+// crash or a power cut leaves the old file or the new one.
 func writeFile(path string, b []byte) error {
-	tmp := path + ".tmp"
-	os.Remove(tmp) // a leftover keeps its mode: never write a secret into it
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return safefile.WriteSecret(path, b)
 }
 
 // Stop ends the I/O servers, then the metadata members.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // StationConfig makes a cluster managed: a management station (`corral
@@ -76,36 +77,33 @@ func (c *Cluster) RoleBin(role string) string {
 // with.
 func (c *Cluster) installRoleBin(role string) error {
 	dst := c.RoleBin(role)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if err := safefile.MkdirAll(filepath.Dir(dst)); err != nil {
 		return err
 	}
 	tmp := dst + ".tmp"
 	os.Remove(tmp)
 	if err := os.Link(c.Bin, tmp); err != nil {
-		if err := copyFile(c.Bin, tmp, 0o755); err != nil {
+		if err := copyFile(c.Bin, dst, 0o755); err != nil {
 			return fmt.Errorf("binary for %s: %w", role, err)
 		}
+		return nil
 	}
-	return os.Rename(tmp, dst)
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return safefile.SyncDir(filepath.Dir(dst))
 }
 
+// copyFile copies src to dst whole through safefile (a temporary file,
+// synced, renamed over dst, the directory synced).
 func copyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-	}
+	_, err = safefile.Copy(dst, mode, in)
 	return err
 }
 

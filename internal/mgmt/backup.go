@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -215,7 +216,7 @@ func Restore(file, dataDir string) error {
 		return fmt.Errorf("restore: %s: %w", file, err)
 	}
 	parent := filepath.Dir(filepath.Clean(dataDir))
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	if err := safefile.MkdirAll(parent); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	tmp, err := os.MkdirTemp(parent, ".corral-restore-")
@@ -243,6 +244,10 @@ func Restore(file, dataDir string) error {
 		return fmt.Errorf("restore: %w", err)
 	}
 	ok = true
+	// The rename is the restore: make it survive a power cut.
+	if err := safefile.SyncDir(parent); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // Rollout limits and defaults.
@@ -108,30 +109,27 @@ func roError(w http.ResponseWriter, status int, format string, a ...any) {
 	roJSON(w, status, api.Error{Error: fmt.Sprintf(format, a...)})
 }
 
-// putBinary stores an uploaded binary as DATA/binaries/SHA256 (0755),
-// streamed to a temporary file and renamed once its hash is checked.
+// putBinary stores an uploaded binary as DATA/binaries/SHA256 (0755, in a
+// 0700 directory), streamed to a temporary file and put in place (synced,
+// renamed, directory synced) once its hash is checked.
 func (rs *rolloutState) putBinary(w http.ResponseWriter, r *http.Request, p *Principal) {
 	sha := r.PathValue("sha")
 	if !api.IsSHA256(sha) {
 		roError(w, http.StatusBadRequest, "binary: %q is not a sha256 in lowercase hex", sha)
 		return
 	}
-	if err := os.MkdirAll(rs.dir, 0o755); err != nil {
+	if err := safefile.MkdirAll(rs.dir); err != nil {
 		roError(w, http.StatusInternalServerError, "binary: %v", err)
 		return
 	}
-	final := filepath.Join(rs.dir, sha)
-	f, err := os.CreateTemp(rs.dir, sha+".tmp*")
+	f, err := safefile.Create(filepath.Join(rs.dir, sha), 0o755)
 	if err != nil {
 		roError(w, http.StatusInternalServerError, "binary: %v", err)
 		return
 	}
-	defer os.Remove(f.Name()) // gone once renamed, or on failure
+	defer f.Abort() // nothing once committed
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), http.MaxBytesReader(w, r.Body, maxBinary))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -145,11 +143,7 @@ func (rs *rolloutState) putBinary(w http.ResponseWriter, r *http.Request, p *Pri
 		roError(w, http.StatusBadRequest, "binary: the body's sha256 is %s, not %s", got, sha)
 		return
 	}
-	if err := os.Chmod(f.Name(), 0o755); err != nil {
-		roError(w, http.StatusInternalServerError, "binary: %v", err)
-		return
-	}
-	if err := os.Rename(f.Name(), final); err != nil {
+	if err := f.Commit(); err != nil {
 		roError(w, http.StatusInternalServerError, "binary: %v", err)
 		return
 	}
@@ -226,10 +220,7 @@ func (rs *rolloutState) save() {
 		return
 	}
 	b, _ := json.MarshalIndent(rs.cur, "", "  ")
-	tmp := rs.file + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		os.Rename(tmp, rs.file)
-	}
+	safefile.WriteSecret(rs.file, b) // best effort: the rollout goes on without it
 }
 
 // recover marks a rollout the station was running when it stopped as

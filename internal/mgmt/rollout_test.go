@@ -275,6 +275,11 @@ func TestRolloutBinaryUpload(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o755 {
 		t.Fatalf("stored binary: %v %v", fi, err)
 	}
+	// The binaries the station pushes to every member: only it may
+	// change or list them (the directory was 0755).
+	if di, err := os.Stat(rs.dir); err != nil || di.Mode().Perm() != 0o700 {
+		t.Fatalf("binaries directory %s: %v, mode %v; want 0700", rs.dir, err, di.Mode())
+	}
 	// A body that does not match its name is refused and not kept.
 	bad := strings.Repeat("b", 64)
 	req := httptest.NewRequest("PUT", api.RouteBinary+bad, bytes.NewReader(body))

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // The station's TLS: a CA made on first start (kept in DATA/tls and, so
@@ -169,37 +170,11 @@ func loadLocalCA(dir string) (*caPair, error) {
 	return ca, nil
 }
 
-// writeFile0600 writes b to path (mode 0600) through a temporary file of
-// its own, synced, and a rename, so a crash leaves the old file or the new
-// one and concurrent writers never mix.
+// writeFile0600 writes b to path (mode 0600, its directory 0700) through
+// safefile: a crash or power cut leaves the old file or the new one, and
+// concurrent writers never mix.
 func writeFile0600(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*") // mode 0600
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // the rename itself; best effort
-		d.Close()
-	}
-	return nil
+	return safefile.WriteSecret(path, b)
 }
 
 // setupTLS decides the station's certificate: the operator's (--tls-*)

@@ -200,13 +200,22 @@ func (s *Server) AdminMux() *http.ServeMux { return s.admin }
 func (s *Server) Close() { s.fs.Close() }
 
 // DefaultAdminAddr is the default admin address for a service address: its host
-// with DefaultAdminPort (127.0.0.21:8080 -> 127.0.0.21:9080). A service
-// port of 0 (a test's free port) gives 0 too, so nodes sharing a host do
-// not collide.
+// with DefaultAdminPort (127.0.0.21:8080 -> 127.0.0.21:9080), the address
+// the director's checks and feedback poll. A service on the wildcard
+// address (":8080", "0.0.0.0:8080", "[::]:8080") gets loopback instead:
+// /load and /metrics answer without credentials, so they reach the
+// network only when an address is named. A service port of 0 (a test's
+// free port) gives 0 too, so nodes sharing a host do not collide.
 func DefaultAdminAddr(listen string) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return "", fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "" || ip != nil && ip.To4() != nil && ip.IsUnspecified():
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
 	}
 	if port == "0" {
 		return net.JoinHostPort(host, "0"), nil

@@ -35,6 +35,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // Options configure an agent.
@@ -234,7 +235,7 @@ func (a *Agent) load() (*saved, error) {
 	if a.opt.State == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(a.statePath())
+	b, err := safefile.ReadSecret(a.statePath()) // refused when others may read it
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -361,32 +362,10 @@ func (a *Agent) save(sv *saved) error {
 	return nil
 }
 
-// writeSecret writes b to path, mode 0600, through path.tmp (made afresh:
-// one left behind keeps neither its mode nor its content), synced and
-// renamed, so a crash leaves the old file or the new one.
+// writeSecret writes b to path, mode 0600, through safefile: a crash or a
+// power cut leaves the old file or the new one.
 func writeSecret(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
+	return safefile.WriteSecret(path, b)
 }
 
 // newClient is api.NewClient with connecting and the TLS handshake

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // A director's HA part of its join reply (api.HAJoin) is kept in the
@@ -75,7 +76,7 @@ func LoadHAState(state string) (*clustercfg.HAState, error) {
 	if state == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(filepath.Join(state, StateFile))
+	b, err := safefile.ReadSecret(filepath.Join(state, StateFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -36,8 +36,10 @@ func TestSavedCredentialMode(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("%s: %v %v, want mode 0600", p, fi.Mode(), err)
 	}
-	if _, err := os.Stat(p + ".tmp"); !os.IsNotExist(err) {
-		t.Fatalf("the temporary file stays: %v", err)
+	// The write goes through a temporary file of its own (safefile), gone
+	// once renamed; the stale one is not reused.
+	if m, _ := filepath.Glob(filepath.Join(state, "."+StateFile+".tmp-*")); len(m) > 0 {
+		t.Fatalf("temporary files stay: %v", m)
 	}
 }
 
@@ -286,4 +288,27 @@ func TestHungStationSkipped(t *testing.T) {
 	}
 	run(t, a)
 	waitFor(t, "version 1 applied and reported past the hung station", reported(f, 1, ""))
+}
+
+// A saved credential its group or others may read is refused, as ssh
+// refuses such a key, with the chmod that fixes it (it was used as is).
+func TestSavedCredentialExposed(t *testing.T) {
+	fast(t)
+	f := newFakeStation(t, "127.0.62.69")
+	f.set(1, doc("one"))
+	state := t.TempDir()
+	if _, _, err := Join(context.Background(), opts(f, state, f.token("t1", ""), &applier{})); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(state, StateFile)
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := Join(context.Background(), opts(f, state, "", &applier{}))
+	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+p) {
+		t.Fatalf("join with a 0644 saved credential: %v, want a refusal naming chmod 600 %s", err, p)
+	}
+	if _, err := LoadHAState(state); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("LoadHAState of a 0644 member.json: %v", err)
+	}
 }

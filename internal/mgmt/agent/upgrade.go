@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // The environment a trial binary is started with.
@@ -281,52 +282,33 @@ func (u *upgrader) revert(why string) {
 	os.Exit(1)
 }
 
-// upInstall copies src beside path and renames it over path, keeping
-// the old one as path.prev.
+// upInstall puts a copy of src at path (atomically: a crash leaves the
+// old binary or the new one, never a torn one), keeping the old one as
+// path.prev.
 func upInstall(src, path string) error {
 	if path == "" {
 		return errors.New("no " + EnvRolloutPath)
-	}
-	tmp := path + ".corral-new"
-	if err := upCopy(src, tmp, 0o755); err != nil {
-		return err
 	}
 	prev := path + ".prev"
 	os.Remove(prev)
 	if err := os.Link(path, prev); err != nil {
 		if err := upCopy(path, prev, 0o755); err != nil {
-			os.Remove(tmp)
 			return fmt.Errorf("keeping the old binary as %s: %w", prev, err)
 		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return upCopy(src, path, 0o755)
 }
 
+// upCopy copies src to dst through safefile (temporary file, fsync,
+// rename, fsync of the directory).
 func upCopy(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		os.Remove(dst)
-		return err
-	}
-	return out.Close()
+	_, err = safefile.Copy(dst, mode, in)
+	return err
 }
 
 // upFetch downloads the binary into STATE/bin/SHA (0755), checking
@@ -336,7 +318,7 @@ func upFetch(ctx context.Context, a *Agent, state, sha string) (string, error) {
 		return "", errors.New("no state directory for the binary (--state)")
 	}
 	dir := filepath.Join(state, "bin")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := safefile.MkdirAll(dir); err != nil {
 		return "", err
 	}
 	final := filepath.Join(dir, sha)
@@ -347,29 +329,23 @@ func upFetch(ctx context.Context, a *Agent, state, sha string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(dir, sha+".tmp*")
+	f, err := safefile.Create(final, 0o755)
 	if err != nil {
 		return "", err
 	}
-	defer os.Remove(f.Name())
+	defer f.Abort() // nothing once committed
 	h := sha256.New()
 	w := &upLimitWriter{w: io.MultiWriter(f, h), n: upMaxFetch}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	err = c.DoRaw(ctx, "GET", api.RouteBinary+sha, "", nil, w)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return "", fmt.Errorf("fetching binary %s: %w", upShort(sha), err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
 		return "", fmt.Errorf("binary from the station has sha256 %s, not %s", upShort(got), upShort(sha))
 	}
-	if err := os.Chmod(f.Name(), 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(f.Name(), final); err != nil {
+	if err := f.Commit(); err != nil {
 		return "", err
 	}
 	return final, nil
@@ -391,7 +367,7 @@ func (l *upLimitWriter) Write(p []byte) (int, error) {
 // upgradeClient is a station client with the member credential, from
 // the join reply the agent keeps in STATE/member.json (an api.JoinReply).
 func (a *Agent) upgradeClient() (*api.Client, error) {
-	b, err := os.ReadFile(filepath.Join(a.opt.State, "member.json"))
+	b, err := safefile.ReadSecret(filepath.Join(a.opt.State, "member.json"))
 	if err != nil {
 		return nil, fmt.Errorf("member credential: %w", err)
 	}
@@ -421,11 +397,7 @@ type upTrialMarker struct {
 
 func upMarkTrial(state string, o *api.BinaryOrder) error {
 	b, _ := json.Marshal(upTrialMarker{o.Rollout, o.SHA256})
-	f := filepath.Join(state, "bin", trialMarkerFile)
-	if err := os.WriteFile(f+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(f+".tmp", f)
+	return safefile.WriteSecret(filepath.Join(state, "bin", trialMarkerFile), b)
 }
 
 func upTried(state string, o *api.BinaryOrder) bool {
