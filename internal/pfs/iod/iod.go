@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -386,8 +387,8 @@ func (s *Store) eachWriter(k objKey, fn func(*ofile) error) error {
 // writeObj writes data at off of object k, creating it; every write of
 // object data goes through here.
 func (s *Store) writeObj(k objKey, data []byte, off int64) error {
-	if uint64(off)+uint64(len(data)) > 1<<62 {
-		return proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
+	if off < 0 || uint64(off)+uint64(len(data)) > layout.MaxObjectSize {
+		return proto.Errorf(syscall.EFBIG, fmt.Sprintf("write of %d bytes at %d: past the largest object size (%d)", len(data), uint64(off), uint64(layout.MaxObjectSize)))
 	}
 	l := s.olock(k)
 	l.Lock()
@@ -413,6 +414,10 @@ func (s *Store) mayCreate(k objKey, op string) error {
 
 // truncateObj sets object k's size.
 func (s *Store) truncateObj(k objKey, size int64) error {
+	if size < 0 || size > layout.MaxObjectSize {
+		// A size past 2^63 arrives negative.
+		return proto.Errorf(syscall.EFBIG, fmt.Sprintf("truncate to %d: past the largest object size (%d)", uint64(size), uint64(layout.MaxObjectSize)))
+	}
 	l := s.olock(k)
 	l.Lock()
 	defer l.Unlock()

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -291,5 +292,23 @@ func TestRegisterFollowsLeader(t *testing.T) {
 	}
 	if again, err := st.register(ctx, lead, "127.0.0.1:9"); err != nil || again != id {
 		t.Fatalf("heartbeat: id %d, %v; want %d", again, err, id)
+	}
+}
+
+// An object past MaxObjectSize is EFBIG, for writes and for truncates
+// (a size past 2^63 must not arrive as a negative length).
+func TestObjectPastLimitIsEFBIG(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	st.registered.Store(true)
+	for _, req := range []proto.Msg{
+		&proto.Write{Handle: 5, Off: layout.MaxObjectSize, Data: []byte("x")},
+		&proto.Write{Handle: 5, Off: 1 << 63, Data: []byte("x")},
+		&proto.Truncate{Handle: 5, Size: layout.MaxObjectSize + 1},
+		&proto.Truncate{Handle: 5, Size: 1 << 63},
+		&proto.Truncate{Handle: 5, Size: 1<<64 - 1},
+	} {
+		if _, err := do(t, st, req); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("%T %+v: %v, want EFBIG", req, req, err)
+		}
 	}
 }

@@ -488,6 +488,13 @@ func (t tx) setattr(m *proto.SetAttr) (proto.Msg, error) {
 			}
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: not a regular file", m.Ino))
 		}
+		if m.Mask&(proto.SetSize|proto.SetSizeExtend) != 0 {
+			// Past this an I/O server could not hold the file's objects,
+			// and clients (int64 sizes) would see a negative size.
+			if lim := replicaLayout(n).MaxFileSize(); m.Size > uint64(lim) {
+				return nil, proto.Errorf(syscall.EFBIG, fmt.Sprintf("inode %d: size %d past the largest this layout's I/O servers hold (%d)", m.Ino, m.Size, lim))
+			}
+		}
 		if m.Mask&proto.SetMode != 0 {
 			n.Mode = n.Mode&sIFMT | m.Mode&0o7777
 		}
