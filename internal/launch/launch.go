@@ -471,13 +471,19 @@ func writeFile(path string, b []byte) error {
 		return err
 	}
 	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return proto.SyncDir(filepath.Dir(path))
 }
 
 // Stop ends the I/O servers, then the metadata members.
