@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // openWatched opens a service whose leadership is old enough that no
@@ -334,5 +335,28 @@ func TestWatcherCaps(t *testing.T) {
 	full, ro, _, _ := s.watchCounts()
 	if full != 10 || ro != 10 {
 		t.Fatalf("watchers full %d read-only %d, want 10 and 10", full, ro)
+	}
+	// The same counts in the metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(watchCollector{s})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			got[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for name, v := range map[string]float64{"corral_meta_cache_watchers/full": 10, "corral_meta_cache_watchers/read-only": 10,
+		"corral_meta_cache_watches_refused_total": 80, "corral_meta_cache_watchers_revoked_total": 0} {
+		if got[name] != v {
+			t.Errorf("metric %s = %v, want %v (all: %v)", name, got[name], v, got)
+		}
 	}
 }
