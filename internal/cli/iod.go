@@ -79,7 +79,7 @@ or --meta needed), and the station shows it among the members.`,
 			case !raidSet && len(dirs) > 1:
 				return usageError{fmt.Errorf("--data with %d directories needs --raid 0 (striping) or --raid 1 (mirroring)", len(dirs))}
 			}
-			if err := os.MkdirAll(dirs[0], 0o755); err != nil {
+			if err := os.MkdirAll(dirs[0], 0o700); err != nil {
 				return err
 			}
 			lim, err := lf.limits()

@@ -107,7 +107,7 @@ The leader applies filesystem.layouts of every configuration version, as
 			if err != nil || rate <= 0 {
 				return usageError{fmt.Errorf("--heal-rate %q: want a positive size per second such as 64M", healRate)}
 			}
-			if err := os.MkdirAll(data, 0o755); err != nil {
+			if err := os.MkdirAll(data, 0o700); err != nil {
 				return err
 			}
 			if err := rf.check(listen); err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -73,15 +74,18 @@ func (l *limitFlags) limits() (proto.Limits, error) {
 // read-only credential derived from it (for web nodes and other readers).
 func secretCmd(sf *secFlags) *cobra.Command {
 	var readOnly bool
+	var out string
 	c := &cobra.Command{
-		Use:   "secret --read-only [--secret-file META_DATA/cluster.secret] > FILE",
+		Use:   "secret --read-only [--secret-file META_DATA/cluster.secret] --out FILE",
 		Short: "Print the read-only credential derived from the cluster secret",
-		Long: `Print a credential file. With --read-only: the read-only credential derived
+		Long: `Write a credential file (mode 0600: servers and clients refuse a secret
+others can read). With --read-only: the read-only credential derived
 from the cluster secret; its holder can look up, list, stat and read, never
 change anything (servers refuse with EROFS). Servers derive it from the
 secret themselves, so it needs no distribution to them. Without --read-only
-the credential of --secret-file is printed as is.`,
-		Example: `  corral fs secret --read-only --secret-file /var/lib/corral/meta/cluster.secret > ro.secret
+the credential of --secret-file is written as is. Without --out it goes to
+standard output; a regular file there is set to mode 0600 first.`,
+		Example: `  corral fs secret --read-only --secret-file /var/lib/corral/meta/cluster.secret --out ro.secret
   corral node --secret-file ro.secret ...`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -93,10 +97,24 @@ the credential of --secret-file is printed as is.`,
 			if readOnly {
 				c = c.ReadOnly()
 			}
+			if out != "" {
+				if err := writeFileAtomic(out, c.Marshal(), 0o600); err != nil {
+					return fmt.Errorf("--out: %w", err)
+				}
+				return proto.SyncDir(filepath.Dir(out))
+			}
+			// "> FILE" made by the shell is 0644 under the usual umask:
+			// the credential would be readable by all, and refused.
+			if fi, err := os.Stdout.Stat(); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+				if err := os.Stdout.Chmod(0o600); err != nil {
+					return fmt.Errorf("standard output is a file others can read and its mode cannot be set to 0600 (%v): give --out FILE", err)
+				}
+			}
 			_, err = os.Stdout.Write(c.Marshal())
 			return err
 		},
 	}
+	c.Flags().StringVar(&out, "out", "", "write the credential to this file (mode 0600, atomically) instead of standard output")
 	c.Flags().BoolVar(&readOnly, "read-only", false, "derive the read-only credential")
 	return c
 }

@@ -211,6 +211,19 @@ func TestCLISecret(t *testing.T) {
 	if c, err := proto.LoadCredential(roFile); err != nil || c.Kind() != proto.KindReadOnly || !bytes.Equal(c.Marshal(), fsys.Cred.ReadOnly().Marshal()) {
 		t.Fatalf("corral fs secret --read-only printed %q: %v", out, err)
 	}
+	// --out writes it mode 0600; a copy others can read is refused with
+	// the chmod that fixes it.
+	outFile := filepath.Join(dir, "ro.out")
+	if out, err := corral(t, []string{proto.SecretEnv + "=" + fsys.SecretFile}, "fs", "secret", "--read-only", "--out", outFile); err != nil {
+		t.Fatal(err, out)
+	}
+	if fi, err := os.Stat(outFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("--out file: %v %v, want mode 0600", fi.Mode(), err)
+	}
+	os.Chmod(outFile, 0o644)
+	if out, err := corral(t, nil, "fs", meta, "--secret-file", outFile, "cat", "/a"); err == nil || !strings.Contains(out, "chmod 600 "+outFile) {
+		t.Errorf("read-only credential of mode 0644: %v %q, want a refusal naming chmod 600", err, out)
+	}
 	if out, err := corral(t, nil, "fs", meta, "--secret-file", roFile, "cat", "/a"); err != nil || out != "hello" {
 		t.Errorf("read-only cat: %v %q", err, out)
 	}

@@ -53,11 +53,12 @@ type wal struct {
 // openWAL reads dir's log and opens it for appending, cutting a torn tail.
 func openWAL(dir string) (*wal, walState, error) {
 	st := walState{empty: true}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The log holds every file name and attribute: owner only.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, st, err
 	}
 	path := filepath.Join(dir, walName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, st, err
 	}
@@ -258,7 +259,7 @@ func (w *wal) rewrite(snap raftpb.Snapshot, hs raftpb.HardState, ents []raftpb.E
 	}
 	path := filepath.Join(w.dir, walName)
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

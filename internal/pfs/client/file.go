@@ -8,6 +8,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/corral-cluster/corral/internal/pfs/extent"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
@@ -260,6 +261,11 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, errors.New("negative offset")
 	}
+	if lim := f.lay.MaxFileSize(); off > lim-int64(len(p)) {
+		// Refused whole, before any byte goes out: its I/O servers could
+		// not hold it (and meta would refuse the size).
+		return 0, fmt.Errorf("write of %d bytes at %d: past the largest size of this file's layout (%d): %w", len(p), off, lim, syscall.EFBIG)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.werr != nil {
@@ -482,6 +488,9 @@ func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return errors.New("negative size")
+	}
+	if lim := f.lay.MaxFileSize(); size > lim {
+		return fmt.Errorf("truncate to %d: past the largest size of this file's layout (%d): %w", size, lim, syscall.EFBIG)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -348,10 +348,17 @@ func openFile(p string, write bool) (o *ofile, created bool, err error) {
 	}
 	f, err := os.OpenFile(p, flag, 0)
 	if errors.Is(err, os.ErrNotExist) && write {
-		if err := os.MkdirAll(dirOf(p), 0o755); err != nil {
-			return nil, false, err
+		// Buckets are made at start; one removed since is made again
+		// and its entry synced.
+		if d := dirOf(p); !exists(d) {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, false, err
+			}
+			if err := proto.SyncDir(dirOf(d)); err != nil {
+				return nil, false, err
+			}
 		}
-		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 		created = err == nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
@@ -375,7 +382,7 @@ func openFile(p string, write bool) (o *ofile, created bool, err error) {
 		return nil, false, err
 	case write:
 		// A new object, or one from before checksums: its sums now.
-		if o.c, err = os.OpenFile(sumPath(p), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+		if o.c, err = os.OpenFile(sumPath(p), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
 			f.Close()
 			return nil, false, err
 		}
@@ -389,6 +396,11 @@ func openFile(p string, write bool) (o *ofile, created bool, err error) {
 		}
 	}
 	return o, created, nil
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func dirOf(p string) string {

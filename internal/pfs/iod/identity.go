@@ -84,7 +84,7 @@ func (id identity) text(marker bool) []byte {
 // directory entry durable.
 func writeDurable(p string, b []byte) error {
 	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -123,10 +124,10 @@ func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
 		return nil, errors.New("no data directory")
 	}
 	dir := dirs[0]
-	if err := os.MkdirAll(filepath.Join(dir, "objects"), 0o755); err != nil {
+	if err := prepareDir(dir); err != nil {
 		return nil, err
 	}
-	lf, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	lf, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +151,87 @@ func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// prepareDir readies data directory dir: objects/ and its 256 buckets
+// made at once (mode 0700, the new entries synced, so no object's creation
+// has to sync a bucket's), and the modes of an older install tightened:
+// the directories and the files at the top to owner only. Object files
+// of an older install keep their mode; the 0700 directories above them
+// keep others out.
+func prepareDir(dir string) error {
+	objs := filepath.Join(dir, "objects")
+	_, err := os.Stat(objs)
+	newObjs := errors.Is(err, os.ErrNotExist)
+	if err := os.MkdirAll(objs, 0o700); err != nil {
+		return err
+	}
+	if err := tighten(dir, true); err != nil {
+		return err
+	}
+	if err := tighten(objs, false); err != nil {
+		return err
+	}
+	made := false
+	for b := range 256 {
+		p := filepath.Join(objs, fmt.Sprintf("%02x", b))
+		switch err := os.Mkdir(p, 0o700); {
+		case err == nil:
+			made = true
+		case errors.Is(err, os.ErrExist):
+			if err := tighten(p, false); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	if made {
+		if err := proto.SyncDir(objs); err != nil {
+			return err
+		}
+	}
+	if newObjs {
+		return proto.SyncDir(dir)
+	}
+	return nil
+}
+
+// tighten takes group and others' bits off directory d and, with files,
+// off the regular files in it.
+func tighten(d string, files bool) error {
+	chmod := func(p string, fi os.FileInfo) error {
+		if m := fi.Mode().Perm(); m&0o077 != 0 {
+			if err := os.Chmod(p, m&^0o077); err != nil {
+				return fmt.Errorf("tighten the mode of %s: %w", p, err)
+			}
+		}
+		return nil
+	}
+	fi, err := os.Stat(d)
+	if err != nil {
+		return err
+	}
+	if err := chmod(d, fi); err != nil || !files {
+		return err
+	}
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if err := chmod(filepath.Join(d, e.Name()), fi); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close releases the lock.
@@ -386,8 +468,8 @@ func (s *Store) eachWriter(k objKey, fn func(*ofile) error) error {
 // writeObj writes data at off of object k, creating it; every write of
 // object data goes through here.
 func (s *Store) writeObj(k objKey, data []byte, off int64) error {
-	if uint64(off)+uint64(len(data)) > 1<<62 {
-		return proto.Errorf(syscall.EFBIG, "write beyond the largest object size")
+	if off < 0 || uint64(off)+uint64(len(data)) > layout.MaxObjectSize {
+		return proto.Errorf(syscall.EFBIG, fmt.Sprintf("write of %d bytes at %d: past the largest object size (%d)", len(data), uint64(off), uint64(layout.MaxObjectSize)))
 	}
 	l := s.olock(k)
 	l.Lock()
@@ -413,6 +495,10 @@ func (s *Store) mayCreate(k objKey, op string) error {
 
 // truncateObj sets object k's size.
 func (s *Store) truncateObj(k objKey, size int64) error {
+	if size < 0 || size > layout.MaxObjectSize {
+		// A size past 2^63 arrives negative.
+		return proto.Errorf(syscall.EFBIG, fmt.Sprintf("truncate to %d: past the largest object size (%d)", uint64(size), uint64(layout.MaxObjectSize)))
+	}
 	l := s.olock(k)
 	l.Lock()
 	defer l.Unlock()

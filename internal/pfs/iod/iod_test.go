@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/meta"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -291,5 +293,91 @@ func TestRegisterFollowsLeader(t *testing.T) {
 	}
 	if again, err := st.register(ctx, lead, "127.0.0.1:9"); err != nil || again != id {
 		t.Fatalf("heartbeat: id %d, %v; want %d", again, err, id)
+	}
+}
+
+// An object past MaxObjectSize is EFBIG, for writes and for truncates
+// (a size past 2^63 must not arrive as a negative length).
+func TestObjectPastLimitIsEFBIG(t *testing.T) {
+	st := openStore(t, t.TempDir())
+	st.registered.Store(true)
+	for _, req := range []proto.Msg{
+		&proto.Write{Handle: 5, Off: layout.MaxObjectSize, Data: []byte("x")},
+		&proto.Write{Handle: 5, Off: 1 << 63, Data: []byte("x")},
+		&proto.Truncate{Handle: 5, Size: layout.MaxObjectSize + 1},
+		&proto.Truncate{Handle: 5, Size: 1 << 63},
+		&proto.Truncate{Handle: 5, Size: 1<<64 - 1},
+	} {
+		if _, err := do(t, st, req); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("%T %+v: %v, want EFBIG", req, req, err)
+		}
+	}
+}
+
+// modeOf is p's permission bits.
+func modeOf(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
+
+// Data at rest is the owner's only: objects, sidecars, identity and LOCK
+// 0600 in 0700 directories, buckets made at start; an older install's
+// 0755 directories and 0644 top files are tightened when it opens.
+func TestDataModesOwnerOnly(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	st := openStore(t, dir)
+	st.registered.Store(true)
+	if _, err := do(t, st, &proto.Write{Handle: 0x105, Data: []byte("secret")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if fi.IsDir() {
+			want = 0o700
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %#o, want %#o", p, fi.Mode().Perm(), want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for b := range 256 {
+		if !exists(filepath.Join(dir, "objects", fmt.Sprintf("%02x", b))) {
+			t.Fatalf("bucket %02x not made at start", b)
+		}
+	}
+	st.Close()
+
+	// An older install: open modes everywhere.
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if fi.IsDir() {
+			return os.Chmod(p, 0o755)
+		}
+		return os.Chmod(p, 0o644)
+	})
+	st2, err := OpenStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	for _, p := range []string{dir, filepath.Join(dir, "objects"), filepath.Join(dir, "objects", "05")} {
+		if m := modeOf(t, p); m != 0o700 {
+			t.Errorf("%s after reopening: %#o, want 0700", p, m)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if p := filepath.Join(dir, e.Name()); e.Type().IsRegular() && modeOf(t, p) != 0o600 {
+			t.Errorf("%s after reopening: %#o, want 0600", p, modeOf(t, p))
+		}
 	}
 }

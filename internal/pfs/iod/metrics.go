@@ -3,10 +3,10 @@ package iod
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/obs"
@@ -48,14 +48,15 @@ func (o observed) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 
 // Healthy reports whether the server can do its work: registered with the
 // metadata server under an identity it accepted, and its data directory
-// writable (a file is made there and removed).
+// writable (a file is made there and removed). Its error's text is terse
+// (it is served unauthenticated); healthDetail has the particulars.
 func (s *Store) Healthy(ctx context.Context) error {
 	if !s.registered.Load() {
-		return errors.New("not registered with the metadata server yet")
+		return &healthError{"not registered with the metadata server yet", ""}
 	}
 	if d := s.degraded(); d != "" {
 		// It serves, but a disk is missing: an operator should know.
-		return fmt.Errorf("RAID-1 degraded: %s", d)
+		return &healthError{"RAID-1 degraded", d}
 	}
 	// Every current data directory (RAID) must take a file.
 	for _, m := range s.writers() {
@@ -64,11 +65,15 @@ func (s *Store) Healthy(ctx context.Context) error {
 		go func() {
 			f, err := os.CreateTemp(filepath.Join(dir, "objects"), ".healthz-*")
 			if err != nil {
-				done <- fmt.Errorf("data directory not writable: %w", err)
+				done <- &healthError{"data directory not writable", err.Error()}
 				return
 			}
 			f.Close()
-			done <- os.Remove(f.Name())
+			if err := os.Remove(f.Name()); err != nil {
+				done <- &healthError{"data directory not writable", err.Error()}
+				return
+			}
+			done <- nil
 		}()
 		select {
 		case err := <-done:
@@ -76,10 +81,66 @@ func (s *Store) Healthy(ctx context.Context) error {
 				return err
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("data directory %s does not answer", dir)
+			return &healthError{"data directory does not answer", dir}
 		}
 	}
 	return nil
+}
+
+// healthError is a failed check: a short reason that names no path or
+// address (anyone who reaches /healthz reads it), and the detail for the
+// log.
+type healthError struct{ reason, detail string }
+
+func (e *healthError) Error() string { return e.reason }
+
+// healthEvery: /healthz runs the real check (which creates a file) at most
+// this often; the requests in between get the last answer, so a flood of
+// probes costs the disk nothing.
+const healthEvery = time.Second
+
+// healthCache runs check at most once per healthEvery and logs a change of
+// answer once, with the detail.
+type healthCache struct {
+	check func(context.Context) error
+	log   *slog.Logger
+	every time.Duration
+
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (h *healthCache) Check(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.at.IsZero() && time.Since(h.at) < h.every {
+		return h.err
+	}
+	err := h.check(ctx)
+	if err != nil {
+		var he *healthError
+		if errors.As(err, &he) {
+			if he.detail != "" && (h.err == nil || h.err.Error() != he.reason) {
+				h.log.Warn("health check failed", "reason", he.reason, "detail", he.detail)
+			}
+			err = errors.New(he.reason)
+		} else {
+			h.log.Warn("health check failed", "err", err)
+			err = errors.New("check failed")
+		}
+	}
+	h.at, h.err = time.Now(), err
+	return err
+}
+
+// healthz is the cached check /healthz answers with.
+func (s *Store) healthz(log *slog.Logger) obs.Check {
+	if log == nil {
+		log = s.log
+	}
+	h := &healthCache{check: s.Healthy, log: log, every: healthEvery}
+	return h.Check
 }
 
 // serveHTTP starts /metrics and /healthz on addr ("": none) until ctx ends
@@ -113,7 +174,7 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	rebuilds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_raid_rebuilds_total",
 		Help: "RAID-1 data directories copied back after they returned"}, func() float64 { return float64(s.rebuilds.Load()) })
 	reg.MustRegister(bytes, capacity, free, healed, fwdFailed, csErrors, degraded, rebuilds)
-	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, log); !served {
+	if served, err := obs.Serve(ctx, addr, optional, reg, s.healthz(log), log); !served {
 		return s, err
 	}
 	return observed{st: s, m: m, in: bytes.WithLabelValues("in"), out: bytes.WithLabelValues("out")}, nil

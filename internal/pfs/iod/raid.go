@@ -249,7 +249,7 @@ func checkDir(d string) error {
 	if !fi.IsDir() {
 		return errors.New("not a directory")
 	}
-	return os.MkdirAll(filepath.Join(d, "objects"), 0o755)
+	return prepareDir(d)
 }
 
 func countObjects(dir string) (int, error) {
@@ -519,10 +519,10 @@ func copyFile(p, q string) error {
 		return err
 	}
 	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(q), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(q), 0o700); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(q, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	out, err := os.OpenFile(q, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,12 @@ package layout
 import (
 	"errors"
 	"fmt"
+	"math"
 )
+
+// MaxObjectSize is the largest object an I/O server holds: writes and
+// truncates past it fail with EFBIG there.
+const MaxObjectSize = 1 << 62
 
 // Limits on layouts. A stripe smaller than 4 KiB only adds round trips; one
 // larger than 64 MiB would not fit the wire protocol's frames.
@@ -121,6 +126,27 @@ func (l Layout) ObjectSize(k int, size int64) int64 {
 	rem := size%(s*n) - int64(k)*s
 	rem = max(0, min(rem, s))
 	return full*s + rem
+}
+
+// MaxFileSize is the largest size a file of layout l can have: the size
+// at which column 0's object (always the largest) reaches MaxObjectSize,
+// capped at the largest int64 (sizes are int64 in clients and the kernel).
+// A layout without servers counts as one column.
+func (l Layout) MaxFileSize() int64 {
+	s := int64(l.StripeSize)
+	if s <= 0 {
+		return MaxObjectSize
+	}
+	n := max(1, int64(len(l.Servers)))
+	// Column 0 holds full = MaxObjectSize/s whole units of every stripe
+	// row and, in the last row, at most MaxObjectSize%s bytes more: a
+	// file reaching into column 1 of the next row would need a whole
+	// unit in column 0 first.
+	full, rest := int64(MaxObjectSize)/s, int64(MaxObjectSize)%s
+	if full > (math.MaxInt64-rest)/(s*n) {
+		return math.MaxInt64
+	}
+	return full*s*n + rest
 }
 
 // Chunk is one contiguous piece of a file range that lives on one server.

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 )
@@ -165,5 +166,32 @@ func TestValidate(t *testing.T) {
 		if err := c.l.Validate(); (err == nil) != c.ok {
 			t.Errorf("%+v: err=%v", c.l, err)
 		}
+	}
+}
+
+// MaxFileSize is exactly the size at which column 0's object reaches
+// MaxObjectSize: one byte more would need a larger object.
+func TestMaxFileSize(t *testing.T) {
+	for _, tc := range []struct {
+		stripe uint32
+		n      int
+		want   int64
+	}{
+		{64 << 10, 1, MaxObjectSize},
+		{1536, 1, MaxObjectSize},
+		{64 << 10, 2, math.MaxInt64}, // 2^63 does not fit an int64
+		{64 << 10, 0, MaxObjectSize},
+	} {
+		l := lay(tc.stripe, tc.n)
+		if got := l.MaxFileSize(); got != tc.want {
+			t.Errorf("stripe %d, %d servers: %d, want %d", tc.stripe, tc.n, got, tc.want)
+		}
+	}
+	// With a stripe that does not divide the object limit: the limit is
+	// reached exactly, one byte more passes it.
+	l := lay(1536, 1)
+	m := l.MaxFileSize()
+	if l.ObjectSize(0, m) != MaxObjectSize || l.ObjectSize(0, m+1) <= MaxObjectSize {
+		t.Fatalf("objects at the max file size %d: %d, one more: %d", m, l.ObjectSize(0, m), l.ObjectSize(0, m+1))
 	}
 }

@@ -204,7 +204,7 @@ func RestoreBackup(backup, dataDir string) error {
 			return fmt.Errorf("restore into %s: it already holds %s; restore seeds a new member's empty directory", dataDir, name)
 		}
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return err
 	}
 	in, err := os.Open(backup)

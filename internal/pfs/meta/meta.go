@@ -15,9 +15,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,9 +125,59 @@ type Service struct {
 	hl *healer // heal and re-replication (heal.go, lost.go)
 }
 
+// tightenData makes the data directory (metadata, Raft log, the cluster
+// secret) the owner's only: mode 0700, made if missing; an older install's
+// directory and its files (and the Raft log's) lose group and others' bits.
+func tightenData(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "raft")} {
+		fi, err := os.Stat(d)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := tightenMode(d, fi); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() && !e.IsDir() {
+				continue
+			}
+			fi, err := e.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			if err := tightenMode(filepath.Join(d, e.Name()), fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func tightenMode(p string, fi os.FileInfo) error {
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		if err := os.Chmod(p, m&^0o077); err != nil {
+			return fmt.Errorf("tighten the mode of %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
 // Open opens (or creates) the store under cfg.Data, starts the engine over
 // it and the leader's background work (reclaim, orphan reaping).
 func Open(cfg Config) (*Service, error) {
+	if err := tightenData(cfg.Data); err != nil {
+		return nil, err
+	}
 	m, err := openMachine(filepath.Join(cfg.Data, "meta.db"))
 	if err != nil {
 		return nil, err
@@ -135,6 +187,12 @@ func Open(cfg Config) (*Service, error) {
 			m.close()
 			return nil, err
 		}
+	}
+	// A first start created meta.db (and maybe the secret): their entries
+	// must survive a power cut with the data written to them.
+	if err := proto.SyncDir(cfg.Data); err != nil {
+		m.close()
+		return nil, err
 	}
 	s := &Service{
 		sec: cfg.Security, limits: cfg.Limits,
@@ -487,6 +545,13 @@ func (t tx) setattr(m *proto.SetAttr) (proto.Msg, error) {
 				return nil, proto.Errorf(syscall.EISDIR, fmt.Sprintf("inode %d: is a directory", m.Ino))
 			}
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("inode %d: not a regular file", m.Ino))
+		}
+		if m.Mask&(proto.SetSize|proto.SetSizeExtend) != 0 {
+			// Past this an I/O server could not hold the file's objects,
+			// and clients (int64 sizes) would see a negative size.
+			if lim := replicaLayout(n).MaxFileSize(); m.Size > uint64(lim) {
+				return nil, proto.Errorf(syscall.EFBIG, fmt.Sprintf("inode %d: size %d past the largest this layout's I/O servers hold (%d)", m.Ino, m.Size, lim))
+			}
 		}
 		if m.Mask&proto.SetMode != 0 {
 			n.Mode = n.Mode&sIFMT | m.Mode&0o7777

@@ -52,6 +52,28 @@ func (c serversCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+var (
+	watchersDesc     = prometheus.NewDesc("corral_meta_cache_watchers", "clients caching metadata registered with this member (Watch), by the kind of credential they proved (full, read-only)", []string{"credential"}, nil)
+	watchRevokedDesc = prometheus.NewDesc("corral_meta_cache_watchers_revoked_total", "watchers writers stopped waiting for: they left a change unacknowledged for a whole lease", nil, nil)
+	watchRefusedDesc = prometheus.NewDesc("corral_meta_cache_watches_refused_total", "Watch requests refused because a cap on watchers (in all, of read-only peers, per connection) was reached", nil, nil)
+)
+
+type watchCollector struct{ s *Service }
+
+func (c watchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- watchersDesc
+	ch <- watchRevokedDesc
+	ch <- watchRefusedDesc
+}
+
+func (c watchCollector) Collect(ch chan<- prometheus.Metric) {
+	full, ro, revoked, refused := c.s.watchCounts()
+	ch <- prometheus.MustNewConstMetric(watchersDesc, prometheus.GaugeValue, float64(full), proto.KindFull.String())
+	ch <- prometheus.MustNewConstMetric(watchersDesc, prometheus.GaugeValue, float64(ro), proto.KindReadOnly.String())
+	ch <- prometheus.MustNewConstMetric(watchRevokedDesc, prometheus.CounterValue, float64(revoked))
+	ch <- prometheus.MustNewConstMetric(watchRefusedDesc, prometheus.CounterValue, float64(refused))
+}
+
 // Healthy reports whether the store answers: a read transaction that finds
 // the root directory.
 func (s *Service) Healthy(ctx context.Context) error {
@@ -84,7 +106,7 @@ func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (pr
 	for _, op := range metaOps {
 		m.Init(proto.OpName(op))
 	}
-	reg.MustRegister(serversCollector{s}, healCollector{s})
+	reg.MustRegister(serversCollector{s}, healCollector{s}, watchCollector{s})
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, s.log); !served {
 		return s, err
 	}

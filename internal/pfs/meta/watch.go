@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -30,6 +32,14 @@ const (
 	// slowWatcher: awaitInvalidated logs a watcher that holds a change up
 	// for longer.
 	slowWatcher = time.Second
+
+	// Bounds on what peers may register, whatever they send (random
+	// client IDs would otherwise grow the map without end). A member runs
+	// one watcher per client.Client on a connection of its own; a node
+	// one per process.
+	maxWatchers         = 4096 // in all
+	maxReadOnlyWatchers = 1024 // registered by read-only peers (nodes)
+	maxConnWatchers     = 16   // registered over one connection
 )
 
 // watchState is the Service's part for cache invalidation (one field of
@@ -43,9 +53,13 @@ type watchState struct {
 	floor    uint64 // changes after floor are all in ring (this epoch)
 	epoch    uint64 // random per leadership: a Since of another epoch resets
 	epochOf  time.Time
-	watchers map[uint64]*watcher
+	watchers map[watcherKey]*watcher
 	lease    time.Duration // server side: proto.CacheLease + leaseMargin
 	hb       time.Duration
+	// Caps (zero: the constants above) and counters for metrics.
+	maxAll, maxRO, maxConn int
+	revoked, refused       uint64
+	swept                  time.Time // last sweep of ended leases
 	// leadership, if set, replaces the engine's isLeader and leaderSince
 	// here (tests of a leader change).
 	leadership func() (leader bool, since time.Time)
@@ -64,10 +78,46 @@ type ringChange struct {
 	inos  []uint64
 }
 
+// watcherKey names a watcher: a peer's client ID within the kind of
+// credential it proved, so a read-only peer cannot acknowledge or Unwatch
+// for a full one.
+type watcherKey struct {
+	kind proto.Kind
+	id   uint64
+}
+
 // watcher is one client caching metadata.
 type watcher struct {
 	acked    uint64    // every change up to acked is forgotten by the client
 	answered time.Time // when the leader last answered its Watch (zero: never)
+	// sent is the Index of the last answer; owed when the first answer
+	// not yet acknowledged went out (zero: all acknowledged). A watcher
+	// owing for a whole lease is revoked (see overdue).
+	sent    uint64
+	owed    time.Time
+	revoked bool // counted as revoked (until it acknowledges)
+	born    time.Time
+	conn    uint64
+}
+
+// overdue reports whether wt has left an answer unacknowledged for a
+// whole lease. An honest client acknowledges each answer with its next
+// Watch, and one that sends none keeps no lease longer than that; so a
+// watcher overdue is either gone (its lease has ended anyway) or renews
+// its lease without acknowledging, which no one must wait for. Writers
+// stop waiting for it, and its Watches are answered Reset until it
+// acknowledges one. Called under wmu.
+func (s *Service) overdue(wt *watcher, key watcherKey, now time.Time) bool {
+	w := &s.watchState
+	if wt.owed.IsZero() || now.Sub(wt.owed) < w.lease {
+		return false
+	}
+	if !wt.revoked {
+		wt.revoked = true
+		w.revoked++
+		s.log.Warn("cache invalidation: watcher revoked: it left a change unacknowledged for a whole lease", "client", key.id, "credential", key.kind.String(), "lease", w.lease)
+	}
+	return true
 }
 
 // initWatch readies the state; called under wmu.
@@ -75,8 +125,11 @@ func (w *watchState) initWatch() {
 	if w.watchers != nil {
 		return
 	}
-	w.watchers = map[uint64]*watcher{}
+	w.watchers = map[watcherKey]*watcher{}
 	w.changed = make(chan struct{})
+	if w.maxAll == 0 {
+		w.maxAll, w.maxRO, w.maxConn = maxWatchers, maxReadOnlyWatchers, maxConnWatchers
+	}
 	if w.ringCap == 0 {
 		w.ringCap = changeRing
 	}
@@ -88,14 +141,83 @@ func (w *watchState) initWatch() {
 	}
 }
 
-// watcher returns watcher id, registering it; called under wmu.
-func (w *watchState) watcher(id uint64) *watcher {
-	wt := w.watchers[id]
-	if wt == nil {
-		wt = &watcher{}
-		w.watchers[id] = wt
+// peerKey is the key of the watcher with client ID id of the peer of ctx
+// (in-process callers count as full).
+func peerKey(ctx context.Context, id uint64) watcherKey {
+	k := proto.PeerKind(ctx)
+	if k == 0 {
+		k = proto.KindFull
 	}
-	return wt
+	return watcherKey{k, id}
+}
+
+// watcher returns the watcher key, registering it for a peer on
+// connection conn unless that would pass a cap; called under wmu.
+func (w *watchState) watcher(key watcherKey, conn uint64) (*watcher, error) {
+	if wt := w.watchers[key]; wt != nil {
+		return wt, nil
+	}
+	now := time.Now()
+	if len(w.watchers) >= w.maxAll || now.Sub(w.swept) >= w.lease {
+		w.sweep(now)
+	}
+	nRO, nConn := 0, 0
+	for k, wt := range w.watchers {
+		if k.kind == proto.KindReadOnly {
+			nRO++
+		}
+		if conn != 0 && wt.conn == conn {
+			nConn++
+		}
+	}
+	var why string
+	switch {
+	case len(w.watchers) >= w.maxAll:
+		why = fmt.Sprintf("%d cache watchers registered (limit %d)", len(w.watchers), w.maxAll)
+	case key.kind == proto.KindReadOnly && nRO >= w.maxRO:
+		why = fmt.Sprintf("%d cache watchers of read-only peers registered (limit %d)", nRO, w.maxRO)
+	case conn != 0 && nConn >= w.maxConn:
+		why = fmt.Sprintf("%d cache watchers registered over this connection (limit %d)", nConn, w.maxConn)
+	}
+	if why != "" {
+		w.refused++
+		// EAGAIN: the client runs uncached and tries again later.
+		return nil, proto.Errorf(syscall.EAGAIN, "watch refused: "+why)
+	}
+	wt := &watcher{born: now, conn: conn}
+	w.watchers[key] = wt
+	return wt, nil
+}
+
+// sweep forgets watchers whose lease has ended (they hold no one up, and
+// cache nothing the leader must tell them about); called under wmu.
+func (w *watchState) sweep(now time.Time) {
+	w.swept = now
+	for k, wt := range w.watchers {
+		ref := wt.answered
+		if ref.IsZero() {
+			ref = wt.born
+		}
+		if !now.Before(ref.Add(w.lease)) {
+			delete(w.watchers, k)
+		}
+	}
+}
+
+// watchCounts reports the watchers registered by kind of credential, and
+// how many were revoked and refused since the start.
+func (s *Service) watchCounts() (full, readOnly int, revoked, refused uint64) {
+	w := &s.watchState
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	for k := range w.watchers {
+		if k.kind == proto.KindReadOnly {
+			readOnly++
+		} else {
+			full++
+		}
+	}
+	return full, readOnly, w.revoked, w.refused
 }
 
 // wake tells every waiter (held Watches, awaitInvalidated) to look again.
@@ -213,13 +335,33 @@ func (s *Service) watchOnce(ctx context.Context, m *proto.Watch) (proto.Msg, err
 		return nil, proto.NotLeader(s.leaderAddr())
 	}
 	epoch := s.currentEpoch()
-	wt := w.watcher(m.Client)
+	key, conn := peerKey(ctx, m.Client), proto.PeerConn(ctx)
+	wt, err := w.watcher(key, conn)
+	if err != nil {
+		w.wmu.Unlock()
+		return nil, err
+	}
 	since := m.Since
 	if m.Epoch != epoch {
 		since = 0 // acks nothing: the client's indexes mean nothing here
-	} else if since > wt.acked && since <= w.last {
-		wt.acked = since
-		w.wake()
+	} else if since <= w.last {
+		if since > wt.acked {
+			wt.acked = since
+			w.wake()
+		}
+		if since >= wt.sent {
+			wt.owed, wt.revoked = time.Time{}, false
+		}
+	}
+	// answer records what is sent to the watcher: the lease it renews and
+	// the acknowledgement it now owes.
+	answer := func(r *proto.ChangesReply) *proto.ChangesReply {
+		now := time.Now()
+		wt.answered, wt.sent = now, r.Index
+		if r.Index > wt.acked && wt.owed.IsZero() {
+			wt.owed = now
+		}
+		return r
 	}
 	timer := time.NewTimer(w.hb)
 	defer timer.Stop()
@@ -237,21 +379,23 @@ func (s *Service) watchOnce(ctx context.Context, m *proto.Watch) (proto.Msg, err
 			// A new leadership began while the poll was held: register
 			// with it (so its mutations wait for this watcher) and reset.
 			epoch = s.currentEpoch()
-			wt = w.watcher(m.Client)
-			wt.answered = time.Now()
-			r := &proto.ChangesReply{Index: w.last, Epoch: epoch, Reset: true}
+			if wt, err = w.watcher(key, conn); err != nil {
+				w.wmu.Unlock()
+				return nil, err
+			}
+			r := answer(&proto.ChangesReply{Index: w.last, Epoch: epoch, Reset: true})
 			w.wmu.Unlock()
 			return r, nil
 		}
 		r := &proto.ChangesReply{Index: w.last, Epoch: epoch}
-		if m.Epoch != epoch {
+		if m.Epoch != epoch || s.overdue(wt, key, time.Now()) {
 			r.Reset = true
 		} else {
 			r.Inos, r.Reset = w.changesAfter(since)
 		}
 		if r.Reset || len(r.Inos) > 0 || final {
 			// A heartbeat's Index moves past changes without inodes.
-			wt.answered = time.Now()
+			answer(r)
 			w.wmu.Unlock()
 			return r, nil
 		}
@@ -290,23 +434,37 @@ func (s *Service) awaitInvalidated(ctx context.Context, index uint64) {
 		}
 	}
 	start := time.Now()
+	// Each watcher holds the change up for at most about two leases (see
+	// overdue); this bound holds whatever the bookkeeping says.
+	limit := start.Add(2*w.lease + w.hb)
 	logged := false
 	for {
 		w.wmu.Lock()
 		now := time.Now()
 		var wait time.Duration
 		var slow []uint64
-		for id, wt := range w.watchers {
+		for key, wt := range w.watchers {
 			if wt.answered.IsZero() || wt.acked >= index {
+				continue
+			}
+			if wt.born.After(start) {
+				// Registered after the change: its first answer carries
+				// the change, and it cached nothing older it could trust.
 				continue
 			}
 			end := wt.answered.Add(w.lease)
 			if !now.Before(end) {
 				// Lease over: the client trusts nothing cached any more.
-				delete(w.watchers, id)
+				delete(w.watchers, key)
 				continue
 			}
-			slow = append(slow, id)
+			if s.overdue(wt, key, now) {
+				continue
+			}
+			if !wt.owed.IsZero() {
+				end = minTime(end, wt.owed.Add(w.lease))
+			}
+			slow = append(slow, key.id)
 			if d := end.Sub(now); wait == 0 || d < wait {
 				wait = d
 			}
@@ -316,6 +474,11 @@ func (s *Service) awaitInvalidated(ctx context.Context, index uint64) {
 		if len(slow) == 0 {
 			return
 		}
+		if !now.Before(limit) {
+			s.log.Warn("cache invalidation: stopped waiting for clients", "index", index, "clients", len(slow), "waited", now.Sub(start).Round(time.Millisecond))
+			return
+		}
+		wait = min(wait, limit.Sub(now))
 		if !logged && time.Since(start) > slowWatcher {
 			s.log.Warn("cache invalidation: clients slow to acknowledge a change", "index", index, "clients", len(slow), "waited", time.Since(start).Round(time.Millisecond))
 			logged = true
@@ -334,15 +497,22 @@ func (s *Service) awaitInvalidated(ctx context.Context, index uint64) {
 }
 
 // unwatch forgets a watcher that caches nothing any more.
-func (s *Service) unwatch(m *proto.Unwatch) {
+func (s *Service) unwatch(ctx context.Context, m *proto.Unwatch) {
 	w := &s.watchState
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	w.initWatch()
-	if _, ok := w.watchers[m.Client]; ok {
-		delete(w.watchers, m.Client)
+	if key := peerKey(ctx, m.Client); w.watchers[key] != nil {
+		delete(w.watchers, key)
 		w.wake()
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // handleWatch serves the watch requests (ops 66-67); ok is false for any
@@ -353,7 +523,7 @@ func (s *Service) handleWatch(ctx context.Context, req proto.Msg) (r proto.Msg, 
 		r, err = s.watch(ctx, m)
 		return r, err, true
 	case *proto.Unwatch:
-		s.unwatch(m)
+		s.unwatch(ctx, m)
 		return &proto.OK{}, nil, true
 	}
 	return nil, nil, false

@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -132,9 +133,45 @@ func ParseCredential(b []byte) (*Credential, error) {
 	return c, nil
 }
 
-// LoadCredential reads a credential file.
+// ErrSecretMode means a secret file that others than its owner may read
+// or write: it is refused, as ssh refuses such a private key.
+var ErrSecretMode = errors.New("secret file open to others")
+
+// CheckPrivate refuses the secret file f (named path) when its mode lets
+// group or others at it; the error names the file and the chmod to run.
+func CheckPrivate(path string, f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("%w: %s has mode %#o, which lets group or others read it; run: chmod 600 %s", ErrSecretMode, path, m, path)
+	}
+	return nil
+}
+
+// ReadPrivate reads the secret file path, refusing it when others than
+// its owner may read or write it (CheckPrivate).
+func ReadPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := CheckPrivate(path, f); err != nil {
+		return nil, err
+	}
+	// A credential or key is small: a larger file is not one.
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	if err == nil && len(b) > 1<<20 {
+		err = fmt.Errorf("%s: larger than 1 MiB, not a secret", path)
+	}
+	return b, err
+}
+
+// LoadCredential reads a credential file (mode 0600 or stricter).
 func LoadCredential(path string) (*Credential, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadPrivate(path)
 	if err != nil {
 		return nil, fmt.Errorf("cluster secret: %w", err)
 	}
@@ -172,11 +209,30 @@ func EnsureSecretFile(path string) (*Credential, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		// The new name must survive a power cut too, or meta would come
+		// back with a fresh secret its members do not know.
+		err = SyncDir(filepath.Dir(path))
+	}
 	if err != nil {
 		os.Remove(path)
 		return nil, fmt.Errorf("cluster secret %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// SyncDir makes the entries of directory dir (a file created or renamed
+// in it) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // DefaultCredential is the credential named by $CORRAL_SECRET_FILE, nil if

@@ -425,3 +425,45 @@ func FuzzHandshake(f *testing.F) {
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
+
+// Secret files others may read are refused, as ssh refuses such a private
+// key: the cluster secret, a read-only credential and a TLS key. The error
+// names the file and the chmod that fixes it; 0600 and 0400 pass.
+func TestSecretFilesOpenToOthersRefused(t *testing.T) {
+	dir := t.TempDir()
+	c, _ := NewSecret()
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o660, 0o602} {
+		for _, cred := range []*Credential{c, c.ReadOnly()} {
+			p := filepath.Join(dir, "s")
+			os.Remove(p)
+			if err := os.WriteFile(p, cred.Marshal(), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(p, mode)
+			_, err := LoadCredential(p)
+			if !errors.Is(err, ErrSecretMode) || !strings.Contains(err.Error(), "chmod 600 "+p) {
+				t.Fatalf("%s credential, mode %#o: %v, want a refusal naming chmod 600 %s", cred.Kind(), mode, err, p)
+			}
+			// Meta's first start does not overwrite it either.
+			if _, err := EnsureSecretFile(p); !errors.Is(err, ErrSecretMode) {
+				t.Fatalf("EnsureSecretFile on mode %#o: %v", mode, err)
+			}
+		}
+	}
+	for _, mode := range []os.FileMode{0o600, 0o400} {
+		p := filepath.Join(dir, "s")
+		os.Chmod(p, mode)
+		if _, err := LoadCredential(p); err != nil {
+			t.Fatalf("mode %#o: %v", mode, err)
+		}
+	}
+	cert, key, ca := testCerts(t)
+	os.Chmod(key, 0o644)
+	if _, _, err := LoadTLS(cert, key, ca); !errors.Is(err, ErrSecretMode) || !strings.Contains(err.Error(), "chmod 600 "+key) {
+		t.Fatalf("TLS key of mode 0644: %v", err)
+	}
+	os.Chmod(key, 0o600)
+	if _, _, err := LoadTLS(cert, key, ca); err != nil {
+		t.Fatal(err)
+	}
+}

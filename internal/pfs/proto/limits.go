@@ -31,7 +31,15 @@ func LoadTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err 
 		return nil, nil, errors.New("--tls-cert and --tls-key go together")
 	}
 	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		certPEM, err := os.ReadFile(certFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tls-cert: %w", err)
+		}
+		keyPEM, err := ReadPrivate(keyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tls-key: %w", err)
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--tls-cert %s / --tls-key %s: %w", certFile, keyFile, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -189,6 +190,7 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 	br := bufio.NewReaderSize(rd, 256<<10)
 	bw := bufio.NewWriterSize(nc, 256<<10)
 	ctx = context.WithValue(ctx, kindKey{}, kind)
+	ctx = context.WithValue(ctx, connKey{}, connSeq.Add(1))
 	var wmu sync.Mutex
 	inflight := 0 // guarded by wmu: replies not yet written
 	limit := s.MaxInflight
@@ -352,6 +354,19 @@ func lingerClose(nc net.Conn) {
 	nc.SetReadDeadline(time.Now().Add(2 * time.Second))
 	io.Copy(io.Discard, io.LimitReader(nc, 1<<20))
 	nc.Close()
+}
+
+// connSeq numbers authenticated connections for PeerConn.
+var connSeq atomic.Uint64
+
+type connKey struct{}
+
+// PeerConn identifies the connection the request in ctx arrived on (0
+// outside a server's handler): a handler can bound what one connection
+// holds (meta's cache watchers).
+func PeerConn(ctx context.Context) uint64 {
+	c, _ := ctx.Value(connKey{}).(uint64)
+	return c
 }
 
 func isReply(op Op) bool { return op < OpLookup }
