@@ -20,32 +20,36 @@ import (
 )
 
 // Encryption in transit. Every connection speaks TLS 1.3 unless both ends
-// were told --insecure. Trust does not come from certificates: the secret
-// handshake (auth.go) runs inside TLS and its two MACs cover a value
-// exported from the TLS session (RFC 8446 section 7.5). A man in the middle
-// holds two different TLS sessions, so the proofs it relays do not match
-// on either side; only the holders of the credential can finish the
-// handshake over one session. A server therefore needs no certificate of
-// its own (it makes a throwaway one), and a client needs no CA. Certificates
-// given with --tls-cert/--tls-ca (the station issues them at join) are
-// verified as well, on top.
+// were told --insecure. Peers authenticate each other by a shared key
+// rather than by certificates: a server presents a throwaway certificate,
+// a client does not check it, and the key-proving handshake (auth.go), run
+// inside TLS, covers a value exported from the TLS session (RFC 8446
+// section 7.5, the "tls-exporter" channel binding of RFC 9266). A relay in
+// the middle holds two TLS sessions with two different exported values, so
+// proofs it relays fail on both sides; only peers that hold the key can
+// finish the handshake over one session. This gives encryption by default
+// with no certificate files. Certificates given with --tls-cert/--tls-ca
+// (the station issues them at join) are checked as well, on top. The
+// directors' sync (internal/ha) uses the same helpers with its group key.
 
 // bindingLabel names the exporter value the handshake MACs cover.
 const bindingLabel = "EXPORTER-corral-pfs-handshake-v1"
 
-// tlsRecordHandshake is the first byte of a TLS ClientHello record; a plain
-// client's first byte is the frame magic 'C'.
-const tlsRecordHandshake = 0x16
+// TLSRecordHandshake is the first byte a TLS client sends (a handshake
+// record); servers that also take plain text tell the two apart by it. A
+// plain file-system client's first byte is the frame magic 'C'.
+const TLSRecordHandshake = 0x16
 
-// ephemeralCert is this process's throwaway server certificate, made once.
-var ephemeralCert = sync.OnceValues(func() (tls.Certificate, error) {
+const tlsRecordHandshake = TLSRecordHandshake
+
+var ephemeral = sync.OnceValues(func() (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "corral pfs (ephemeral; trust comes from the cluster secret)"},
+		Subject:      pkix.Name{CommonName: "corral (throwaway; peers authenticate by a shared key)"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(100 * 365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
@@ -59,21 +63,37 @@ var ephemeralCert = sync.OnceValues(func() (tls.Certificate, error) {
 })
 
 // EphemeralServerTLS is a TLS 1.3 server configuration with this process's
-// throwaway certificate, for servers given no certificate: clients verify
-// the server through the channel-bound handshake instead.
+// throwaway certificate (made once), for servers given no certificate:
+// clients authenticate the server by the bound handshake instead.
 func EphemeralServerTLS() (*tls.Config, error) {
-	c, err := ephemeralCert()
+	c, err := ephemeral()
 	if err != nil {
 		return nil, fmt.Errorf("make a TLS certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{c}, MinVersion: tls.VersionTLS13}, nil
 }
 
-// defaultClientTLS is the client configuration without --tls-ca: the
-// certificate is not checked here because the channel-bound handshake
-// proves the server knows the credential, which a certificate cannot.
-func defaultClientTLS() *tls.Config {
+// BoundClientTLS is a TLS 1.3 client configuration that does not check the
+// server's certificate: the caller's bound handshake authenticates the
+// server instead, which a certificate could not (it proves the shared key).
+func BoundClientTLS() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS13, InsecureSkipVerify: true}
+}
+
+func defaultClientTLS() *tls.Config { return BoundClientTLS() }
+
+// TLSBinding is the 32-byte value of tc's session under label that the
+// caller's handshake proofs must cover. tc must have finished its
+// handshake; anything older than TLS 1.3 is refused.
+func TLSBinding(tc *tls.Conn, label string) ([]byte, error) {
+	cs := tc.ConnectionState()
+	if !cs.HandshakeComplete {
+		return nil, errors.New("TLS handshake not complete")
+	}
+	if cs.Version != tls.VersionTLS13 {
+		return nil, fmt.Errorf("TLS version %#x, want 1.3", cs.Version)
+	}
+	return cs.ExportKeyingMaterial(label, nil, 32)
 }
 
 // serverTLS is the configuration a server speaks TLS with.
@@ -85,13 +105,7 @@ func (s Security) serverTLS() (*tls.Config, error) {
 }
 
 // binding is the value of tc's session the handshake MACs cover.
-func binding(tc *tls.Conn) ([]byte, error) {
-	cs := tc.ConnectionState()
-	if cs.Version != tls.VersionTLS13 {
-		return nil, fmt.Errorf("TLS version %#x, want 1.3", cs.Version)
-	}
-	return cs.ExportKeyingMaterial(bindingLabel, nil, 32)
-}
+func binding(tc *tls.Conn) ([]byte, error) { return TLSBinding(tc, bindingLabel) }
 
 // sniffConn is a connection whose first bytes were peeked into r.
 type sniffConn struct {
