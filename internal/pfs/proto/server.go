@@ -166,11 +166,11 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 	// few KiB, not the 512 KiB of a member's connection.
 	nc, hbr, hbw, bind, err := s.acceptTLS(raw)
 	if err != nil {
-		if err == errPlain {
-			lingerClose(raw)
-		}
 		if err != io.EOF {
 			s.log().Warn("closing connection", "remote", remote, "reason", err.Error())
+		}
+		if err == errPlain {
+			lingerClose(raw)
 		}
 		return
 	}
