@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -50,6 +51,25 @@ func (s *secFlags) security(optional bool) (proto.Security, error) {
 		slog.Warn(insecureWarning)
 	}
 	return sec, err
+}
+
+// joinedCert makes a joined member serve the file-system protocol with the
+// certificate its station issued (agent state/tls), unless --tls-cert was
+// given. Without one it serves with a throwaway certificate.
+func (s *secFlags) joinedCert(sec *proto.Security, state string) error {
+	if s.cert != "" {
+		return nil
+	}
+	cert, key, _, ok := agent.TLSFiles(state)
+	if !ok {
+		return nil
+	}
+	srv, _, err := proto.LoadTLS(cert, key, "")
+	if err != nil {
+		return fmt.Errorf("member certificate from the join: %w", err)
+	}
+	sec.TLSServer = srv
+	return nil
 }
 
 // limitFlags configure a server's proto.Limits.
