@@ -2,7 +2,9 @@ package ha
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -10,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
 // loopSniffer records the TCP payload of every loopback packet to or from
@@ -161,4 +165,54 @@ func TestSyncInsecureMismatch(t *testing.T) {
 	if dead, sure := b.n.probeOnce(a.n.ln.Addr().String()); dead || !sure {
 		t.Errorf("a plain probe of a live TLS director: dead %v sure %v", dead, sure)
 	}
+}
+
+// TestSyncRelayInTheMiddle: a relay that terminates TLS on both sides of a
+// sync stream (nothing stops it: certificates are not checked) cannot pass
+// the handshake, though both ends hold the key: the Auth MACs cover each
+// TLS session's exported value and the relay holds two sessions.
+func TestSyncRelayInTheMiddle(t *testing.T) {
+	g := newGroup(t)
+	a := g.start("a", 100)
+	b := g.start("b", 100)
+	cfg, err := proto.EphemeralServerTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", testIP+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		nc, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		raw, err := net.Dial("tcp", a.n.ln.Addr().String())
+		if err != nil {
+			return
+		}
+		up := tls.Client(raw, proto.BoundClientTLS())
+		defer up.Close()
+		down := tls.Server(nc, cfg)
+		go func() { io.Copy(down, up); nc.Close() }()
+		io.Copy(up, down)
+	}()
+	before := a.n.Status().SyncErrors
+	raw, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	conn, bind, err := b.n.secureDial(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.n.handshake(conn, true, "a", bind, false); err == nil {
+		t.Fatal("handshake through a TLS-terminating relay succeeded")
+	}
+	// a refused b's proof, made on the other TLS session.
+	waitFor(t, 3*time.Second, "a counts the refused stream", func() bool { return a.n.Status().SyncErrors > before })
 }
