@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -37,6 +38,16 @@ func (f fsSizes) Size(ctx context.Context, p string) (int64, error) {
 }
 func (f fsSizes) Close() { f.c.Close() }
 
+// newSizeClient is the director's file-system client, with the credential
+// of $CORRAL_SECRET_FILE.
+func newSizeClient(meta string, insecure bool) *client.Client {
+	if insecure {
+		slog.Warn(insecureWarning)
+		return client.New(meta, client.WithInsecure())
+	}
+	return client.New(meta)
+}
+
 // configExit prints configuration errors (each file:line: field: why) as
 // they are and makes them exit status 1, by their type; other errors go
 // on to Main.
@@ -52,6 +63,7 @@ func configExit(err error) error {
 
 func directorCmd() *cobra.Command {
 	var cfgPath, secretFile, check, tokenFile, adminAddr string
+	var insecure bool
 	var jf joinFlags
 	c := &cobra.Command{
 		Use:   "director --config FILE | --join STATION --token T",
@@ -114,16 +126,19 @@ station answers. Its admin API is on --admin.`,
 				if tokenFile == "" {
 					tokenFile = director.DefaultTokenFile(cfgPath)
 				}
-				return directorJoined(cmd, &jf, adminAddr, tokenFile, secretFile != "")
+				return directorJoined(cmd, &jf, adminAddr, tokenFile, secretFile != "", insecure)
 			}
 			if cmd.Flags().Changed("admin") {
 				return usageError{errors.New("--admin goes with --join; with --config the file's admin line sets it")}
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			return configExit(director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) },
-				director.WithTokenFile(tokenFile),
-				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} })))
+			opts := []director.RunOption{director.WithTokenFile(tokenFile),
+				director.WithSizeSource(func(meta string) director.SizeSource { return fsSizes{newSizeClient(meta, insecure)} })}
+			if insecure {
+				opts = append(opts, director.WithInsecureSync())
+			}
+			return configExit(director.Run(ctx, cfgPath, daemonLog("director"), func(a string) { ready("director", a) }, opts...))
 		},
 	}
 	c.Flags().StringVar(&cfgPath, "config", "director.conf", "configuration file")
@@ -131,13 +146,14 @@ station answers. Its admin API is on --admin.`,
 	c.Flags().StringVar(&tokenFile, "token-file", "", "admin API bearer token, created (mode 0600) if missing; 'corral ctl' reads it (default: admin.token beside --config)")
 	c.Flags().StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "file-system credential for the config's meta (the read-only one suffices; env "+proto.SecretEnv+")")
 	c.Flags().StringVar(&adminAddr, "admin", "127.0.0.1:7500", "with --join: the admin API's address (keep it on loopback)")
+	c.Flags().BoolVar(&insecure, "insecure", false, "plain text: HA sync streams and the file-system client (file sizes) without TLS, and accept plain-text sync peers")
 	jf.add(c.Flags(), api.RoleDirector, "join-token-file")
 	return c
 }
 
 // directorJoined runs a director whose configuration comes from the
 // station: the admin API, the agent applying each version, until a signal.
-func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, haveSecret bool) error {
+func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, haveSecret, insecure bool) error {
 	log := daemonLog("director")
 	name := "director-" + admin
 	o, err := jf.options(api.RoleDirector, name, defaultState(cmp.Or(jf.name, name)), log)
@@ -148,7 +164,8 @@ func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, 
 	defer stop()
 	d := director.New(log)
 	defer d.Close()
-	d.SetSizeSource(func(meta string) director.SizeSource { return fsSizes{client.New(meta)} })
+	d.SetSizeSource(func(meta string) director.SizeSource { return fsSizes{newSizeClient(meta, insecure)} })
+	d.SetInsecureSync(insecure)
 	o.Addr = admin
 	o.Metrics = "http://" + admin + "/metrics"
 	o.Apply = func(_ context.Context, cfg *clustercfg.Config, version int64, drained []string) error {

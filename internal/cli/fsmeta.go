@@ -132,7 +132,8 @@ layouts, so files written after the backup are not in it.`,
 func metaRun(f func(ctx context.Context, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		get := func(name string) string { v, _ := cmd.Flags().GetString(name); return v }
-		sf := secFlags{secretFile: get("secret-file"), cert: get("tls-cert"), key: get("tls-key"), ca: get("tls-ca")}
+		insecure, _ := cmd.Flags().GetBool("insecure")
+		sf := secFlags{secretFile: get("secret-file"), cert: get("tls-cert"), key: get("tls-key"), ca: get("tls-ca"), insecure: insecure}
 		sec, err := sf.security(false)
 		if err != nil {
 			return err

@@ -112,6 +112,9 @@ or --meta needed), and the station shows it among the members.`,
 						return err
 					}
 				}
+				if err := sf.joinedCert(&sec, a.State()); err != nil {
+					return err
+				}
 				actx, cancel := context.WithCancel(ctx)
 				wait := runAgent(actx, a)
 				defer func() { cancel(); wait() }()

@@ -133,6 +133,9 @@ The leader applies filesystem.layouts of every configuration version, as
 				if err != nil {
 					return err
 				}
+				if err := sf.joinedCert(&sec, a.State()); err != nil {
+					return err
+				}
 				actx, cancel := context.WithCancel(ctx)
 				wait := runAgent(actx, a)
 				defer func() { cancel(); wait() }()

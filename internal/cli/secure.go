@@ -2,10 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -15,6 +17,7 @@ import (
 // command that talks to meta or an iod.
 type secFlags struct {
 	secretFile, cert, key, ca string
+	insecure                  bool
 }
 
 // add registers the flags; withSecret is false for meta, whose secret is
@@ -26,8 +29,12 @@ func (s *secFlags) add(fs *pflag.FlagSet, withSecret bool) {
 	}
 	fs.StringVar(&s.cert, "tls-cert", "", "TLS certificate (PEM) to serve file-system connections with")
 	fs.StringVar(&s.key, "tls-key", "", "private key (PEM) of --tls-cert")
-	fs.StringVar(&s.ca, "tls-ca", "", "CA certificate (PEM) to verify servers with; set: dial meta and iods over TLS")
+	fs.StringVar(&s.ca, "tls-ca", "", "CA certificate (PEM) to verify servers' certificates with (TLS is on without it; the secret handshake authenticates servers)")
+	fs.BoolVar(&s.insecure, "insecure", false, "plain text after the handshake: dial without TLS and accept plain-text peers (file data and names readable on the wire)")
 }
+
+// insecureWarning is logged by every process given --insecure.
+const insecureWarning = "--insecure: file-system traffic is plain text; anyone on the path can read and alter file data and names"
 
 // security loads the credential (required unless optional) and TLS files.
 func (s *secFlags) security(optional bool) (proto.Security, error) {
@@ -41,7 +48,29 @@ func (s *secFlags) security(optional bool) (proto.Security, error) {
 		return sec, fmt.Errorf("no cluster secret: give --secret-file META_DATA/%s (or set %s)", proto.SecretFileName, proto.SecretEnv)
 	}
 	sec.TLSServer, sec.TLSClient, err = proto.LoadTLS(s.cert, s.key, s.ca)
+	if sec.Insecure = s.insecure; s.insecure {
+		slog.Warn(insecureWarning)
+	}
 	return sec, err
+}
+
+// joinedCert makes a joined member serve the file-system protocol with the
+// certificate its station issued (agent state/tls), unless --tls-cert was
+// given. Without one it serves with a throwaway certificate.
+func (s *secFlags) joinedCert(sec *proto.Security, state string) error {
+	if s.cert != "" {
+		return nil
+	}
+	cert, key, _, ok := agent.TLSFiles(state)
+	if !ok {
+		return nil
+	}
+	srv, _, err := proto.LoadTLS(cert, key, "")
+	if err != nil {
+		return fmt.Errorf("member certificate from the join: %w", err)
+	}
+	sec.TLSServer = srv
+	return nil
 }
 
 // limitFlags configure a server's proto.Limits.

@@ -269,6 +269,7 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 	if ro.sizes != nil {
 		d.SetSizeSource(ro.sizes)
 	}
+	d.SetInsecureSync(ro.insecure)
 	if err := d.Apply(cfg); err != nil {
 		d.Close()
 		return err

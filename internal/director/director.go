@@ -35,10 +35,12 @@ type Director struct {
 	// openSizes opens a SizeSource for a meta address (set by the command,
 	// which knows the file-system client); nil: sizes unknown.
 	openSizes func(meta string) SizeSource
-	fsMu      sync.Mutex
-	fs        SizeSource // for request sizes (mwlc), nil without meta
-	fsMeta    string
-	sizes     sizeCache
+	// insecureSync: HA sync streams in plain text (--insecure).
+	insecureSync atomic.Bool
+	fsMu         sync.Mutex
+	fs           SizeSource // for request sizes (mwlc), nil without meta
+	fsMeta       string
+	sizes        sizeCache
 
 	reload atomic.Pointer[ReloadStatus]
 	// admin is the admin API's address once it listens (a string); a

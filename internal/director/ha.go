@@ -158,6 +158,9 @@ func (p *xdpPlane) startHA(h *config.HA) error {
 	}
 	p.mu.Lock()
 	cfg.MAC, cfg.VIPs, cfg.Log = p.mac0, p.vipList(), p.d.log.With("ha", h.Group)
+	if cfg.Insecure = p.d.insecureSync.Load(); cfg.Insecure {
+		cfg.Log.Warn("--insecure: HA sync streams are plain text; anyone on the path can read the connection table")
+	}
 	p.mu.Unlock()
 	ev, err := p.dp.StartEvents()
 	if err != nil {
@@ -237,6 +240,10 @@ func (p *xdpPlane) haVIPsLocked() error {
 }
 
 // haNode is the running node, nil without HA.
+// SetInsecureSync makes the HA sync streams of groups joined from now on
+// plain text (the peers must accept it: --insecure on them too).
+func (d *Director) SetInsecureSync(b bool) { d.insecureSync.Store(b) }
+
 func (d *Director) haNode() haNode {
 	if n := d.haTest.Load(); n != nil {
 		return *n

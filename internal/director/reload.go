@@ -75,6 +75,13 @@ type RunOption func(*runOptions)
 type runOptions struct {
 	sizes     func(meta string) SizeSource
 	tokenFile string
+	insecure  bool
+}
+
+// WithInsecureSync makes the HA sync streams plain text (see
+// ha.Config.Insecure).
+func WithInsecureSync() RunOption {
+	return func(o *runOptions) { o.insecure = true }
 }
 
 // WithSizeSource gives the director a way to learn file sizes (mwlc).

@@ -50,6 +50,10 @@ type Config struct {
 	// Key is the group's shared secret: peers prove they hold it before a
 	// stream is accepted. At least 16 bytes.
 	Key []byte
+	// Insecure: dial peers in plain text and accept plain-text peers
+	// besides TLS ones. Without it every stream is TLS 1.3, authenticated
+	// by Key bound to the TLS session (tls.go).
+	Insecure bool
 	// Interface and MAC are the link the VIPs live on (gratuitous ARP goes
 	// out there) and its address; VIPs are the group's addresses.
 	Interface string

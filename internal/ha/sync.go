@@ -178,12 +178,18 @@ func (n *Node) runOut(o *outStream) {
 // outSession is one connection of an outgoing stream.
 func (n *Node) outSession(o *outStream) error {
 	d := net.Dialer{Timeout: ioDeadline}
-	conn, err := d.DialContext(o.ctx, "tcp", o.addr)
+	raw, err := d.DialContext(o.ctx, "tcp", o.addr)
 	if err != nil {
 		return err
 	}
+	defer raw.Close()
+	conn, bind, err := n.secureDial(raw)
+	if err != nil {
+		n.countSyncError()
+		return err
+	}
 	defer conn.Close()
-	if _, err := n.handshake(conn, true, o.name); err != nil {
+	if _, err := n.handshake(conn, true, o.name, bind, false); err != nil {
 		n.countSyncError()
 		return err
 	}
@@ -361,8 +367,10 @@ func (n *Node) countSyncError() {
 }
 
 // handshake: Hello both ways, then Auth both ways (HMAC over both names,
-// both nonces and the side). The dialer names who it expects.
-func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string, err error) {
+// both nonces, the side and the TLS binding). The dialer names who it
+// expects. probeOnly (a plain-text peer of a listener that requires TLS)
+// answers liveness probes and refuses streams.
+func (n *Node) handshake(conn net.Conn, dialer bool, expect string, bind []byte, probeOnly bool) (peer string, err error) {
 	conn.SetDeadline(time.Now().Add(ioDeadline))
 	defer conn.SetDeadline(time.Time{})
 	mine := make([]byte, nonceLen)
@@ -376,6 +384,9 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 		f, err := decodeFrame(typ, p)
 		if err != nil {
 			return f, err
+		}
+		if f.typ == frameBye {
+			return f, fmt.Errorf("ha: sync handshake with %s: refused: %s", conn.RemoteAddr(), f.reason)
 		}
 		if f.typ != frameHello {
 			return f, fmt.Errorf("ha: sync handshake from %s: frame type %d before hello", conn.RemoteAddr(), f.typ)
@@ -410,7 +421,7 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 		if theirs, err = readHello(); err != nil {
 			return "", err
 		}
-		me := authMAC(n.cfg.Key, 'd', n.cfg.Group, n.cfg.Name, theirs.name, mine, theirs.nonce)
+		me := authMAC(n.cfg.Key, 'd', n.cfg.Group, n.cfg.Name, theirs.name, mine, theirs.nonce, bind)
 		if err := writeConn(conn, appendFrame(nil, frameAuth, func(b []byte) []byte { return append(b, me...) })); err != nil {
 			return "", err
 		}
@@ -418,7 +429,7 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 		if err != nil {
 			return "", err
 		}
-		if !hmac.Equal(mac, authMAC(n.cfg.Key, 'l', n.cfg.Group, n.cfg.Name, theirs.name, mine, theirs.nonce)) {
+		if !hmac.Equal(mac, authMAC(n.cfg.Key, 'l', n.cfg.Group, n.cfg.Name, theirs.name, mine, theirs.nonce, bind)) {
 			return "", fmt.Errorf("ha: sync peer %s at %s does not hold the group key", theirs.name, conn.RemoteAddr())
 		}
 		return theirs.name, nil
@@ -429,6 +440,10 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 	} else if err != nil {
 		return "", err
 	}
+	if probeOnly {
+		writeConn(conn, byeFrame(errPlainSync.Error()))
+		return "", errPlainSync
+	}
 	if err := writeConn(conn, helloFrame(n.cfg.Group, n.cfg.Name, mine)); err != nil {
 		return "", err
 	}
@@ -436,10 +451,10 @@ func (n *Node) handshake(conn net.Conn, dialer bool, expect string) (peer string
 	if err != nil {
 		return "", err
 	}
-	if !hmac.Equal(mac, authMAC(n.cfg.Key, 'd', n.cfg.Group, theirs.name, n.cfg.Name, theirs.nonce, mine)) {
+	if !hmac.Equal(mac, authMAC(n.cfg.Key, 'd', n.cfg.Group, theirs.name, n.cfg.Name, theirs.nonce, mine, bind)) {
 		return "", fmt.Errorf("ha: sync peer %s at %s does not hold the group key", theirs.name, conn.RemoteAddr())
 	}
-	me := authMAC(n.cfg.Key, 'l', n.cfg.Group, theirs.name, n.cfg.Name, theirs.nonce, mine)
+	me := authMAC(n.cfg.Key, 'l', n.cfg.Group, theirs.name, n.cfg.Name, theirs.nonce, mine, bind)
 	return theirs.name, writeConn(conn, appendFrame(nil, frameAuth, func(b []byte) []byte { return append(b, me...) }))
 }
 
@@ -467,11 +482,21 @@ func (n *Node) acceptLoop() {
 }
 
 // serveIn receives one peer's stream.
-func (n *Node) serveIn(conn net.Conn) {
+func (n *Node) serveIn(raw net.Conn) {
 	defer n.wg.Done()
-	defer conn.Close()
+	defer raw.Close()
 	n.waitThawed()
-	name, err := n.handshake(conn, false, "")
+	conn, bind, plain, err := n.secureAccept(raw)
+	if errors.Is(err, io.EOF) {
+		return // a port scan
+	}
+	if err != nil {
+		n.countSyncError()
+		n.log.Warn("ha: sync stream refused", "from", raw.RemoteAddr(), "err", err)
+		return
+	}
+	defer conn.Close()
+	name, err := n.handshake(conn, false, "", bind, plain && !n.cfg.Insecure)
 	if errors.Is(err, errProbe) || errors.Is(err, io.EOF) {
 		return // a liveness probe (probeDead), or a port scan
 	}

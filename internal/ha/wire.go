@@ -256,9 +256,11 @@ func decodeEvent(p []byte) (xdp.ConnEvent, error) {
 	return ev, nil
 }
 
-// authMAC proves the key: over both names and nonces, and the side (so a
-// peer cannot reflect our own proof back at us).
-func authMAC(key []byte, side byte, group, dialer, listener string, dNonce, lNonce []byte) []byte {
+// authMAC proves the key: over both names and nonces, the side (so a peer
+// cannot reflect our own proof back at us) and bind, the TLS session's
+// exported value (nil in plain text), so a relay holding two TLS sessions
+// cannot pass proofs between them.
+func authMAC(key []byte, side byte, group, dialer, listener string, dNonce, lNonce, bind []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("corral-ha-sync-v1"))
 	m.Write([]byte{side})
@@ -267,5 +269,6 @@ func authMAC(key []byte, side byte, group, dialer, listener string, dNonce, lNon
 	}
 	m.Write(dNonce)
 	m.Write(lNonce)
+	m.Write(bind)
 	return m.Sum(nil)
 }

@@ -254,6 +254,12 @@ func StartFSWrapped(ctx context.Context, bin, data, metaListen string, iodListen
 	return startFS(ctx, &FS{Bin: bin, Data: data, Wrap: wrap}, metaListen, iodListens)
 }
 
+// StartFSWith is StartFS with f's fields (Bin, Data, Wrap, Args) set by
+// the caller.
+func StartFSWith(ctx context.Context, f *FS, metaListen string, iodListens []string) (*FS, error) {
+	return startFS(ctx, f, metaListen, iodListens)
+}
+
 // startFS starts f's metadata members and I/O servers.
 func startFS(ctx context.Context, f *FS, metaListen string, iodListens []string) (*FS, error) {
 	var err error

@@ -224,6 +224,7 @@ func TestUpStation(t *testing.T) {
 		t.Fatalf("corral cfg get: first line %q, want the version 1 header", first)
 	}
 	m.waitApplied(t, 1, m.members(), 20*time.Second)
+	checkMemberCerts(t, m.data)
 
 	c, v := m.current(t)
 	nodeWeight(t, c, "node2", 3)
@@ -259,6 +260,34 @@ func TestUpStation(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(m.data, "state", "node1")); err != nil {
 		t.Errorf("node1 keeps no credential: %v", err)
 	}
+}
+
+// checkMemberCerts: every member up started got a certificate from the
+// station at its join, kept 0600 in a 0700 directory (meta and the iod
+// serve the file-system protocol with theirs).
+func checkMemberCerts(t *testing.T, data string) {
+	t.Helper()
+	var dirs []string
+	filepath.WalkDir(data, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "member.pem" {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+		return nil
+	})
+	if len(dirs) < 2 { // at least meta and the iod
+		t.Fatalf("member certificates under %s: %v, want one per joined member", data, dirs)
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v (%v), want 0700", d, fi.Mode().Perm(), err)
+		}
+		for _, f := range []string{"member.pem", "member.key", "ca.pem"} {
+			if fi, err := os.Stat(filepath.Join(d, f)); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s/%s: %v, want mode 0600", d, f, err)
+			}
+		}
+	}
+	t.Logf("member certificates: %v", dirs)
 }
 
 // TestApplyUnderLoad (b): 2,000 requests through both services over about

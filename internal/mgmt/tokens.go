@@ -304,6 +304,7 @@ func (s *Station) join(ctx context.Context, bearerTok string, req api.JoinReques
 	reply := api.JoinReply{Member: req.Name, Credential: cred.ID + "." + secret, CA: string(s.caPEM), Stations: s.stations(ctx)}
 	reply.Secret = s.fsCredential(req.Role, req.Name)
 	reply.HA = ha
+	reply.TLS = s.memberTLS(req.Name, req.Addr)
 	reply.Meta = s.opt.Meta
 	if len(reply.Meta) == 0 {
 		if ci, err := s.cfgInfo(ctx); err == nil {

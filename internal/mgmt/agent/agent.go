@@ -342,6 +342,9 @@ func (a *Agent) joinToken(ctx context.Context, caFile []byte) error {
 	if err := a.saveHA(r.HA); err != nil {
 		return err
 	}
+	if err := a.saveTLS(r.TLS); err != nil {
+		return err
+	}
 	if r.HA != nil {
 		sv.HAEtcd = r.HA.Etcd
 	}

@@ -159,6 +159,17 @@ type JoinReply struct {
 	// HA is a director's access to the station's etcd, where the
 	// directors of an HA group elect (role director only).
 	HA *HAJoin `json:"ha,omitempty"`
+	// TLS is the member's certificate, signed by the station's CA (nil
+	// from a station without one).
+	TLS *MemberTLS `json:"tls,omitempty"`
+}
+
+// MemberTLS is a member's certificate for the file-system protocol: server
+// and client use, naming the member's address, loopback and localhost.
+type MemberTLS struct {
+	Cert string `json:"cert"` // PEM
+	Key  string `json:"key"`  // PEM, the certificate's private key
+	CA   string `json:"ca"`   // PEM of the CA that signed it
 }
 
 // HAJoin is what a director needs to take part in an HA group

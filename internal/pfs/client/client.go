@@ -83,6 +83,16 @@ func WithSecurity(sec proto.Security) Option {
 	}
 }
 
+// WithInsecure dials in plain text (the servers must accept it: --insecure
+// on them too). It keeps the credential WithSecurity or the environment
+// gives; give it after WithSecurity.
+func WithInsecure() Option {
+	return func(c *Client) bool {
+		c.pool.Security.Insecure = true
+		return false
+	}
+}
+
 // WithTimeout bounds each metadata operation, retries and leader changes
 // included (default DefaultTimeout); the caller's context may end it sooner.
 func WithTimeout(d time.Duration) Option {

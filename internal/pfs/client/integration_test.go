@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -378,13 +379,16 @@ func TestGarbageToDaemons(t *testing.T) {
 	}
 	for _, p := range append(fsys.IODs, fsys.Meta) {
 		for name, b := range inputs {
-			c, err := net.Dial("tcp", p.Addr)
+			raw, err := net.Dial("tcp", p.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Inside TLS, as every peer speaks by default: the garbage
+			// reaches the daemon's frame reader.
+			c := tls.Client(raw, proto.BoundClientTLS())
 			c.Write(b)
 			if name == "truncated" {
-				c.(*net.TCPConn).CloseWrite()
+				c.CloseWrite()
 			}
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if _, err := io.ReadAll(c); err != nil {

@@ -267,12 +267,15 @@ var (
 	errReadOnly = syscall.EROFS
 )
 
-func mac(key []byte, ctx string, k Kind, nc, ns []byte) []byte {
+// mac is a handshake proof. bind, the TLS session's exported value (nil in
+// plain text), ties the proof to the one session it was made on.
+func mac(key []byte, ctx string, k Kind, nc, ns, bind []byte) []byte {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(ctx))
 	m.Write([]byte{byte(k)})
 	m.Write(nc)
 	m.Write(ns)
+	m.Write(bind)
 	return m.Sum(nil)
 }
 
@@ -340,7 +343,7 @@ func parseHello(op Op, b []byte) (Kind, []byte, error) {
 
 // serverHandshake authenticates the peer on rw and returns the kind of
 // credential it proved. A refused peer gets an Error frame saying why.
-func serverHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential) (Kind, error) {
+func serverHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, bind []byte) (Kind, error) {
 	op, b, err := readHS(br)
 	if err != nil {
 		return 0, err
@@ -368,11 +371,11 @@ func serverHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential) (Kind
 	if op != OpProof || len(b) != sha256.Size {
 		return 0, fmt.Errorf("expected a handshake proof, got op %d with %d bytes", op, len(b))
 	}
-	if !hmac.Equal(b, mac(key, ctxClient, k, nc, ns)) {
+	if !hmac.Equal(b, mac(key, ctxClient, k, nc, ns, bind)) {
 		refuse(bw, "wrong cluster secret")
 		return 0, fmt.Errorf("%w: wrong cluster secret (%s credential)", ErrAuth, k)
 	}
-	if err := writeHS(bw, OpWelcome, mac(key, ctxServer, k, nc, ns)); err != nil {
+	if err := writeHS(bw, OpWelcome, mac(key, ctxServer, k, nc, ns, bind)); err != nil {
 		return 0, err
 	}
 	return k, nil
@@ -390,7 +393,7 @@ func refuseErrno(bw *bufio.Writer, errno syscall.Errno, msg string) {
 
 // clientHandshake proves cred to the server at addr and checks that the
 // server knows it too.
-func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr string) error {
+func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr string, bind []byte) error {
 	if cred == nil {
 		return fmt.Errorf("%w: no cluster secret to offer %s: give --secret-file FILE or set %s (meta writes DATA/%s at its first start)",
 			ErrAuth, addr, SecretEnv, SecretFileName)
@@ -405,7 +408,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 	}
 	notServer := func(err error) error {
 		if errors.Is(err, ErrBadMagic) && strings.Contains(err.Error(), "TLS") {
-			return fmt.Errorf("%w: %s speaks TLS: give --tls-ca", ErrAuth, addr)
+			return fmt.Errorf("%w: %s speaks TLS: drop --insecure", ErrAuth, addr)
 		}
 		if errors.Is(err, ErrBadMagic) || errors.Is(err, ErrVersion) || errors.Is(err, ErrTooBig) {
 			return fmt.Errorf("%w: %s is not a corral server of protocol version %d: %v", ErrAuth, addr, Version, err)
@@ -418,19 +421,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 		}
 		return fmt.Errorf("%w: handshake with %s: %v", ErrUnavailable, addr, err)
 	}
-	refused := func(b []byte) error {
-		var m Error
-		d := Dec{B: b}
-		m.Decode(&d)
-		msg := m.Msg
-		if d.Err() != nil {
-			msg = "(undecodable refusal)"
-		}
-		if syscall.Errno(m.Errno) == syscall.EAGAIN {
-			return fmt.Errorf("%w: %s is busy: %s", ErrUnavailable, addr, msg)
-		}
-		return fmt.Errorf("%w: %s refused us: %s", ErrAuth, addr, msg)
-	}
+	refused := func(b []byte) error { return refusal(addr, b) }
 	op, ns, err := readHS(br)
 	if err != nil {
 		return notServer(err)
@@ -441,7 +432,7 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 	if op != OpChallenge || len(ns) != nonceLen {
 		return fmt.Errorf("%w: %s is not a corral server: handshake op %d with %d bytes", ErrAuth, addr, op, len(ns))
 	}
-	if err := writeHS(bw, OpProof, mac(cred.key[:], ctxClient, k, nc, ns)); err != nil {
+	if err := writeHS(bw, OpProof, mac(cred.key[:], ctxClient, k, nc, ns, bind)); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrUnavailable, addr, err)
 	}
 	op, b, err := readHS(br)
@@ -451,10 +442,26 @@ func clientHandshake(br *bufio.Reader, bw *bufio.Writer, cred *Credential, addr 
 	if op == OpError {
 		return refused(b)
 	}
-	if op != OpWelcome || !hmac.Equal(b, mac(cred.key[:], ctxServer, k, nc, ns)) {
+	if op != OpWelcome || !hmac.Equal(b, mac(cred.key[:], ctxServer, k, nc, ns, bind)) {
 		return fmt.Errorf("%w: %s could not prove the cluster secret: not a server of this cluster", ErrAuth, addr)
 	}
 	return nil
+}
+
+// refusal is the error for a server's Error frame payload b in the
+// handshake.
+func refusal(addr string, b []byte) error {
+	var m Error
+	d := Dec{B: b}
+	m.Decode(&d)
+	msg := m.Msg
+	if d.Err() != nil {
+		msg = "(undecodable refusal)"
+	}
+	if syscall.Errno(m.Errno) == syscall.EAGAIN {
+		return fmt.Errorf("%w: %s is busy: %s", ErrUnavailable, addr, msg)
+	}
+	return fmt.Errorf("%w: %s refused us: %s", ErrAuth, addr, msg)
 }
 
 // readOnlyOps is the allow-list of what a read-only peer may ask. Ops not

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -33,23 +34,56 @@ var testSec = func() Security {
 	return Security{Cred: c}
 }()
 
-// authedConn dials addr and runs the client handshake with cred, returning
-// the raw connection for writing frames by hand.
-func authedConn(t *testing.T, addr string, cred *Credential) net.Conn {
+// tlsConn dials addr and completes TLS only, returning the connection and
+// its channel binding for writing the rest by hand.
+func tlsConn(t *testing.T, addr string) (net.Conn, []byte) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { nc.Close() })
+	t.Cleanup(func() { raw.Close() })
+	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Client(raw, defaultClientTLS())
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := binding(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.SetDeadline(time.Time{})
+	return tc, b
+}
+
+// authedConn dials addr and runs TLS and the client handshake with cred,
+// returning the connection for writing frames by hand.
+func authedConn(t *testing.T, addr string, cred *Credential) net.Conn {
+	t.Helper()
+	nc, bind := tlsConn(t, addr)
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	// An unbuffered-enough reader: the server sends nothing after Welcome
 	// until we send a request, so nothing is lost in this bufio.Reader.
-	if err := clientHandshake(bufio.NewReader(nc), bufio.NewWriter(nc), cred, addr); err != nil {
+	if err := clientHandshake(bufio.NewReader(nc), bufio.NewWriter(nc), cred, addr, bind); err != nil {
 		t.Fatal(err)
 	}
 	nc.SetDeadline(time.Time{})
 	return nc
+}
+
+// fakeTLS runs the server side of TLS on a fake server's connection and
+// returns the handshake's buffers and channel binding.
+func fakeTLS(nc net.Conn) (*bufio.Reader, *bufio.Writer, []byte, error) {
+	cfg, err := EphemeralServerTLS()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tc := tls.Server(nc, cfg)
+	if err := tc.Handshake(); err != nil {
+		return nil, nil, nil, err
+	}
+	b, err := binding(tc)
+	return bufio.NewReader(tc), bufio.NewWriter(tc), b, err
 }
 
 // closedByServer reads until the server closes; false on a timeout.
@@ -220,9 +254,13 @@ func TestFakeServer(t *testing.T) {
 		}, "is not a corral server"},
 		"hangs up": {func(nc net.Conn) {}, "closed the connection during the handshake"},
 	}
+	// The fakes speak the handshake in plain text: the client checks it
+	// the same way inside TLS.
+	plain := testSec
+	plain.Insecure = true
 	for name, c := range cases {
 		addr := fakeServer(t, c.serve)
-		_, err := Dial(context.Background(), addr, testSec)
+		_, err := Dial(context.Background(), addr, plain)
 		want := ErrAuth
 		if name == "hangs up" { // might be a server going down
 			want = ErrUnavailable
@@ -255,7 +293,10 @@ func (r *recorder) bytes() []byte {
 // new connection, are refused and run nothing.
 func TestReplayedHandshake(t *testing.T) {
 	h := &counting{}
-	addr, logs := startWith(t, &Server{Handler: h})
+	// In plain text, where a replay could reach the handshake at all.
+	plain := testSec
+	plain.Insecure = true
+	addr, logs := startWith(t, &Server{Handler: h, Security: plain})
 	rec := &recorder{}
 	proxy := fakeServer(t, func(nc net.Conn) {
 		up, err := net.Dial("tcp", addr)
@@ -266,7 +307,7 @@ func TestReplayedHandshake(t *testing.T) {
 		go io.Copy(nc, up)
 		io.Copy(io.MultiWriter(up, rec), nc)
 	})
-	c, err := Dial(context.Background(), proxy, testSec)
+	c, err := Dial(context.Background(), proxy, plain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,11 +417,18 @@ func TestTLS(t *testing.T) {
 	if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "wrong cluster secret") {
 		t.Errorf("wrong secret over TLS: %v", err)
 	}
-	// A plain client is refused.
-	if _, err := Dial(context.Background(), addr, testSec); err == nil || !strings.Contains(err.Error(), "expects TLS?") {
+	// A plain client is refused, saying why.
+	plain := testSec
+	plain.Insecure = true
+	if _, err := Dial(context.Background(), addr, plain); !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "requires TLS") {
 		t.Errorf("plain client to a TLS server: %v", err)
 	}
-	waitLog(t, logs, "TLS handshake")
+	waitLog(t, logs, "plain-text peer refused")
+	// A client without --tls-ca still speaks TLS to it, trusting the
+	// channel-bound handshake.
+	if _, err := Dial(context.Background(), addr, testSec); err != nil {
+		t.Errorf("default client to a server with a certificate: %v", err)
+	}
 	// A TLS client does not trust a server its CA did not sign.
 	_, _, otherCA := testCerts(t)
 	_, untrusting, _ := LoadTLS("", "", otherCA)
@@ -403,10 +451,10 @@ func FuzzHandshake(f *testing.F) {
 	f.Add([]byte{'C', 'R', Version, byte(OpError), 0, 0, 0, 0, 9, 0, 0, 0, 13, 0, 0, 0, 1, 0, 0, 0, 'x'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		bw := bufio.NewWriter(io.Discard)
-		if _, err := serverHandshake(bufio.NewReader(bytes.NewReader(b)), bw, testSec.Cred); err == nil {
+		if _, err := serverHandshake(bufio.NewReader(bytes.NewReader(b)), bw, testSec.Cred, nil); err == nil {
 			t.Fatal("fuzzed bytes passed the server's handshake")
 		}
-		if err := clientHandshake(bufio.NewReader(bytes.NewReader(b)), bw, testSec.Cred, "x"); err == nil {
+		if err := clientHandshake(bufio.NewReader(bytes.NewReader(b)), bw, testSec.Cred, "x", nil); err == nil {
 			t.Fatal("fuzzed bytes passed the client's handshake")
 		}
 		if len(b) >= HeaderLen {

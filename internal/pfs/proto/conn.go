@@ -79,22 +79,37 @@ func dial(ctx context.Context, addr, who string, sec Security) (*Conn, error) {
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Now()) })
 	defer stop()
 	nc := raw
-	if sec.TLSClient != nil {
+	var bind []byte
+	if !sec.Insecure || sec.TLSClient != nil {
 		cfg := sec.TLSClient
-		if cfg.ServerName == "" {
+		if cfg == nil {
+			cfg = defaultClientTLS()
+		} else if cfg.ServerName == "" {
 			cfg = cfg.Clone()
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
 		}
-		tc := tls.Client(raw, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
+		hc := &headConn{Conn: raw}
+		tc := tls.Client(hc, cfg)
+		err := tc.HandshakeContext(ctx)
+		if err == nil {
+			bind, err = binding(tc)
+		}
+		hc.done = true
+		if err != nil {
+			defer raw.Close()
+			if rerr := plainRefusal(hc, who); rerr != nil {
+				return nil, rerr
+			}
+			if isResetOrEOF(err) {
+				return nil, fmt.Errorf("%w: TLS with %s: %v (a server of an older version, or one given --insecure?)", ErrUnavailable, addr, err)
+			}
 			return nil, fmt.Errorf("%w: TLS with %s: %v", ErrAuth, addr, err)
 		}
 		nc = tc
 	}
 	br := bufio.NewReaderSize(nc, 256<<10)
 	bw := bufio.NewWriterSize(nc, 256<<10)
-	if err := clientHandshake(br, bw, sec.Cred, who); err != nil {
+	if err := clientHandshake(br, bw, sec.Cred, who, bind); err != nil {
 		raw.Close()
 		return nil, err
 	}

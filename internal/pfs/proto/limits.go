@@ -13,13 +13,19 @@ import (
 )
 
 // Security is how a process proves itself to its peers and protects its
-// connections: the credential for the handshake (required) and optional TLS.
+// connections: the credential for the handshake (required) and TLS, which
+// is on unless Insecure (see tls.go).
 type Security struct {
 	Cred *Credential
-	// TLSServer, if set, makes a Server speak TLS (the handshake runs inside).
+	// TLSServer is the certificate a Server presents; nil: a throwaway one.
 	TLSServer *tls.Config
-	// TLSClient, if set, makes a Pool dial with TLS.
+	// TLSClient, if set, verifies servers' certificates (by --tls-ca); nil:
+	// the channel-bound handshake alone authenticates the server.
 	TLSClient *tls.Config
+	// Insecure: dial in plain text, and let a Server accept plain-text
+	// peers besides TLS ones. Everything after the handshake is readable
+	// and alterable on the wire.
+	Insecure bool
 }
 
 // LoadTLS builds the TLS configurations from PEM files: a server one when

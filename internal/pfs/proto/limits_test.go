@@ -217,10 +217,11 @@ func TestGoAwayCrossingRequest(t *testing.T) {
 		if err != nil {
 			return
 		}
-		br, bw := bufio.NewReader(nc), bufio.NewWriter(nc)
-		if _, err := serverHandshake(br, bw, testSec.Cred); err == nil {
-			br.Peek(HeaderLen)
-			writeHS(bw, OpGoAway, nil)
+		if br, bw, bind, err := fakeTLS(nc); err == nil {
+			if _, err := serverHandshake(br, bw, testSec.Cred, bind); err == nil {
+				br.Peek(HeaderLen)
+				writeHS(bw, OpGoAway, nil)
+			}
 		}
 		nc.Close()
 		// Then relay to the real server.
@@ -247,8 +248,11 @@ func TestGoAwayCrossingRequest(t *testing.T) {
 	}
 	// The same goodbye on a lone connection names the reason.
 	first := fakeServer(t, func(nc net.Conn) {
-		br, bw := bufio.NewReader(nc), bufio.NewWriter(nc)
-		if _, err := serverHandshake(br, bw, testSec.Cred); err == nil {
+		br, bw, bind, err := fakeTLS(nc)
+		if err != nil {
+			return
+		}
+		if _, err := serverHandshake(br, bw, testSec.Cred, bind); err == nil {
 			br.Peek(HeaderLen)
 			writeHS(bw, OpGoAway, nil)
 		}
@@ -297,15 +301,19 @@ func TestClientBoundsAnnouncedReplies(t *testing.T) {
 	var cs []*Conn
 	for range conns {
 		addr := fakeServer(t, func(nc net.Conn) {
-			br, bw := bufio.NewReader(nc), bufio.NewWriter(nc)
-			if _, err := serverHandshake(br, bw, testSec.Cred); err != nil {
+			br, bw, bind, err := fakeTLS(nc)
+			if err != nil {
+				return
+			}
+			if _, err := serverHandshake(br, bw, testSec.Cred, bind); err != nil {
 				return
 			}
 			_, id, _, err := readHeader(br)
 			if err != nil {
 				return
 			}
-			nc.Write(header(OpEntries, id, MaxPayload))
+			bw.Write(header(OpEntries, id, MaxPayload))
+			bw.Flush()
 			io.Copy(io.Discard, nc)
 		})
 		c, err := Dial(context.Background(), addr, testSec)
@@ -367,7 +375,7 @@ func TestStrangersCostLittle(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		nc.Write([]byte{'C', 'R'}) // a partial header: the server waits in the handshake
+		nc.Write([]byte{tlsRecordHandshake, 3, 1}) // a partial TLS record: the server waits in the handshake
 	}
 	var peak uint64
 	for range 20 {

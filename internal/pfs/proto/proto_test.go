@@ -220,10 +220,7 @@ func TestServerGarbage(t *testing.T) {
 		if c.authed {
 			nc = authedConn(t, addr, testSec.Cred)
 		} else {
-			var err error
-			if nc, err = net.Dial("tcp", addr); err != nil {
-				t.Fatal(err)
-			}
+			nc, _ = tlsConn(t, addr)
 		}
 		nc.Write(c.in)
 		nc.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -163,20 +162,20 @@ func (s *Server) serveConn(raw net.Conn, ip string, lim Limits) {
 	if tc, ok := raw.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	nc := raw
-	nc.SetDeadline(time.Now().Add(lim.HandshakeTimeout))
-	if s.Security.TLSServer != nil {
-		tc := tls.Server(raw, s.Security.TLSServer)
-		if err := tc.Handshake(); err != nil {
-			s.log().Warn("closing connection", "remote", remote, "reason", "TLS handshake: "+err.Error())
-			return
-		}
-		nc = tc
-	}
+	raw.SetDeadline(time.Now().Add(lim.HandshakeTimeout))
 	// Small buffers until the peer is authenticated: a stranger costs a
 	// few KiB, not the 512 KiB of a member's connection.
-	hbr, hbw := bufio.NewReaderSize(nc, 1024), bufio.NewWriterSize(nc, 1024)
-	kind, err := serverHandshake(hbr, hbw, s.Security.Cred)
+	nc, hbr, hbw, bind, err := s.acceptTLS(raw)
+	if err != nil {
+		if err != io.EOF {
+			s.log().Warn("closing connection", "remote", remote, "reason", err.Error())
+		}
+		if err == errPlain {
+			lingerClose(raw)
+		}
+		return
+	}
+	kind, err := serverHandshake(hbr, hbw, s.Security.Cred, bind)
 	if err != nil {
 		s.log().Warn("closing connection", "remote", remote, "reason", "handshake: "+err.Error())
 		return
