@@ -46,6 +46,9 @@ func sniffPorts(t *testing.T) *portSniffer {
 	if err := syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: ethPAll, Ifindex: lo.Index}); err != nil {
 		t.Fatalf("bind packet socket: %v", err)
 	}
+	// A big buffer: on a loaded machine the reader falls behind, and a
+	// packet socket drops what does not fit.
+	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 32<<20)
 	tv := syscall.NsecToTimeval(int64(100 * time.Millisecond))
 	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	s := &portSniffer{ports: map[uint16]bool{}}
