@@ -176,11 +176,11 @@ func tokenCmd() *cobra.Command {
 		Long: `Join tokens let a new or replaced machine join the cluster: 'corral node
 --join STATION --token T' (likewise director, meta, iod) trades one for its
 configuration and credentials. A token is for one role, expires after --ttl,
-may be single-use, and can be revoked.
+is good for one join unless made with --multi-use, and can be revoked.
 
 The token string is ID.SECRET.CAHASH: CAHASH pins the station's CA, so a
 member needs no CA file to trust the station. Only 'token create' shows it.`,
-		Example: `  T=$(corral mgmt token create --role node --ttl 1h --single-use)
+		Example: `  T=$(corral mgmt token create --role node --ttl 1h)
   corral mgmt token list
   corral mgmt token revoke 3f2a9c`,
 	}
@@ -188,14 +188,14 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 
 	var role string
 	var ttl time.Duration
-	var single bool
+	var single, multi bool
 	var cluster string
 	create := &cobra.Command{
-		Use:   "create --role node|director|meta|iod [--ttl 1h] [--single-use] [--cluster NAME]",
+		Use:   "create --role node|director|meta|iod [--ttl 1h] [--multi-use] [--cluster NAME]",
 		Short: "Make a join token: the token on standard output, what it is on standard error",
 		Example: `  T=$(corral mgmt token create --role node --ttl 1h)
-  corral mgmt token create --role node --cluster web --single-use   # a new node enters cluster web's pools by itself
-  corral mgmt token create --role iod --ttl 30m --single-use`,
+  corral mgmt token create --role node --cluster web   # a new node enters cluster web's pools by itself
+  corral mgmt token create --role iod --ttl 30m --multi-use   # several iods join with it until it expires`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(memberRoles, role) {
@@ -204,6 +204,9 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			if ttl <= 0 {
 				return usageError{fmt.Errorf("--ttl %s: want a positive duration such as 1h", ttl)}
 			}
+			if single && multi {
+				return usageError{errors.New("--single-use and --multi-use exclude each other (single-use is the default)")}
+			}
 			cl, err := sf.client(true)
 			if err != nil {
 				return err
@@ -211,7 +214,7 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			ctx, cancel := mgmtCtx()
 			defer cancel()
 			var tok api.Token
-			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, SingleUse: single, Cluster: cluster}, &tok); err != nil {
+			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, MultiUse: multi, Cluster: cluster}, &tok); err != nil {
 				return stationError(cmd.CommandPath(), "", 0, err)
 			}
 			s, err := joinTokenString(&sf, cl.Stations[0], tok)
@@ -219,9 +222,9 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 				return err
 			}
 			fmt.Println(s)
-			note := ""
-			if single {
-				note = ", single-use"
+			note := ", single-use"
+			if !tok.SingleUse {
+				note = ", multi-use"
 			}
 			if tok.Cluster != "" {
 				note += ", a new node enters cluster " + tok.Cluster
@@ -232,7 +235,8 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 	}
 	create.Flags().StringVar(&role, "role", "", "the role that may join with it: node, director, meta or iod")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long it is valid")
-	create.Flags().BoolVar(&single, "single-use", false, "valid for one join only")
+	create.Flags().BoolVar(&multi, "multi-use", false, "valid for any number of joins until it expires (default: one join)")
+	create.Flags().BoolVar(&single, "single-use", false, "valid for one join only (the default; kept for scripts)")
 	create.Flags().StringVar(&cluster, "cluster", "", "node tokens: the logical cluster a node joining with it enters (a node not yet in the configuration is added at its address, as a new version)")
 
 	var asJSON bool

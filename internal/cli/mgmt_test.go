@@ -200,7 +200,7 @@ func (f *cfgStation) serve(w http.ResponseWriter, r *http.Request) {
 	case p == api.RouteTokens && r.Method == http.MethodPost:
 		var in api.TokenRequest
 		json.NewDecoder(r.Body).Decode(&in)
-		f.reply(w, api.Token{ID: "abc123", Secret: "s3cr3t", Role: in.Role, SingleUse: in.SingleUse, Expires: time.Now().Add(in.TTL)})
+		f.reply(w, api.Token{ID: "abc123", Secret: "s3cr3t", Role: in.Role, SingleUse: !in.MultiUse, Expires: time.Now().Add(in.TTL)})
 	case p == api.RouteTokens:
 		f.reply(w, []api.Token{{ID: "abc123", Role: "node", CreatedBy: "admin", Expires: time.Now().Add(time.Hour)},
 			{ID: "old", Role: "iod", CreatedBy: "admin", Expires: time.Now().Add(-time.Hour)},
