@@ -302,8 +302,7 @@ func (s *Station) setupEtcdAuth(ctx context.Context) error {
 	steps := []struct {
 		what string
 		do   func() error
-	}{
-	}
+	}{}
 	st, err := s.cli.AuthStatus(ctx)
 	if err != nil {
 		return fmt.Errorf("mgmt: etcd auth status: %w", err)
