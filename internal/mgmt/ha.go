@@ -127,11 +127,18 @@ func (s *Station) syncHAUser(ctx context.Context, member string, groups map[stri
 // syncHARoles gives every director's etcd user the role of its group in
 // the current configuration and takes every other group's away.
 func (s *Station) syncHARoles(ctx context.Context) error {
-	c, err := s.currentConfig(ctx)
+	groups, err := s.currentGroups(ctx)
 	if err != nil {
+		// Roles stay as they are until a version reads (versions are
+		// validated when stored, so this is etcd failing, or a version
+		// an older station stored).
+		var ce configError
+		if errors.As(err, &ce) {
+			s.log.Warn("directors' etcd roles left as they are", "err", err)
+			return nil
+		}
 		return err
 	}
-	groups := directorGroups(c)
 	users, err := s.cli.UserList(ctx)
 	if err != nil {
 		return fmt.Errorf("etcd users: %w", err)
@@ -362,14 +369,43 @@ func (s *Station) etcdHAUser(ctx context.Context, member string) error {
 	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
 		return fmt.Errorf("join: etcd user %s: %w", member, err)
 	}
-	c, err := s.currentConfig(ctx)
+	groups, err := s.currentGroups(ctx)
+	var ce configError
+	if errors.As(err, &ce) {
+		// No group is known: the director gets no role now, and its
+		// group's when a version that reads names it.
+		s.log.Warn("director's etcd role: the current version does not read", "member", member, "err", err)
+		groups, err = nil, nil
+	}
 	if err != nil {
 		return fmt.Errorf("join: etcd user %s: %w", member, err)
 	}
-	if err := s.syncHAUser(ctx, member, directorGroups(c)); err != nil {
+	if err := s.syncHAUser(ctx, member, groups); err != nil {
 		return fmt.Errorf("join: %w", err)
 	}
 	return nil
+}
+
+// configError is a current version that does not parse.
+type configError struct{ err error }
+
+func (e configError) Error() string { return "current configuration: " + e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// currentGroups is directorGroups of the current version.
+func (s *Station) currentGroups(ctx context.Context) (map[string]string, error) {
+	v, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(v.YAML) == "" {
+		return map[string]string{}, nil
+	}
+	c, err := clustercfg.Parse(fmt.Sprintf("version %d", v.Version), []byte(v.YAML))
+	if err != nil {
+		return nil, configError{err}
+	}
+	return directorGroups(c), nil
 }
 
 // dropEtcdHAUser deletes a director's etcd user: its revoked credential's

@@ -356,7 +356,7 @@ func TestJoinEntersCluster(t *testing.T) {
 	if err := adm.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleIOD, Cluster: "web"}, nil); status(err) != 400 {
 		t.Fatalf("iod token with a cluster: %v", err)
 	}
-	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, Cluster: "web"})
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, Cluster: "web", MultiUse: true})
 	if tok.Cluster != "web" {
 		t.Fatalf("token: %+v", tok)
 	}
