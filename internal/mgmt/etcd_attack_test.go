@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+
+	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // rawHTTP is one request with a bounded client; the body ("" on error).
@@ -242,5 +245,52 @@ func TestEtcdDirectorGroupRole(t *testing.T) {
 	denied("d1 after a restart", t1, d1.Etcd, []string{"/corral/ha/b/x", keyHAKey}, nil)
 	if err := etcdTry(d2.Etcd, t2, "/corral/ha/b/members/d2"); err != nil {
 		t.Fatalf("d2 after the restart: %v", err)
+	}
+}
+
+// TestEtcdPeerURLUpgrade: a data directory an earlier version left (a
+// member with plain-http peer and client URLs, no auth) starts as a TLS
+// member: its keys are there, its advertised peer URL is moved to https,
+// and auth is on.
+func TestEtcdPeerURLUpgrade(t *testing.T) {
+	opt := stationOpts("127.0.85.41", t.TempDir())
+	cfg := embed.NewConfig()
+	cfg.Name = opt.EtcdName
+	cfg.Dir = filepath.Join(opt.Data, "etcd")
+	cfg.Logger, cfg.LogLevel, cfg.LogOutputs = "zap", "error", []string{filepath.Join(opt.Data, "old-etcd.log")}
+	pu, _ := url.Parse("http://" + opt.EtcdPeer)
+	cu, _ := url.Parse("http://" + opt.EtcdClient)
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.InitialCluster = opt.EtcdName + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		t.Fatal("old-style etcd not ready")
+	}
+	if err := etcdTry([]string{cu.String()}, nil, "/old/key"); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+
+	ts := startStation(t, opt)
+	ctx := ctxT(t)
+	r, err := ts.s.cli.Get(ctx, "/old/key")
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("the old member's key: %v %v", r, err)
+	}
+	ml, err := ts.s.cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != 1 || len(ml.Members[0].PeerURLs) != 1 || ml.Members[0].PeerURLs[0] != "https://"+opt.EtcdPeer {
+		t.Fatalf("peer URLs after the upgrade: %+v %v", ml, err)
+	}
+	if st, err := ts.s.cli.AuthStatus(ctx); err != nil || !st.Enabled {
+		t.Fatalf("auth after the upgrade: %+v %v", st, err)
+	}
+	if err := etcdGet([]string{cu.String()}, nil, "/old/key"); err == nil {
+		t.Fatal("plain http still reads after the upgrade")
 	}
 }
