@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -428,5 +429,46 @@ func TestEtcdHARolePermits(t *testing.T) {
 	// Still nothing outside /corral/ha/.
 	if _, err := b.Get(ctx, keyTokens, clientv3.WithPrefix()); err == nil {
 		t.Fatal("a director read the tokens")
+	}
+}
+
+// TestStationsNeedOneCA: two stations forming one cluster, each with a
+// CA of its own, cannot trust each other's peers: the start fails in
+// bounded time, naming init-ca and etcd's log; an http:// peer URL in the
+// initial cluster is refused at once.
+func TestStationsNeedOneCA(t *testing.T) {
+	old := etcdStartTimeout
+	etcdStartTimeout = 5 * time.Second
+	defer func() { etcdStartTimeout = old }()
+	ips := []string{"127.0.85.51", "127.0.85.52"}
+	var ic []string
+	for _, ip := range ips {
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=https://"+ip+":7602")
+	}
+	errs := make([]error, len(ips))
+	var wg sync.WaitGroup
+	for i, ip := range ips {
+		opt := stationOpts(ip, t.TempDir())
+		opt.EtcdInitialCluster = strings.Join(ic, ",")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := New(opt)
+			if s != nil {
+				s.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "init-ca") || !strings.Contains(err.Error(), "etcd.log") {
+			t.Errorf("station %d with its own CA: %v", i, err)
+		}
+	}
+	opt := stationOpts("127.0.85.53", t.TempDir())
+	opt.EtcdInitialCluster = opt.EtcdName + "=http://127.0.85.53:7602"
+	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "want https://HOST:PORT") {
+		t.Fatalf("http:// peer URL: %v", err)
 	}
 }
