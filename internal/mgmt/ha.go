@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
-
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -62,15 +61,25 @@ func directorGroups(c *clustercfg.Config) map[string]string {
 	return m
 }
 
-// ensureHAGroupRole makes group's role with its one permission (both
-// steps may be repeated).
+// ensureHAGroupRole makes group's role with its one permission unless it
+// is there: every change of etcd's auth data fails the requests
+// authorised before it, so nothing is written that is already so.
 func (s *Station) ensureHAGroupRole(ctx context.Context, group string) error {
 	role := etcdHAGroupRole(group)
-	if _, err := s.cli.RoleAdd(ctx, role); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+	p := keyHA + group + "/"
+	end := clientv3.GetPrefixRangeEnd(p)
+	if r, err := s.cli.RoleGet(ctx, role); err == nil {
+		for _, pm := range r.Perm {
+			if string(pm.Key) == p && string(pm.RangeEnd) == end && pm.PermType == clientv3.PermReadWrite {
+				return nil
+			}
+		}
+	} else if !errors.Is(err, rpctypes.ErrRoleNotFound) {
+		return fmt.Errorf("etcd role %s: %w", role, err)
+	} else if _, err := s.cli.RoleAdd(ctx, role); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
 		return fmt.Errorf("etcd role %s: %w", role, err)
 	}
-	p := keyHA + group + "/"
-	if _, err := s.cli.RoleGrantPermission(ctx, role, p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+	if _, err := s.cli.RoleGrantPermission(ctx, role, p, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
 		return fmt.Errorf("etcd role %s: permission on %s: %w", role, p, err)
 	}
 	return nil
@@ -85,6 +94,16 @@ func (s *Station) grantHAGroups(ctx context.Context, c *clustercfg.Config) error
 		return nil
 	}
 	for name, group := range directorGroups(c) {
+		u, err := s.cli.UserGet(ctx, name)
+		if errors.Is(err, rpctypes.ErrUserNotFound) {
+			continue // not joined: its join gives it the role
+		}
+		if err != nil {
+			return fmt.Errorf("etcd user %s: %w", name, err)
+		}
+		if slices.Contains(u.Roles, etcdHAGroupRole(group)) {
+			continue
+		}
 		if err := s.ensureHAGroupRole(ctx, group); err != nil {
 			return err
 		}
