@@ -27,7 +27,7 @@ import (
 // mgmtCmd is `corral mgmt`: the station itself, and its subcommands.
 func mgmtCmd() *cobra.Command {
 	var opt mgmt.Options
-	var etcd, secretFile, metaList string
+	var etcd, secretFile, metaList, etcdPasswordFile string
 	c := &cobra.Command{
 		Use:   "mgmt [--data DIR] [--listen HOST:PORT]",
 		Short: "Run the management station (one versioned cluster configuration), or talk to it",
@@ -39,23 +39,30 @@ On first start it makes, under --data:
   DATA/etcd          the embedded etcd member's data (none with --etcd)
   DATA/tls/ca.pem    the CA that signs its certificate (members and the
                      client commands trust it; --tls-* bring your own)
+                     and the embedded etcd's: both its ports take TLS 1.3
+                     with client certificates of this CA only, loopback
+                     included, and etcd's auth is on
   DATA/admin.token   a bootstrap admin API token (mode 0600)
 
 It prints "corral mgmt: listening on ADDR" and a line naming those files once
 it serves; SIGINT or SIGTERM stop it cleanly.
 
-Three stations form one etcd cluster: give each --etcd-name, its own
---etcd-peer and --etcd-client, and the same --etcd-initial-cluster. Or point
-every station at an external etcd cluster with --etcd.
+Three stations form one etcd cluster: make their CA once ('corral mgmt
+init-ca DIR1 DIR2 DIR3': their peers trust each other through it), then give
+each --etcd-name, its own --etcd-peer and --etcd-client, and the same
+--etcd-initial-cluster (https:// peer URLs). Or point every station at an
+external etcd cluster with --etcd (and --etcd-ca, --etcd-cert, --etcd-key,
+--etcd-user, --etcd-password-file as it needs).
 
 The subcommands talk to a running station (--station, --token-file, --ca;
 see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 3 refused because the configuration changed meanwhile.`,
 		Example: `  corral mgmt                                   # ./corral-data/mgmt, https://127.0.0.1:7600
   corral mgmt --data /var/lib/corral/mgmt --secret-file /var/lib/corral/meta/cluster.secret
-  corral mgmt --etcd http://10.0.0.1:2379,http://10.0.0.2:2379
+  corral mgmt --etcd https://10.0.0.1:2379,https://10.0.0.2:2379 --etcd-ca etcd-ca.pem --etcd-cert mgmt.pem --etcd-key mgmt.key
   # three stations, one etcd cluster:
-  corral mgmt --data s1 --listen 127.0.0.1:7600 --etcd-name s1 --etcd-client 127.0.0.1:7601 --etcd-peer 127.0.0.1:7602 --etcd-initial-cluster s1=http://127.0.0.1:7602,s2=http://127.0.0.2:7602,s3=http://127.0.0.3:7602
+  corral mgmt init-ca s1 s2 s3
+  corral mgmt --data s1 --listen 127.0.0.1:7600 --etcd-name s1 --etcd-client 127.0.0.1:7601 --etcd-peer 127.0.0.1:7602 --etcd-initial-cluster s1=https://127.0.0.1:7602,s2=https://127.0.0.2:7602,s3=https://127.0.0.3:7602
   T=$(corral mgmt token create --role node --ttl 1h)   # then: corral node --join https://127.0.0.1:7600 --token "$T"`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -81,6 +88,25 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 			}
 			if len(opt.Etcd) > 0 && (opt.EtcdInitialCluster != "" || cmd.Flags().Changed("etcd-peer") || cmd.Flags().Changed("etcd-client") || opt.EtcdName != "") {
 				return usageError{errors.New("--etcd (an external cluster) excludes --etcd-name, --etcd-peer, --etcd-client and --etcd-initial-cluster (the embedded member)")}
+			}
+			if len(opt.Etcd) == 0 && (opt.EtcdCA != "" || opt.EtcdCert != "" || opt.EtcdKey != "" || opt.EtcdUser != "" || etcdPasswordFile != "") {
+				return usageError{errors.New("--etcd-ca, --etcd-cert, --etcd-key, --etcd-user and --etcd-password-file are for an external cluster (--etcd); the embedded member's TLS is the station's own")}
+			}
+			if (opt.EtcdCert == "") != (opt.EtcdKey == "") {
+				return usageError{errors.New("--etcd-cert and --etcd-key go together")}
+			}
+			if (opt.EtcdUser == "") != (etcdPasswordFile == "") {
+				return usageError{errors.New("--etcd-user and --etcd-password-file go together")}
+			}
+			if etcdPasswordFile != "" {
+				pw, err := readPrivateFile(etcdPasswordFile)
+				if err != nil {
+					return fileError("--etcd-password-file", etcdPasswordFile, err)
+				}
+				opt.EtcdPassword = strings.TrimRight(string(pw), "\r\n")
+				if opt.EtcdPassword == "" {
+					return fmt.Errorf("--etcd-password-file %s: empty", etcdPasswordFile)
+				}
 			}
 			if (opt.TLSCert == "") != (opt.TLSKey == "") {
 				return usageError{errors.New("--tls-cert and --tls-key go together")}
@@ -145,15 +171,58 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 	f.StringVar(&etcd, "etcd", "", "an external etcd cluster's client endpoints, comma-separated (default: an embedded member in DATA/etcd)")
 	f.StringVar(&opt.EtcdName, "etcd-name", "", "the embedded etcd member's name (default station)")
 	f.StringVar(&opt.EtcdPeer, "etcd-peer", "127.0.0.1:7602", "the embedded member's peer address")
-	f.StringVar(&opt.EtcdClient, "etcd-client", "127.0.0.1:7601", "the embedded member's client address (not loopback: TLS with client certificates from the station's CA and etcd auth; directors of an HA group elect through it)")
-	f.StringVar(&opt.EtcdInitialCluster, "etcd-initial-cluster", "", "every station's member as NAME=http://PEER,... (several stations, one etcd cluster)")
+	f.StringVar(&opt.EtcdClient, "etcd-client", "127.0.0.1:7601", "the embedded member's client address (TLS 1.3 with client certificates from the station's CA and etcd auth, loopback included; directors of an HA group elect through it)")
+	f.StringVar(&opt.EtcdInitialCluster, "etcd-initial-cluster", "", "every station's member as NAME=https://PEER,... (several stations, one etcd cluster; make their CA first with 'corral mgmt init-ca')")
+	f.StringVar(&opt.EtcdCA, "etcd-ca", "", "with --etcd: the CA (PEM) the external cluster's server certificates are checked against")
+	f.StringVar(&opt.EtcdCert, "etcd-cert", "", "with --etcd: this station's client certificate (PEM)")
+	f.StringVar(&opt.EtcdKey, "etcd-key", "", "with --etcd: the key of --etcd-cert (mode 0600 or stricter)")
+	f.StringVar(&opt.EtcdUser, "etcd-user", "", "with --etcd: the etcd user, when the cluster has auth on (with --etcd-password-file)")
+	f.StringVar(&etcdPasswordFile, "etcd-password-file", "", "with --etcd-user: a file holding its password (mode 0600 or stricter)")
 	f.StringVar(&opt.TLSCert, "tls-cert", "", "the API's certificate, PEM (default: one signed by the CA the station makes)")
 	f.StringVar(&opt.TLSKey, "tls-key", "", "private key of --tls-cert")
 	f.StringVar(&opt.TLSCA, "tls-ca", "", "CA certificate of --tls-cert (handed to members that join)")
 	f.StringVar(&secretFile, "secret-file", os.Getenv(proto.SecretEnv), "the file system's cluster secret, for members that join and webmasters' uploads (env "+proto.SecretEnv+"; none: those parts are off)")
 	f.StringVar(&metaList, "meta", "", "metadata members, comma-separated (default: the configuration's filesystem.meta)")
-	c.AddCommand(tokenCmd(), userCmd(), loginCmd(), backupCmd(), restoreCmd(), rolloutCmd(), uploadCmd())
+	c.AddCommand(tokenCmd(), userCmd(), loginCmd(), backupCmd(), restoreCmd(), rolloutCmd(), uploadCmd(), initCACmd())
 	return c
+}
+
+// initCACmd is `corral mgmt init-ca DIR...`: one CA for stations that
+// will form one etcd cluster.
+func initCACmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "init-ca DATA-DIR...",
+		Short: "Make one CA in each station data directory, before stations that form one etcd cluster first start",
+		Long: `Stations that form one etcd cluster (--etcd-initial-cluster) trust each
+other's etcd peer certificates through one CA, so they must have it before
+they first start. init-ca makes it and writes DATA/tls/ca.pem and ca.key
+(0600, in a 0700 directory) into each data directory given; copy a
+directory's tls/ca.pem and tls/ca.key to a station on another host. A
+directory that already has a CA is refused.`,
+		Example: `  corral mgmt init-ca /var/lib/corral/s1 /var/lib/corral/s2 /var/lib/corral/s3`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := mgmt.InitCA(args...); err != nil {
+				return err
+			}
+			for _, d := range args {
+				fmt.Println(filepath.Join(d, "tls", "ca.pem"))
+			}
+			return nil
+		},
+	}
+}
+
+// readPrivateFile reads a secret that group and others may not read.
+func readPrivateFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return nil, fmt.Errorf("mode %04o: readable by others; chmod 600 it", m)
+	}
+	return os.ReadFile(path)
 }
 
 func splitList(s string) []string {
@@ -177,11 +246,11 @@ func tokenCmd() *cobra.Command {
 		Long: `Join tokens let a new or replaced machine join the cluster: 'corral node
 --join STATION --token T' (likewise director, meta, iod) trades one for its
 configuration and credentials. A token is for one role, expires after --ttl,
-may be single-use, and can be revoked.
+is good for one join unless made with --multi-use, and can be revoked.
 
 The token string is ID.SECRET.CAHASH: CAHASH pins the station's CA, so a
 member needs no CA file to trust the station. Only 'token create' shows it.`,
-		Example: `  T=$(corral mgmt token create --role node --ttl 1h --single-use)
+		Example: `  T=$(corral mgmt token create --role node --ttl 1h)
   corral mgmt token list
   corral mgmt token revoke 3f2a9c`,
 	}
@@ -189,14 +258,14 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 
 	var role string
 	var ttl time.Duration
-	var single bool
+	var single, multi bool
 	var cluster string
 	create := &cobra.Command{
-		Use:   "create --role node|director|meta|iod [--ttl 1h] [--single-use] [--cluster NAME]",
+		Use:   "create --role node|director|meta|iod [--ttl 1h] [--multi-use] [--cluster NAME]",
 		Short: "Make a join token: the token on standard output, what it is on standard error",
 		Example: `  T=$(corral mgmt token create --role node --ttl 1h)
-  corral mgmt token create --role node --cluster web --single-use   # a new node enters cluster web's pools by itself
-  corral mgmt token create --role iod --ttl 30m --single-use`,
+  corral mgmt token create --role node --cluster web   # a new node enters cluster web's pools by itself
+  corral mgmt token create --role iod --ttl 30m --multi-use   # several iods join with it until it expires`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !slices.Contains(memberRoles, role) {
@@ -205,6 +274,9 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			if ttl <= 0 {
 				return usageError{fmt.Errorf("--ttl %s: want a positive duration such as 1h", ttl)}
 			}
+			if single && multi {
+				return usageError{errors.New("--single-use and --multi-use exclude each other (single-use is the default)")}
+			}
 			cl, err := sf.client(true)
 			if err != nil {
 				return err
@@ -212,7 +284,7 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 			ctx, cancel := mgmtCtx()
 			defer cancel()
 			var tok api.Token
-			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, SingleUse: single, Cluster: cluster}, &tok); err != nil {
+			if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: role, TTL: ttl, MultiUse: multi, Cluster: cluster}, &tok); err != nil {
 				return stationError(cmd.CommandPath(), "", 0, err)
 			}
 			s, err := joinTokenString(&sf, cl.Stations[0], tok)
@@ -220,9 +292,9 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 				return err
 			}
 			fmt.Println(s)
-			note := ""
-			if single {
-				note = ", single-use"
+			note := ", single-use"
+			if !tok.SingleUse {
+				note = ", multi-use"
 			}
 			if tok.Cluster != "" {
 				note += ", a new node enters cluster " + tok.Cluster
@@ -233,7 +305,8 @@ member needs no CA file to trust the station. Only 'token create' shows it.`,
 	}
 	create.Flags().StringVar(&role, "role", "", "the role that may join with it: node, director, meta or iod")
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long it is valid")
-	create.Flags().BoolVar(&single, "single-use", false, "valid for one join only")
+	create.Flags().BoolVar(&multi, "multi-use", false, "valid for any number of joins until it expires (default: one join)")
+	create.Flags().BoolVar(&single, "single-use", false, "valid for one join only (the default; kept for scripts)")
 	create.Flags().StringVar(&cluster, "cluster", "", "node tokens: the logical cluster a node joining with it enters (a node not yet in the configuration is added at its address, as a new version)")
 
 	var asJSON bool

@@ -200,7 +200,7 @@ func (f *cfgStation) serve(w http.ResponseWriter, r *http.Request) {
 	case p == api.RouteTokens && r.Method == http.MethodPost:
 		var in api.TokenRequest
 		json.NewDecoder(r.Body).Decode(&in)
-		f.reply(w, api.Token{ID: "abc123", Secret: "s3cr3t", Role: in.Role, SingleUse: in.SingleUse, Expires: time.Now().Add(in.TTL)})
+		f.reply(w, api.Token{ID: "abc123", Secret: "s3cr3t", Role: in.Role, SingleUse: !in.MultiUse, Expires: time.Now().Add(in.TTL)})
 	case p == api.RouteTokens:
 		f.reply(w, []api.Token{{ID: "abc123", Role: "node", CreatedBy: "admin", Expires: time.Now().Add(time.Hour)},
 			{ID: "old", Role: "iod", CreatedBy: "admin", Expires: time.Now().Add(-time.Hour)},
@@ -493,6 +493,10 @@ func TestMgmtUsage(t *testing.T) {
 		{[]string{"mgmt", "--etcd", "http://127.0.0.1:2379", "--etcd-name", "s1"}, "--etcd (an external cluster) excludes"},
 		{[]string{"mgmt", "--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"mgmt", "--etcd", "::"}, `--etcd "::": want endpoint URLs`},
+		{[]string{"mgmt", "--etcd-ca", "ca.pem"}, "are for an external cluster (--etcd)"},
+		{[]string{"mgmt", "--etcd", "https://127.0.0.1:2379", "--etcd-cert", "c.pem"}, "--etcd-cert and --etcd-key go together"},
+		{[]string{"mgmt", "--etcd", "https://127.0.0.1:2379", "--etcd-user", "u"}, "--etcd-user and --etcd-password-file go together"},
+		{[]string{"mgmt", "token", "create", "--role", "node", "--single-use", "--multi-use"}, "--single-use and --multi-use exclude each other"},
 		{[]string{"mgmt", "tokn"}, "did you mean token?"},
 		{[]string{"cfg", "aply"}, "did you mean apply?"},
 		{[]string{"cfg", "apply", "x.yaml", "--force", "--base", "2"}, "--force and --base exclude each other"},
@@ -506,6 +510,51 @@ func TestMgmtUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("corral %s: exit %d %q, want 2 and %q", strings.Join(c.args, " "), code, errs, c.want)
 		}
+	}
+}
+
+// TestMgmtEtcdPasswordFileMode: a password file others may read is
+// refused, as ssh refuses such keys; an empty one too.
+func TestMgmtEtcdPasswordFileMode(t *testing.T) {
+	dir := mgmtTestEnv(t)
+	pw := filepath.Join(filepath.Dir(dir), "etcd.pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runMain(t, "mgmt", "--etcd", "https://127.0.63.90:2379", "--etcd-user", "u", "--etcd-password-file", pw)
+	if code != 1 || !strings.Contains(errs, "--etcd-password-file "+pw+": mode 0644: readable by others; chmod 600 it") {
+		t.Fatalf("world-readable password file: exit %d %q", code, errs)
+	}
+	os.WriteFile(pw, nil, 0o600)
+	os.Chmod(pw, 0o600)
+	code, _, errs = runMain(t, "mgmt", "--etcd", "https://127.0.63.90:2379", "--etcd-user", "u", "--etcd-password-file", pw)
+	if code != 1 || !strings.Contains(errs, "empty") {
+		t.Fatalf("empty password file: exit %d %q", code, errs)
+	}
+}
+
+// TestMgmtInitCA: init-ca writes one CA into each directory (0600 files
+// in a 0700 tls directory) and refuses a directory that has one.
+func TestMgmtInitCA(t *testing.T) {
+	mgmtTestEnv(t)
+	a, b := filepath.Join(t.TempDir(), "s1"), filepath.Join(t.TempDir(), "s2")
+	code, out, errs := runMain(t, "mgmt", "init-ca", a, b)
+	if code != 0 || !strings.Contains(out, filepath.Join(a, "tls", "ca.pem")) {
+		t.Fatalf("init-ca: %d %q %q", code, out, errs)
+	}
+	ka, _ := os.ReadFile(filepath.Join(a, "tls", "ca.key"))
+	kb, _ := os.ReadFile(filepath.Join(b, "tls", "ca.key"))
+	if len(ka) == 0 || string(ka) != string(kb) {
+		t.Fatal("init-ca: the directories have different CAs")
+	}
+	for _, p := range []string{filepath.Join(a, "tls"), filepath.Join(a, "tls", "ca.key"), filepath.Join(a, "tls", "ca.pem")} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: %v %v", p, fi.Mode(), err)
+		}
+	}
+	if code, _, errs := runMain(t, "mgmt", "init-ca", b); code != 1 || !strings.Contains(errs, "already has a CA") {
+		t.Fatalf("init-ca over a CA: %d %q", code, errs)
 	}
 }
 

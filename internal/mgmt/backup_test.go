@@ -171,14 +171,18 @@ func TestThreeStations(t *testing.T) {
 	ips := []string{"127.0.52.21", "127.0.52.22", "127.0.52.23"}
 	var ic []string
 	for _, ip := range ips {
-		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=http://"+ip+":7602")
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=https://"+ip+":7602")
 	}
 	opts := make([]Options, 3)
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	if err := InitCA(dirs...); err != nil {
+		t.Fatal(err)
+	}
 	sts := make([]*Station, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, ip := range ips {
-		opts[i] = stationOpts(ip, t.TempDir())
+		opts[i] = stationOpts(ip, dirs[i])
 		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
 		wg.Add(1)
 		go func() {
@@ -274,7 +278,8 @@ func FuzzParseBackup(f *testing.F) {
 func TestExternalEtcdInsecure(t *testing.T) {
 	a := startStation(t, stationOpts("127.0.52.31", t.TempDir()))
 	opt := stationOpts("127.0.52.32", t.TempDir())
-	opt.Etcd = []string{"http://127.0.52.31:7601"}
+	opt.Etcd = []string{"https://127.0.52.31:7601"}
+	rootEtcdClient(t, a, &opt)
 	opt.Insecure = true
 	b := startStation(t, opt)
 	if b.s.etcd != nil || b.s.CA() != nil || !strings.HasPrefix(b.url, "http://") {
@@ -290,9 +295,47 @@ func TestExternalEtcdInsecure(t *testing.T) {
 	etcdStartTimeout = 2 * time.Second
 	defer func() { etcdStartTimeout = old }()
 	opt2 := stationOpts("127.0.52.33", t.TempDir())
-	opt2.Etcd = []string{"http://127.0.52.33:7601"}
+	opt2.Etcd = []string{"https://127.0.52.33:7601"}
+	rootEtcdClient(t, a, &opt2)
 	if _, err := New(opt2); err == nil || !strings.Contains(err.Error(), "did not answer within") {
 		t.Fatalf("no etcd: %v", err)
+	}
+}
+
+// TestExternalEtcdUserPassword: a station on an external etcd with auth
+// on logs in with --etcd-user and its password (its client certificate's
+// common name is no user there); a wrong password is refused by name; a
+// key file others may read is refused before any connection.
+func TestExternalEtcdUserPassword(t *testing.T) {
+	a := startStation(t, stationOpts("127.0.52.41", t.TempDir()))
+	ctx := ctxT(t)
+	if _, err := a.s.cli.UserAdd(ctx, "mgmt-b", "pw-of-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.s.cli.UserGrantRole(ctx, "mgmt-b", "root"); err != nil {
+		t.Fatal(err)
+	}
+	opt := stationOpts("127.0.52.42", t.TempDir())
+	opt.Etcd = []string{"https://127.0.52.41:7601"}
+	etcdClientFiles(t, a, &opt, "no-such-user")
+	old := etcdStartTimeout
+	etcdStartTimeout = 3 * time.Second
+	defer func() { etcdStartTimeout = old }()
+	opt.EtcdUser, opt.EtcdPassword = "mgmt-b", "wrong"
+	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong etcd password: %v", err)
+	}
+	os.Chmod(opt.EtcdKey, 0o644)
+	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("etcd key readable by others: %v", err)
+	}
+	os.Chmod(opt.EtcdKey, 0o600)
+	opt.EtcdPassword = "pw-of-b"
+	b := startStation(t, opt)
+	mustApply(t, b.client(t, b.admin), 0, "v: 1")
+	var v api.Version
+	if err := a.client(t, a.admin).Do(ctx, "GET", api.RouteConfig, nil, &v); err != nil || v.Version != 1 {
+		t.Fatalf("read through the other station: %+v %v", v, err)
 	}
 }
 
@@ -313,7 +356,8 @@ func TestRestoreRefusesUsedEtcd(t *testing.T) {
 	// Another station's etcd, holding its own keys: refused, pending kept.
 	other := startStation(t, stationOpts("127.0.52.15", t.TempDir()))
 	opt := stationOpts("127.0.52.16", dir)
-	opt.Etcd = []string{"http://127.0.52.15:7601"}
+	opt.Etcd = []string{"https://127.0.52.15:7601"}
+	rootEtcdClient(t, other, &opt)
 	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "fresh etcd") {
 		t.Fatalf("restore over a used etcd: %v", err)
 	}

@@ -47,14 +47,21 @@ func threeStations(t *testing.T, ips []string, tune func(*Options)) []*tstation 
 	t.Helper()
 	var ic []string
 	for _, ip := range ips {
-		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=http://"+ip+":7602")
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=https://"+ip+":7602")
 	}
 	opts := make([]Options, len(ips))
+	dirs := make([]string, len(ips))
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
+	if err := InitCA(dirs...); err != nil {
+		t.Fatal(err)
+	}
 	sts := make([]*Station, len(ips))
 	errs := make([]error, len(ips))
 	var wg sync.WaitGroup
 	for i, ip := range ips {
-		opts[i] = stationOpts(ip, t.TempDir())
+		opts[i] = stationOpts(ip, dirs[i])
 		opts[i].EtcdInitialCluster = strings.Join(ic, ",")
 		if tune != nil {
 			tune(&opts[i])

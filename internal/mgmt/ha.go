@@ -10,7 +10,10 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
+	"time"
 
+	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -32,10 +35,178 @@ const (
 	keyHAKey = keyHA + "key"
 	// haKeyLen is the sync key's length.
 	haKeyLen = 32
-	// etcdHARole is the etcd role of directors: read and write under
-	// keyHA, nothing else (not the CA's key, not the tokens).
+	// etcdHARole was the directors' etcd role of earlier versions: read
+	// and write under all of keyHA (every group's keys, the sync key).
+	// setupEtcdAuth deletes it.
 	etcdHARole = "corral-ha"
+	// etcdHARolePrefix + GROUP is the etcd role of the directors of
+	// GROUP: read and write under keyHA+GROUP+"/" and nothing else (not
+	// another group's keys, not the sync key, the CA's key or the
+	// tokens). A director holds the role of the group the configuration
+	// puts it in, or none.
+	etcdHARolePrefix = "corral-ha-"
 )
+
+// etcdHAGroupRole is the etcd role of group's directors.
+func etcdHAGroupRole(group string) string { return etcdHARolePrefix + group }
+
+// directorGroups maps each director of c that is in an HA group to it.
+func directorGroups(c *clustercfg.Config) map[string]string {
+	m := map[string]string{}
+	for _, d := range c.Directors {
+		if d.HA != nil && d.HA.Group != "" && d.Name != etcdRootUser {
+			m[d.Name] = d.HA.Group
+		}
+	}
+	return m
+}
+
+// ensureHAGroupRole makes group's role with its one permission unless it
+// is there: every change of etcd's auth data fails the requests
+// authorised before it, so nothing is written that is already so.
+func (s *Station) ensureHAGroupRole(ctx context.Context, group string) error {
+	role := etcdHAGroupRole(group)
+	p := keyHA + group + "/"
+	end := clientv3.GetPrefixRangeEnd(p)
+	if r, err := s.cli.RoleGet(ctx, role); err == nil {
+		for _, pm := range r.Perm {
+			if string(pm.Key) == p && string(pm.RangeEnd) == end && pm.PermType == clientv3.PermReadWrite {
+				return nil
+			}
+		}
+	} else if !errors.Is(err, rpctypes.ErrRoleNotFound) {
+		return fmt.Errorf("etcd role %s: %w", role, err)
+	} else if _, err := s.cli.RoleAdd(ctx, role); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return fmt.Errorf("etcd role %s: %w", role, err)
+	}
+	if _, err := s.cli.RoleGrantPermission(ctx, role, p, end, clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+		return fmt.Errorf("etcd role %s: permission on %s: %w", role, p, err)
+	}
+	return nil
+}
+
+// grantHAGroups gives the directors of c that have an etcd user the role
+// of their group, taking nothing away: run before a version is stored, so
+// a director that reads the version finds its group open to it. Roles it
+// loses are taken by syncHARoles once the version is stored.
+func (s *Station) grantHAGroups(ctx context.Context, c *clustercfg.Config) error {
+	if s.etcdCA == nil {
+		return nil
+	}
+	for name, group := range directorGroups(c) {
+		u, err := s.cli.UserGet(ctx, name)
+		if errors.Is(err, rpctypes.ErrUserNotFound) {
+			continue // not joined: its join gives it the role
+		}
+		if err != nil {
+			return fmt.Errorf("etcd user %s: %w", name, err)
+		}
+		if slices.Contains(u.Roles, etcdHAGroupRole(group)) {
+			continue
+		}
+		if err := s.ensureHAGroupRole(ctx, group); err != nil {
+			return err
+		}
+		if _, err := s.cli.UserGrantRole(ctx, name, etcdHAGroupRole(group)); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+			return fmt.Errorf("etcd user %s: role %s: %w", name, etcdHAGroupRole(group), err)
+		}
+	}
+	return nil
+}
+
+// syncHAUser leaves member's etcd user with exactly the role of the group
+// groups puts it in (none if none).
+func (s *Station) syncHAUser(ctx context.Context, member string, groups map[string]string) error {
+	u, err := s.cli.UserGet(ctx, member)
+	if err != nil {
+		return fmt.Errorf("etcd user %s: %w", member, err)
+	}
+	want := ""
+	if g, ok := groups[member]; ok {
+		want = etcdHAGroupRole(g)
+		if !slices.Contains(u.Roles, want) {
+			if err := s.ensureHAGroupRole(ctx, g); err != nil {
+				return err
+			}
+			if _, err := s.cli.UserGrantRole(ctx, member, want); err != nil {
+				return fmt.Errorf("etcd user %s: role %s: %w", member, want, err)
+			}
+		}
+	}
+	for _, r := range u.Roles {
+		if r != want && (r == etcdHARole || strings.HasPrefix(r, etcdHARolePrefix)) {
+			if _, err := s.cli.UserRevokeRole(ctx, member, r); err != nil && !errors.Is(err, rpctypes.ErrRoleNotGranted) {
+				return fmt.Errorf("etcd user %s: revoking role %s: %w", member, r, err)
+			}
+		}
+	}
+	return nil
+}
+
+// syncHARoles gives every director's etcd user the role of its group in
+// the current configuration and takes every other group's away.
+func (s *Station) syncHARoles(ctx context.Context) error {
+	groups, err := s.currentGroups(ctx)
+	if err != nil {
+		// Roles stay as they are until a version reads (versions are
+		// validated when stored, so this is etcd failing, or a version
+		// an older station stored).
+		var ce configError
+		if errors.As(err, &ce) {
+			s.log.Warn("directors' etcd roles left as they are", "err", err)
+			return nil
+		}
+		return err
+	}
+	users, err := s.cli.UserList(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd users: %w", err)
+	}
+	for _, u := range users.Users {
+		if u == etcdRootUser {
+			continue
+		}
+		if err := s.syncHAUser(ctx, u, groups); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// haRolesLoop runs syncHARoles at once and whenever kicked (a version or
+// a token record changed), until ctx ends.
+func (s *Station) haRolesLoop(ctx context.Context) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := s.syncHARoles(cctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("directors' etcd roles", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.haKick:
+		}
+	}
+}
+
+// kickHA asks haRolesLoop for a pass (never blocks).
+func (s *Station) kickHA() {
+	if s.haKick == nil {
+		return
+	}
+	select {
+	case s.haKick <- struct{}{}:
+	default:
+	}
+}
 
 // haJoin is a director's HA part of its join reply, and the serial
 // number (hex) of the certificate in it ("" without one).
@@ -142,6 +313,12 @@ func loopbackURL(u string) bool {
 // store (the CA's key, the tokens). Every step may be repeated (several
 // stations, a setup tried again).
 func (s *Station) setupEtcdAuth(ctx context.Context) error {
+	// The role of earlier versions opened every group's keys and the
+	// sync key to any director: gone (deleting a role takes it from
+	// its users too).
+	if _, err := s.cli.RoleDelete(ctx, etcdHARole); err != nil && !errors.Is(err, rpctypes.ErrRoleNotFound) {
+		return fmt.Errorf("mgmt: etcd auth: deleting the old role %s: %w", etcdHARole, err)
+	}
 	ignore := func(err error, exists error) error {
 		if errors.Is(err, exists) {
 			return nil
@@ -151,16 +328,7 @@ func (s *Station) setupEtcdAuth(ctx context.Context) error {
 	steps := []struct {
 		what string
 		do   func() error
-	}{
-		{"role " + etcdHARole, func() error {
-			_, err := s.cli.RoleAdd(ctx, etcdHARole)
-			return ignore(err, rpctypes.ErrRoleAlreadyExist)
-		}},
-		{"role " + etcdHARole + "'s permission on " + keyHA, func() error {
-			_, err := s.cli.RoleGrantPermission(ctx, etcdHARole, keyHA, clientv3.GetPrefixRangeEnd(keyHA), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		}},
-	}
+	}{}
 	st, err := s.cli.AuthStatus(ctx)
 	if err != nil {
 		return fmt.Errorf("mgmt: etcd auth status: %w", err)
@@ -209,8 +377,9 @@ func (s *Station) setupEtcdAuth(ctx context.Context) error {
 	return nil
 }
 
-// etcdHAUser makes member an etcd user of the role etcdHARole (its
-// certificate's common name), when the station runs etcd's auth.
+// etcdHAUser makes member an etcd user (its certificate's common name)
+// with the role of the group the current configuration puts it in, when
+// the station runs etcd's auth (an embedded member).
 func (s *Station) etcdHAUser(ctx context.Context, member string) error {
 	if s.etcdCA == nil {
 		return nil
@@ -219,10 +388,43 @@ func (s *Station) etcdHAUser(ctx context.Context, member string) error {
 	if err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
 		return fmt.Errorf("join: etcd user %s: %w", member, err)
 	}
-	if _, err := s.cli.UserGrantRole(ctx, member, etcdHARole); err != nil {
-		return fmt.Errorf("join: etcd user %s: role %s: %w", member, etcdHARole, err)
+	groups, err := s.currentGroups(ctx)
+	var ce configError
+	if errors.As(err, &ce) {
+		// No group is known: the director gets no role now, and its
+		// group's when a version that reads names it.
+		s.log.Warn("director's etcd role: the current version does not read", "member", member, "err", err)
+		groups, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("join: etcd user %s: %w", member, err)
+	}
+	if err := s.syncHAUser(ctx, member, groups); err != nil {
+		return fmt.Errorf("join: %w", err)
 	}
 	return nil
+}
+
+// configError is a current version that does not parse.
+type configError struct{ err error }
+
+func (e configError) Error() string { return "current configuration: " + e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
+// currentGroups is directorGroups of the current version.
+func (s *Station) currentGroups(ctx context.Context) (map[string]string, error) {
+	v, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(v.YAML) == "" {
+		return map[string]string{}, nil
+	}
+	c, err := clustercfg.Parse(fmt.Sprintf("version %d", v.Version), []byte(v.YAML))
+	if err != nil {
+		return nil, configError{err}
+	}
+	return directorGroups(c), nil
 }
 
 // dropEtcdHAUser deletes a director's etcd user: its revoked credential's

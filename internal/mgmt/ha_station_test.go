@@ -155,8 +155,8 @@ func waitCond(within time.Duration, cond func() bool) bool {
 // d2's credential through the station's API takes its etcd access away.
 func TestHAThroughStation(t *testing.T) {
 	opt := stationOpts("127.0.91.1", t.TempDir())
-	opt.EtcdClientTLS = true
 	ts := startStation(t, opt)
+	haGroups(t, ts, map[string]string{"d1": "web", "d2": "web"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()

@@ -5,9 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +50,25 @@ func etcdGet(eps []string, tc *tls.Config, key string) error {
 	return err
 }
 
+// haGroups applies a configuration (on the current version) that puts
+// each director of groups in its HA group.
+func haGroups(t *testing.T, ts *tstation, groups map[string]string) {
+	t.Helper()
+	names := slices.Sorted(maps.Keys(groups))
+	var b strings.Builder
+	b.WriteString("directors:\n")
+	for i, n := range names {
+		fmt.Fprintf(&b, "  - name: %s\n    interface: eth1\n    ha:\n      group: %s\n      sync: 10.0.0.%d:7700\n", n, groups[n], i+1)
+	}
+	b.WriteString("services:\n  - name: www\n    vip: 10.0.0.100:80\n    dataplane: xdp\n    servers:\n      - address: 10.0.1.1:80\n")
+	c := ts.client(t, ts.admin)
+	var v api.Version
+	if err := c.Do(ctxT(t), "GET", api.RouteConfig, nil, &v); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, c, v.Version, b.String())
+}
+
 // haTLS is the client TLS of a director's join reply.
 func haTLS(t *testing.T, h *api.HAJoin) *tls.Config {
 	t.Helper()
@@ -60,13 +83,41 @@ func haTLS(t *testing.T, h *api.HAJoin) *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}
 }
 
-// TestEtcdClientTLS: with TLS on the etcd client listener, a client
-// without a certificate (or with one of another CA) is refused; the one a
-// director's join hands out works; the sync key is made once.
+// rootEtcdClient points opt (a station on an external etcd) at ts's
+// embedded etcd with a root client certificate of ts's CA, as an
+// operator would with --etcd-ca, --etcd-cert and --etcd-key.
+func rootEtcdClient(t *testing.T, ts *tstation, opt *Options) {
+	t.Helper()
+	etcdClientFiles(t, ts, opt, etcdRootUser)
+}
+
+// etcdClientFiles is rootEtcdClient with a certificate for cn.
+func etcdClientFiles(t *testing.T, ts *tstation, opt *Options, cn string) {
+	t.Helper()
+	ca, err := loadLocalCA(filepath.Join(ts.dir, "tls"))
+	if err != nil || ca == nil {
+		t.Fatalf("CA of %s: %v", ts.dir, err)
+	}
+	cert, key, err := ca.clientCert(cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	opt.EtcdCA, opt.EtcdCert, opt.EtcdKey = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "root.pem"), filepath.Join(dir, "root.key")
+	for f, b := range map[string][]byte{opt.EtcdCA: ca.Cert, opt.EtcdCert: cert, opt.EtcdKey: key} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEtcdClientTLS: a client without a certificate (or with one of
+// another CA) is refused; the one a director's join hands out works; the
+// sync key is made once.
 func TestEtcdClientTLS(t *testing.T) {
 	opt := stationOpts("127.0.85.1", t.TempDir())
-	opt.EtcdClientTLS = true
 	ts := startStation(t, opt)
+	haGroups(t, ts, map[string]string{"d1": "g", "d2": "g"})
 
 	jr := join(t, ts, api.RoleDirector, "d1")
 	h := jr.HA
@@ -89,15 +140,13 @@ func TestEtcdClientTLS(t *testing.T) {
 		}
 	}
 
-	// etcd's auth: a director reads and writes under /corral/ha/ only.
+	// etcd's auth: a director reads and writes under its group's prefix
+	// only (TestEtcdDirectorGroupRole has the rest).
 	if err := etcdTry(h.Etcd, good, "/corral/cfg/current"); err == nil {
 		t.Fatal("a director's certificate wrote the configuration")
 	}
 	if err := etcdGet(h.Etcd, good, keyCA); err == nil {
 		t.Fatal("a director's certificate read the CA's key")
-	}
-	if err := etcdGet(h.Etcd, good, keyHAKey); err != nil {
-		t.Fatalf("a director cannot read the sync key: %v", err)
 	}
 	if err := etcdTry([]string{"http://127.0.85.1:7601"}, nil, "/corral/ha/g/probe"); err == nil {
 		t.Fatal("plain http to the TLS listener worked")
@@ -145,35 +194,22 @@ func TestEtcdClientTLS(t *testing.T) {
 	}
 }
 
-// TestEtcdLoopbackPlain: a station on loopback keeps plain http; a
-// director still gets the URL and the sync key.
-func TestEtcdLoopbackPlain(t *testing.T) {
-	ts := startStation(t, stationOpts("127.0.85.2", t.TempDir()))
-	h := join(t, ts, api.RoleDirector, "d1").HA
-	if h == nil || len(h.Etcd) != 1 || h.Etcd[0] != "http://127.0.85.2:7601" {
-		t.Fatalf("HA part: %+v", h)
-	}
-	if err := etcdTry(h.Etcd, nil, "/corral/ha/g/probe"); err != nil {
-		t.Fatalf("plain loopback etcd: %v", err)
-	}
-	for _, c := range []struct {
-		addr string
-		tls  bool
-	}{{"127.0.0.1:7601", false}, {"localhost:7601", false}, {"[::1]:7601", false},
-		{"10.0.0.1:7601", true}, {"0.0.0.0:7601", true}, {"station.example:7601", true}} {
-		if got := etcdNeedsTLS(Options{EtcdClient: c.addr}); got != c.tls {
-			t.Errorf("etcdNeedsTLS(%s) = %v", c.addr, got)
-		}
-	}
-}
-
-// TestThreeStationsEtcdTLS: three stations with TLS client listeners each
-// make their own CA before they can read the shared one; those that lost
-// the race restart their member on the shared CA, so one director
-// certificate works with every station's etcd.
+// TestThreeStationsEtcdTLS: three stations started with one CA (InitCA)
+// form their etcd cluster over TLS peers; one director certificate works
+// with every station's etcd.
 func TestThreeStationsEtcdTLS(t *testing.T) {
 	ips := []string{"127.0.85.11", "127.0.85.12", "127.0.85.13"}
-	ts := threeStations(t, ips, func(o *Options) { o.EtcdClientTLS = true })
+	ts := threeStations(t, ips, nil)
+	ml, err := ts[0].s.cli.MemberList(ctxT(t))
+	if err != nil || len(ml.Members) != 3 {
+		t.Fatalf("members: %v %v", ml, err)
+	}
+	for _, m := range ml.Members {
+		if len(m.PeerURLs) != 1 || !strings.HasPrefix(m.PeerURLs[0], "https://") {
+			t.Errorf("member %s's peer URLs %v: want https", m.Name, m.PeerURLs)
+		}
+	}
+	haGroups(t, ts[0], map[string]string{"d1": "g"})
 	h := join(t, ts[1], api.RoleDirector, "d1").HA
 	if h == nil || len(h.Etcd) != 3 {
 		t.Fatalf("HA part: %+v", h)
@@ -193,7 +229,6 @@ func TestThreeStationsEtcdTLS(t *testing.T) {
 func TestAgentDirectorHA(t *testing.T) {
 	ts := startStation(t, func() Options {
 		o := stationOpts("127.0.85.3", t.TempDir())
-		o.EtcdClientTLS = true
 		return o
 	}())
 	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleDirector, TTL: time.Hour})
@@ -246,6 +281,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustApply(t, ts.client(t, ts.admin), 0, doc) // dir-a's group opens to it
 	d, err := clustercfg.DirectorViewHA(c, "dir-a", nil, st)
 	if err != nil {
 		t.Fatal(err)
@@ -280,8 +316,8 @@ services:
 // credentials, not etcd's users).
 func TestEtcdUsersRemade(t *testing.T) {
 	opt := stationOpts("127.0.85.4", t.TempDir())
-	opt.EtcdClientTLS = true
 	ts := startStation(t, opt)
+	haGroups(t, ts, map[string]string{"d1": "g"})
 	h := join(t, ts, api.RoleDirector, "d1").HA
 	if _, err := ts.s.cli.UserDelete(ctxT(t), "d1"); err != nil {
 		t.Fatal(err)
@@ -301,8 +337,8 @@ func TestEtcdUsersRemade(t *testing.T) {
 // is refused by the CRL on its next connection.
 func TestEtcdCRL(t *testing.T) {
 	opt := stationOpts("127.0.85.5", t.TempDir())
-	opt.EtcdClientTLS = true
 	ts := startStation(t, opt)
+	haGroups(t, ts, map[string]string{"d1": "g"})
 	old := join(t, ts, api.RoleDirector, "d1").HA
 	oldTLS := haTLS(t, old)
 	if err := etcdTry(old.Etcd, oldTLS, "/corral/ha/g/probe"); err != nil {
@@ -328,8 +364,8 @@ func TestEtcdCRL(t *testing.T) {
 // active's lease (its keys are under /corral/ha/) and taking over.
 func TestEtcdHARolePermits(t *testing.T) {
 	opt := stationOpts("127.0.85.6", t.TempDir())
-	opt.EtcdClientTLS = true
 	ts := startStation(t, opt)
+	haGroups(t, ts, map[string]string{"dir-a": "web", "dir-b": "web"})
 	client := func(name string) *clientv3.Client {
 		h := join(t, ts, api.RoleDirector, name).HA
 		cli, err := clientv3.New(clientv3.Config{Endpoints: h.Etcd, DialTimeout: 2 * time.Second, TLS: haTLS(t, h), Logger: zap.NewNop()})
@@ -393,5 +429,46 @@ func TestEtcdHARolePermits(t *testing.T) {
 	// Still nothing outside /corral/ha/.
 	if _, err := b.Get(ctx, keyTokens, clientv3.WithPrefix()); err == nil {
 		t.Fatal("a director read the tokens")
+	}
+}
+
+// TestStationsNeedOneCA: two stations forming one cluster, each with a
+// CA of its own, cannot trust each other's peers: the start fails in
+// bounded time, naming init-ca and etcd's log; an http:// peer URL in the
+// initial cluster is refused at once.
+func TestStationsNeedOneCA(t *testing.T) {
+	old := etcdStartTimeout
+	etcdStartTimeout = 5 * time.Second
+	defer func() { etcdStartTimeout = old }()
+	ips := []string{"127.0.85.51", "127.0.85.52"}
+	var ic []string
+	for _, ip := range ips {
+		ic = append(ic, "st-"+strings.ReplaceAll(ip, ".", "-")+"=https://"+ip+":7602")
+	}
+	errs := make([]error, len(ips))
+	var wg sync.WaitGroup
+	for i, ip := range ips {
+		opt := stationOpts(ip, t.TempDir())
+		opt.EtcdInitialCluster = strings.Join(ic, ",")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := New(opt)
+			if s != nil {
+				s.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "init-ca") || !strings.Contains(err.Error(), "etcd.log") {
+			t.Errorf("station %d with its own CA: %v", i, err)
+		}
+	}
+	opt := stationOpts("127.0.85.53", t.TempDir())
+	opt.EtcdInitialCluster = opt.EtcdName + "=http://127.0.85.53:7602"
+	if _, err := New(opt); err == nil || !strings.Contains(err.Error(), "want https://HOST:PORT") {
+		t.Fatalf("http:// peer URL: %v", err)
 	}
 }

@@ -542,7 +542,7 @@ func TestRevokeOldCredentialKeepsMember(t *testing.T) {
 // its context ends (Ctrl-C), instead of only after etcdStartTimeout.
 func TestNewContextStops(t *testing.T) {
 	opt := stationOpts("127.0.61.28", t.TempDir())
-	opt.EtcdInitialCluster = opt.EtcdName + "=http://127.0.61.28:7602,other=http://127.0.61.29:7602"
+	opt.EtcdInitialCluster = opt.EtcdName + "=https://127.0.61.28:7602,other=https://127.0.61.29:7602"
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(time.Second, cancel)
 	start := time.Now()
@@ -570,7 +570,8 @@ func TestNewContextStops(t *testing.T) {
 func TestStoppedStationUnregisters(t *testing.T) {
 	a := startStation(t, stationOpts("127.0.61.32", t.TempDir()))
 	opt := stationOpts("127.0.61.33", t.TempDir())
-	opt.Etcd = []string{"http://127.0.61.32:7601"}
+	opt.Etcd = []string{"https://127.0.61.32:7601"}
+	rootEtcdClient(t, a, &opt)
 	b := startStation(t, opt)
 	if got := a.s.stations(ctxT(t)); len(got) != 2 {
 		t.Fatalf("stations with both up: %v", got)

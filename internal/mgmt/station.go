@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -51,20 +50,25 @@ type Options struct {
 	// Etcd, if set, are an external etcd cluster's client endpoints;
 	// otherwise the station runs an embedded member with data in DATA/etcd.
 	Etcd []string
+	// EtcdCA, EtcdCert and EtcdKey (files) are the TLS of an external
+	// cluster: the CA its server certificates are checked against, and
+	// this station's client certificate and key (the key may not be
+	// readable by group or others). EtcdUser and EtcdPassword are its
+	// etcd auth credentials, if it has auth on.
+	EtcdCA, EtcdCert, EtcdKey string
+	EtcdUser, EtcdPassword    string
 	// EtcdName, EtcdPeer, EtcdClient and EtcdInitialCluster set up the
 	// embedded member; three stations form one etcd cluster by listing
-	// each other in EtcdInitialCluster ("a=http://127.0.0.1:7602,b=...").
-	// Defaults: name "station", peer 127.0.0.1:7602, client 127.0.0.1:7601.
+	// each other in EtcdInitialCluster ("a=https://10.0.0.1:7602,b=...");
+	// they must start with the same CA in DATA/tls (InitCA), the root of
+	// their peers' trust. Defaults: name "station", peer 127.0.0.1:7602,
+	// client 127.0.0.1:7601. Both listeners always take TLS 1.3 with
+	// client certificates of the station's CA, loopback included, and
+	// etcd's auth is on (docs/mgmt.md, "The station's etcd").
 	EtcdName           string
 	EtcdPeer           string
 	EtcdClient         string
 	EtcdInitialCluster string
-	// EtcdClientTLS puts TLS with client-certificate authentication on
-	// the embedded member's client listener even on a loopback address
-	// (tests). A client address that is not loopback always has it:
-	// directors on other hosts reach the etcd there (docs/mgmt.md,
-	// "Directors in an HA group").
-	EtcdClientTLS bool
 	// TLSCert, TLSKey, TLSCA bring your own certificate; otherwise the
 	// station makes a CA on first start (DATA/tls/ca.pem) and a server
 	// certificate for Listen's host, 127.0.0.1, ::1 and localhost.
@@ -103,14 +107,16 @@ type Station struct {
 	etcd     *embed.Etcd      // nil with an external cluster
 	cli      *clientv3.Client // every read and write
 	endpoint string           // this station's etcd endpoint (for /healthz)
-	// etcdCA is the CA the embedded member's client listener trusts and
-	// its certificate is signed by (nil: plain http on loopback).
+	// etcdCA is the CA the embedded member's listeners trust and its
+	// certificates are signed by (nil: an external cluster).
 	etcdCA *caPair
-	// ca is the cluster's shared CA (nil: Insecure on plain loopback
+	// ca is the cluster's shared CA (nil: Insecure on an external
 	// etcd); it signs the directors' etcd client certificates.
 	ca *caPair
-	// crlKick wakes crlLoop (nil without etcd TLS).
+	// crlKick wakes crlLoop (nil with an external cluster).
 	crlKick chan struct{}
+	// haKick wakes haRolesLoop (nil with an external cluster).
+	haKick chan struct{}
 
 	tlsConf *tls.Config // nil: Insecure
 	caPEM   []byte      // what members are given and pin
@@ -212,6 +218,8 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 	if s.etcdCA != nil {
 		s.crlKick = make(chan struct{}, 1)
 		go s.crlLoop(wctx)
+		s.haKick = make(chan struct{}, 1)
+		go s.haRolesLoop(wctx)
 	}
 	go s.watch(wctx)
 	return s, nil
@@ -254,27 +262,36 @@ func lockData(dir string) (*os.File, error) {
 func (s *Station) connect(ctx context.Context) error {
 	eps := s.opt.Etcd
 	var ctls *tls.Config
+	var user, password string
 	if len(eps) == 0 {
 		s.name = s.opt.EtcdName
-		var files *etcdTLSFiles
-		if etcdNeedsTLS(s.opt) {
-			var err error
-			if files, ctls, err = s.etcdTLS(); err != nil {
-				return err
-			}
+		files, c, err := s.etcdTLS()
+		if err != nil {
+			return err
 		}
+		ctls = c
 		e, err := startEtcd(ctx, s.opt, files)
 		if err != nil {
 			return err
 		}
 		s.etcd = e
-		eps = []string{etcdURL(s.opt, files != nil)}
+		eps = []string{etcdURL(s.opt)}
 	} else {
 		s.name = s.opt.Listen
+		c, err := externalEtcdTLS(s.opt)
+		if err != nil {
+			return err
+		}
+		ctls, user, password = c, s.opt.EtcdUser, s.opt.EtcdPassword
 	}
 	s.endpoint = eps[0]
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		MaxCallSendMsgSize: maxEtcdRequest + 1<<20, TLS: ctls})
+	dial := 5 * time.Second
+	if user != "" {
+		// New logs in as well: a bcrypt check on a server that may be busy.
+		dial = 15 * time.Second
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: dial, Logger: zap.NewNop(),
+		MaxCallSendMsgSize: maxEtcdRequest + 1<<20, TLS: ctls, Username: user, Password: password})
 	if err != nil {
 		return fmt.Errorf("mgmt: etcd client %v: %w", eps, err)
 	}
@@ -285,7 +302,7 @@ func (s *Station) connect(ctx context.Context) error {
 	for {
 		_, err := cli.Get(wctx, keyCurrent)
 		if err == nil {
-			return nil
+			return s.advertiseTLSPeer(wctx)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("mgmt: stopped while waiting for etcd %v: %w", eps, ctx.Err())
@@ -300,42 +317,78 @@ func (s *Station) connect(ctx context.Context) error {
 	}
 }
 
-// etcdNeedsTLS says whether the embedded member's client listener takes
-// TLS and client certificates: on any address but loopback (directors of
-// other hosts reach it), or when asked to.
-func etcdNeedsTLS(opt Options) bool {
-	if opt.EtcdClientTLS {
-		return true
-	}
-	host, _, err := net.SplitHostPort(opt.EtcdClient)
-	if err != nil {
-		return true // startEtcd names the bad address
-	}
-	if host == "localhost" {
-		return false
-	}
-	ip, err := netip.ParseAddr(host)
-	return err != nil || !ip.IsLoopback()
-}
-
 // etcdURL is the embedded member's client URL.
-func etcdURL(opt Options, tls bool) string {
-	if tls {
-		return "https://" + opt.EtcdClient
+func etcdURL(opt Options) string { return "https://" + opt.EtcdClient }
+
+// etcdPeerCN is the common name of the members' peer certificates; the
+// peer listeners take no other, so a director's or a member's client
+// certificate of the same CA cannot speak raft (and read every key). No
+// member name can take it: names have no spaces.
+const etcdPeerCN = "corral etcd peer"
+
+// externalEtcdTLS is the client TLS for an external cluster from
+// EtcdCA, EtcdCert and EtcdKey (nil when none is given: plain http).
+func externalEtcdTLS(opt Options) (*tls.Config, error) {
+	if opt.EtcdCA == "" && opt.EtcdCert == "" && opt.EtcdKey == "" {
+		for _, e := range opt.Etcd {
+			if strings.HasPrefix(e, "https://") {
+				return nil, fmt.Errorf("mgmt: etcd %s is https: give its CA (--etcd-ca)", e)
+			}
+		}
+		return nil, nil
 	}
-	return "http://" + opt.EtcdClient
+	if (opt.EtcdCert == "") != (opt.EtcdKey == "") {
+		return nil, errors.New("mgmt: external etcd: a client certificate needs its key and a key its certificate (--etcd-cert and --etcd-key)")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if opt.EtcdCA != "" {
+		b, err := os.ReadFile(opt.EtcdCA)
+		if err != nil {
+			return nil, fmt.Errorf("mgmt: external etcd CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("mgmt: external etcd CA %s: no PEM certificate in it", opt.EtcdCA)
+		}
+		tc.RootCAs = pool
+	}
+	if opt.EtcdKey != "" {
+		if err := privateFile(opt.EtcdKey); err != nil {
+			return nil, fmt.Errorf("mgmt: external etcd key: %w", err)
+		}
+		cert, err := tls.LoadX509KeyPair(opt.EtcdCert, opt.EtcdKey)
+		if err != nil {
+			return nil, fmt.Errorf("mgmt: external etcd client certificate %s, key %s: %w", opt.EtcdCert, opt.EtcdKey, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
-// etcdTLSFiles are the files the embedded member's client listener uses:
-// its certificate (server and client use: etcd's gateway dials the
-// member with it) and the CA whose certificates it accepts.
-type etcdTLSFiles struct{ cert, key, ca, crl string }
+// privateFile refuses a secret that group or others may read (or write),
+// as ssh does with its keys: someone else on the host may have it too.
+func privateFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o077 != 0 {
+		return fmt.Errorf("%s is mode %04o: readable by others; chmod 600 it", path, m)
+	}
+	return nil
+}
 
-// etcdTLS prepares the client listener's TLS from this station's CA in
-// DATA/tls (made there when absent; setup replaces it with the cluster's
-// shared one if that differs, restarting the member). It returns the
-// files and the station's own client configuration: a certificate with
-// common name root, which etcd takes as its user when auth is on.
+// etcdTLSFiles are the files the embedded member's listeners use: the
+// client listener's certificate (server and client use: etcd's gateway
+// dials the member with it), the peer certificate (both uses, common
+// name etcdPeerCN), and the CA whose certificates both accept.
+type etcdTLSFiles struct{ cert, key, peerCert, peerKey, ca, crl string }
+
+// etcdTLS prepares the listeners' TLS from this station's CA in DATA/tls
+// (made there when absent; setup replaces it with the cluster's shared
+// one if that differs, restarting the member). It returns the files and
+// the station's own client configuration: a certificate with common name
+// root, which etcd takes as its user (auth is always on).
 func (s *Station) etcdTLS() (*etcdTLSFiles, *tls.Config, error) {
 	dir := filepath.Join(s.opt.Data, "tls")
 	ca, err := loadLocalCA(dir)
@@ -361,12 +414,21 @@ func (s *Station) etcdTLS() (*etcdTLSFiles, *tls.Config, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
 	}
+	peerHost, _, err := net.SplitHostPort(s.opt.EtcdPeer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd peer address %q: %w", s.opt.EtcdPeer, err)
+	}
+	peerPEM, peerKeyPEM, err := ca.issue(etcdPeerCN, peerHost,
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	if err != nil {
+		return nil, nil, fmt.Errorf("mgmt: etcd peer TLS: %w", err)
+	}
 	f := &etcdTLSFiles{cert: filepath.Join(dir, "etcd.pem"), key: filepath.Join(dir, "etcd.key"), ca: filepath.Join(dir, "etcd-ca.pem"),
-		crl: filepath.Join(dir, crlFile)}
+		peerCert: filepath.Join(dir, "etcd-peer.pem"), peerKey: filepath.Join(dir, "etcd-peer.key"), crl: filepath.Join(dir, crlFile)}
 	if err := ensureCRL(f.crl, ca); err != nil {
 		return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
 	}
-	for name, b := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.ca: ca.Cert} {
+	for name, b := range map[string][]byte{f.cert: certPEM, f.key: keyPEM, f.ca: ca.Cert, f.peerCert: peerPEM, f.peerKey: peerKeyPEM} {
 		if err := writeFile0600(name, b); err != nil {
 			return nil, nil, fmt.Errorf("mgmt: etcd TLS: %w", err)
 		}
@@ -398,7 +460,7 @@ func etcdClientTLS(ca *caPair, user string) (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(ca.Cert) {
 		return nil, errors.New("CA certificate unreadable")
 	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}, nil
 }
 
 // restartEtcd brings the embedded member up again on the cluster's shared
@@ -419,9 +481,9 @@ func (s *Station) restartEtcd(ctx context.Context, ca *caPair) error {
 }
 
 // startEtcd starts the embedded member in DATA/etcd; its log goes to
-// DATA/etcd.log at level warn.
-// With files, the client listener takes TLS and requires client
-// certificates signed by the CA in files.ca.
+// DATA/etcd.log at level warn. Both listeners take TLS 1.3 only and
+// require client certificates signed by the CA in files.ca; the peer one
+// only those of common name etcdPeerCN.
 func startEtcd(ctx context.Context, opt Options, files *etcdTLSFiles) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = opt.EtcdName
@@ -429,23 +491,27 @@ func startEtcd(ctx context.Context, opt Options, files *etcdTLSFiles) (*embed.Et
 	cfg.Logger = "zap"
 	cfg.LogLevel = "warn"
 	cfg.LogOutputs = []string{filepath.Join(opt.Data, "etcd.log")}
-	pu, err := url.Parse("http://" + opt.EtcdPeer)
+	pu, err := url.Parse("https://" + opt.EtcdPeer)
 	if err != nil {
 		return nil, fmt.Errorf("mgmt: etcd peer address %q: %w", opt.EtcdPeer, err)
 	}
-	cu, err := url.Parse(etcdURL(opt, files != nil))
+	cu, err := url.Parse(etcdURL(opt))
 	if err != nil {
 		return nil, fmt.Errorf("mgmt: etcd client address %q: %w", opt.EtcdClient, err)
 	}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	if files != nil {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.cert, KeyFile: files.key,
-			TrustedCAFile: files.ca, ClientCertAuth: true, CRLFile: files.crl}
-	}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.cert, KeyFile: files.key,
+		TrustedCAFile: files.ca, ClientCertAuth: true, CRLFile: files.crl}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: files.peerCert, KeyFile: files.peerKey,
+		TrustedCAFile: files.ca, ClientCertAuth: true, AllowedCNs: []string{etcdPeerCN}}
+	cfg.TlsMinVersion = "TLS1.3"
 	// etcd's own /metrics and health on the client port stay off the API.
 	cfg.InitialCluster = opt.EtcdName + "=" + pu.String()
 	if opt.EtcdInitialCluster != "" {
+		if err := checkInitialCluster(opt.EtcdInitialCluster); err != nil {
+			return nil, err
+		}
 		cfg.InitialCluster = opt.EtcdInitialCluster
 	}
 	cfg.InitialClusterToken = "corral-mgmt"
@@ -474,8 +540,51 @@ func startEtcd(ctx context.Context, opt Options, files *etcdTLSFiles) (*embed.Et
 	case <-time.After(etcdStartTimeout):
 		e.Server.Stop()
 		e.Close()
-		return nil, fmt.Errorf("mgmt: embedded etcd in %s not ready within %v (other members of %q not up?)", cfg.Dir, etcdStartTimeout, cfg.InitialCluster)
+		return nil, fmt.Errorf("mgmt: embedded etcd in %s not ready within %v (other members of %q not up, or not started with the same CA in DATA/tls: see corral mgmt init-ca; their TLS errors are in %s)",
+			cfg.Dir, etcdStartTimeout, cfg.InitialCluster, filepath.Join(opt.Data, "etcd.log"))
 	}
+}
+
+// checkInitialCluster refuses an initial cluster whose peer URLs are not
+// https: peers always speak TLS.
+func checkInitialCluster(ic string) error {
+	for _, m := range strings.Split(ic, ",") {
+		name, u, ok := strings.Cut(m, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("mgmt: etcd initial cluster %q: %q is not NAME=https://HOST:PORT", ic, m)
+		}
+		p, err := url.Parse(u)
+		if err != nil || p.Scheme != "https" || p.Host == "" {
+			return fmt.Errorf("mgmt: etcd initial cluster: member %s's peer URL %q: want https://HOST:PORT (peers speak TLS only)", name, u)
+		}
+	}
+	return nil
+}
+
+// advertiseTLSPeer moves this member's peer URL to https when its data
+// came from a version whose peers spoke plain http (etcd keeps the URL
+// it was first started with).
+func (s *Station) advertiseTLSPeer(ctx context.Context) error {
+	if s.etcd == nil {
+		return nil
+	}
+	want := "https://" + s.opt.EtcdPeer
+	id := uint64(s.etcd.Server.MemberID())
+	resp, err := s.cli.MemberList(ctx)
+	if err != nil {
+		// Checked again on the next start; the member serves meanwhile.
+		s.log.Warn("etcd member list: the peer URL is not checked", "err", err)
+		return nil
+	}
+	for _, m := range resp.Members {
+		if m.ID == id && !(len(m.PeerURLs) == 1 && m.PeerURLs[0] == want) {
+			s.log.Info("etcd member's peer URL moves to TLS", "from", m.PeerURLs, "to", want)
+			if _, err := s.cli.MemberUpdate(ctx, id, []string{want}); err != nil {
+				return fmt.Errorf("mgmt: etcd member %s's peer URL to %s: %w", s.opt.EtcdName, want, err)
+			}
+		}
+	}
+	return nil
 }
 
 // setup runs once etcd answers: a pending restore, the shared CA, TLS,
@@ -487,6 +596,8 @@ func (s *Station) setup() error {
 		return err
 	}
 	if !s.opt.Insecure || s.etcdCA != nil {
+		// With an embedded member, always: its TLS and the directors'
+		// certificates hang on the shared CA.
 		ca, err := s.sharedCA(ctx)
 		if err != nil {
 			return err

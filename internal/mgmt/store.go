@@ -269,6 +269,13 @@ func (s *Station) storeYAML(ctx context.Context, base int64, canon []byte, who, 
 		if err != nil {
 			return nil, nil, err
 		}
+		// A director that reads the new version must find its HA group's
+		// keys open to it; roles it loses go once the version is stored.
+		if nc, err := clustercfg.Parse("new version", canon); err == nil {
+			if err := s.grantHAGroups(ctx, nc); err != nil {
+				return nil, nil, fmt.Errorf("directors' etcd roles: %w", err)
+			}
+		}
 		nv := api.Version{Version: cur + 1, Parent: cur, Author: who, Comment: comment, Time: time.Now().UTC(), YAML: string(canon)}
 		vb, _ := json.Marshal(nv)
 		nv.YAML = ""
@@ -513,6 +520,10 @@ func (s *Station) watch(ctx context.Context) {
 				}
 				if strings.HasPrefix(k, keyTokens) {
 					s.kickCRL() // a revoked director's certificate
+					s.kickHA()  // a director that joined
+				}
+				if k == keyCurrent {
+					s.kickHA() // directors moved between groups
 				}
 				var c currentRec
 				if k == keyCurrent && json.Unmarshal(ev.Kv.Value, &c) == nil {
@@ -530,6 +541,7 @@ func (s *Station) watch(ctx context.Context) {
 		// they re-read, then watch again.
 		s.wakeAll()
 		s.kickCRL()
+		s.kickHA()
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):

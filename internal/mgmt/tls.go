@@ -242,3 +242,38 @@ func withCA(cert *tls.Certificate, caPEM []byte) {
 	}
 	cert.Certificate = append(cert.Certificate, b.Bytes)
 }
+
+// InitCA makes one CA and writes it (ca.pem, ca.key, 0600, in a 0700
+// DIR/tls) into each station data directory in dirs, before the stations'
+// first start: stations that form one etcd cluster trust each other's
+// peer certificates through it, so they must share it from the start.
+// A directory that already has a CA is refused (copy that one instead).
+func InitCA(dirs ...string) error {
+	if len(dirs) == 0 {
+		return errors.New("init-ca: no data directory")
+	}
+	for _, d := range dirs {
+		ca, err := loadLocalCA(filepath.Join(d, "tls"))
+		if err != nil {
+			return fmt.Errorf("init-ca: %w", err)
+		}
+		if ca != nil {
+			return fmt.Errorf("init-ca: %s already has a CA (%s): copy its ca.pem and ca.key to the others instead", d, filepath.Join(d, "tls", "ca.pem"))
+		}
+	}
+	ca, err := newCA()
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("init-ca: %w", err)
+		}
+		for name, b := range map[string][]byte{"ca.pem": ca.Cert, "ca.key": ca.Key} {
+			if err := writeFile0600(filepath.Join(d, "tls", name), b); err != nil {
+				return fmt.Errorf("init-ca: %w", err)
+			}
+		}
+	}
+	return nil
+}

@@ -16,7 +16,7 @@ import (
 )
 
 // Tokens: join tokens (made by an admin for a member role, with a TTL,
-// maybe single-use), members' credentials (made at join: role = the
+// single-use unless asked otherwise), members' credentials (made at join: role = the
 // member's role, no expiry, revocable) and users' API tokens (login, or
 // made by an admin). All are "ID.SECRET" on the wire (a join token adds
 // ".CAHASH", the station CA's pin) and only sha256(SECRET) is stored.
@@ -41,8 +41,11 @@ func (s *Station) createToken(ctx context.Context, req api.TokenRequest, who str
 		if ttl <= 0 {
 			ttl = defaultJoinTTL
 		}
+		if req.SingleUse && req.MultiUse {
+			return api.Token{}, &inputError{"token: single_use and multi_use both set (a join token is single-use unless multi_use)"}
+		}
 		t, secret = newToken(kindJoin, req.Role, who, ttl)
-		t.SingleUse = req.SingleUse
+		t.SingleUse = !req.MultiUse
 		if req.Cluster != "" {
 			if req.Role != api.RoleNode {
 				return api.Token{}, &inputError{"token: --cluster is for node join tokens (the logical cluster a new node enters)"}
@@ -53,6 +56,9 @@ func (s *Station) createToken(ctx context.Context, req api.TokenRequest, who str
 			t.Cluster = req.Cluster
 		}
 	case req.Role == api.RoleAdmin || req.Role == api.RoleWebmaster || req.Role == api.RoleReadOnly || req.Role == "":
+		if req.MultiUse || req.SingleUse {
+			return api.Token{}, &inputError{"token: single_use and multi_use are for join tokens (an API token is used until it expires)"}
+		}
 		if req.User == "" {
 			return api.Token{}, &inputError{"token: an API token needs user (or give a member role: director, node, meta, iod)"}
 		}

@@ -31,6 +31,30 @@ func join(t *testing.T, ts *tstation, role, name string) api.JoinReply {
 	return jr
 }
 
+// TestJoinTokenSingleUseDefault: a join token made without saying how
+// often it may be used opens one join; a second join with it (a token
+// copied from a shell history, a log) is refused.
+func TestJoinTokenSingleUseDefault(t *testing.T) {
+	ts := startStation(t, stationOpts("127.0.52.7", t.TempDir()))
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
+	if !tok.SingleUse {
+		t.Errorf("a join token without multi_use is listed as multi-use: %+v", tok)
+	}
+	do := func(name string) error {
+		return ts.client(t, tok.Secret).Do(ctxT(t), "POST", api.RouteJoin, api.JoinRequest{Role: api.RoleNode, Name: name}, nil)
+	}
+	if err := do("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := do("n2"); status(err) != 401 || !strings.Contains(err.Error(), "token already used") {
+		t.Fatalf("second join with a default token: want 401 token already used, got %v", err)
+	}
+	err := ts.client(t, ts.admin).Do(ctxT(t), "POST", api.RouteTokens, map[string]any{"role": "node", "ttl": int64(time.Hour), "single_use": true, "multi_use": true}, nil)
+	if status(err) != 400 || !strings.Contains(err.Error(), "multi_use") {
+		t.Fatalf("single_use and multi_use together: want 400 naming them, got %v", err)
+	}
+}
+
 func TestJoinTokens(t *testing.T) {
 	opt := stationOpts("127.0.52.6", t.TempDir())
 	secret, _ := proto.NewSecret()
@@ -53,7 +77,7 @@ func TestJoinTokens(t *testing.T) {
 	}
 
 	// A good token works; the token string pins the CA.
-	good := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour})
+	good := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, MultiUse: true})
 	if p := strings.Split(good.Secret, "."); len(p) != 3 || p[2] != CAHash(ts.s.CA()) || len(p[2]) != 32 {
 		t.Fatalf("join token %q: want ID.SECRET.CAHASH", good.Secret)
 	}
@@ -85,7 +109,7 @@ func TestJoinTokens(t *testing.T) {
 	if _, err := tryJoin(good.Secret, api.RoleIOD, "i1"); status(err) != 403 {
 		t.Errorf("join as another role: %v", err)
 	}
-	// Single-use, used.
+	// Single-use (asked for explicitly), used.
 	once := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, SingleUse: true})
 	if _, err := tryJoin(once.Secret, api.RoleNode, "n3"); err != nil {
 		t.Fatal(err)
@@ -332,7 +356,7 @@ func TestJoinEntersCluster(t *testing.T) {
 	if err := adm.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleIOD, Cluster: "web"}, nil); status(err) != 400 {
 		t.Fatalf("iod token with a cluster: %v", err)
 	}
-	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, Cluster: "web"})
+	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleNode, TTL: time.Hour, Cluster: "web", MultiUse: true})
 	if tok.Cluster != "web" {
 		t.Fatalf("token: %+v", tok)
 	}

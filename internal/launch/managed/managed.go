@@ -266,7 +266,9 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 	}
 	for _, kind := range []string{api.RoleDirector, api.RoleNode, api.RoleMeta, api.RoleIOD} {
 		var tok api.Token
-		if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: kind, TTL: opt.TokenTTL}, &tok); err != nil {
+		// One token per role kind serves every member of that kind up
+		// starts (and restarts within the TTL): multi-use on purpose.
+		if err := cl.Do(ctx, http.MethodPost, api.RouteTokens, api.TokenRequest{Role: kind, TTL: opt.TokenTTL, MultiUse: true}, &tok); err != nil {
 			return fmt.Errorf("station: join token for %s: %w", kind, err)
 		}
 		if err := c.WriteToken(kind, JoinToken(tok, caHash)); err != nil {

@@ -113,7 +113,7 @@ func TestPrepare(t *testing.T) {
 			t.Errorf("%s token file mode %v", kind, fi.Mode())
 		}
 	}
-	if f.tokens[0].TTL != time.Hour || f.tokens[0].SingleUse {
+	if f.tokens[0].TTL != time.Hour || f.tokens[0].SingleUse || !f.tokens[0].MultiUse {
 		t.Errorf("token request %+v: want 1 h, multi-use", f.tokens[0])
 	}
 	if st := run(false); st.Applied || len(f.applies) != 1 || st.Version != 1 {

@@ -325,9 +325,13 @@ type TokenRequest struct {
 	// Cluster (node join tokens): the logical cluster a node joining with
 	// it enters; a node not yet in the configuration is added to it (a new
 	// version) at the address it joins with.
-	Cluster   string        `json:"cluster,omitempty"`
-	TTL       time.Duration `json:"ttl"`
-	SingleUse bool          `json:"single_use,omitempty"`
+	Cluster string        `json:"cluster,omitempty"`
+	TTL     time.Duration `json:"ttl"`
+	// A join token is good for one join unless MultiUse: a token that
+	// leaks after its first use then opens nothing. SingleUse is the
+	// default and is kept for older clients; giving both is an error.
+	SingleUse bool `json:"single_use,omitempty"`
+	MultiUse  bool `json:"multi_use,omitempty"`
 }
 
 // Token describes one token; Secret only in the reply that made it.
