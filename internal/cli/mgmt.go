@@ -99,7 +99,7 @@ see 'corral mgmt token --help'). Exit status: 0 done, 1 failed, 2 usage,
 				return usageError{errors.New("--etcd-user and --etcd-password-file go together")}
 			}
 			if etcdPasswordFile != "" {
-				pw, err := readPrivateFile(etcdPasswordFile)
+				pw, err := safefile.ReadSecret(etcdPasswordFile)
 				if err != nil {
 					return fileError("--etcd-password-file", etcdPasswordFile, err)
 				}
@@ -211,18 +211,6 @@ directory that already has a CA is refused.`,
 			return nil
 		},
 	}
-}
-
-// readPrivateFile reads a secret that group and others may not read.
-func readPrivateFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return nil, fmt.Errorf("mode %04o: readable by others; chmod 600 it", m)
-	}
-	return os.ReadFile(path)
 }
 
 func splitList(s string) []string {

@@ -16,6 +16,7 @@ import (
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/ha"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // High availability (the `ha { }` block, docs/ha.md): the director is one
@@ -112,6 +113,9 @@ func ReadHAKey(path string) ([]byte, error) {
 func etcdTLS(h *config.HA) (*tls.Config, error) {
 	if h.EtcdCA == "" && h.EtcdCert == "" && h.EtcdKey == "" {
 		return nil, nil
+	}
+	if err := safefile.CheckSecret(h.EtcdKey); err != nil {
+		return nil, fmt.Errorf("ha: etcd-key: %w", err)
 	}
 	ca, err := os.ReadFile(h.EtcdCA)
 	if err != nil {

@@ -311,3 +311,19 @@ func TestHAConfigFiles(t *testing.T) {
 		t.Fatalf("bad CA: %v", err)
 	}
 }
+
+// TestEtcdKeyOpenToOthersRefused: a director's etcd client key that
+// others may read is refused before it is used.
+func TestEtcdKeyOpenToOthersRefused(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "etcd.key")
+	for _, f := range []string{"ca.pem", "etcd.pem", "etcd.key"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := etcdTLS(&config.HA{EtcdCA: filepath.Join(dir, "ca.pem"), EtcdCert: filepath.Join(dir, "etcd.pem"), EtcdKey: key})
+	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
+		t.Fatalf("etcd-key others may read: %v, want a refusal naming chmod 600", err)
+	}
+}

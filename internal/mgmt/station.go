@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -353,7 +354,7 @@ func externalEtcdTLS(opt Options) (*tls.Config, error) {
 		tc.RootCAs = pool
 	}
 	if opt.EtcdKey != "" {
-		if err := privateFile(opt.EtcdKey); err != nil {
+		if err := safefile.CheckSecret(opt.EtcdKey); err != nil {
 			return nil, fmt.Errorf("mgmt: external etcd key: %w", err)
 		}
 		cert, err := tls.LoadX509KeyPair(opt.EtcdCert, opt.EtcdKey)
@@ -363,19 +364,6 @@ func externalEtcdTLS(opt Options) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
-}
-
-// privateFile refuses a secret that group or others may read (or write),
-// as ssh does with its keys: someone else on the host may have it too.
-func privateFile(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%s is mode %04o: readable by others; chmod 600 it", path, m)
-	}
-	return nil
 }
 
 // etcdTLSFiles are the files the embedded member's listeners use: the

@@ -159,7 +159,9 @@ func loadLocalCA(dir string) (*caPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	// The CA's key signs every member's certificate: refused, as ssh
+	// refuses a key, when others may read it.
+	k, err := safefile.ReadSecret(filepath.Join(dir, "ca.key"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: CA certificate without its key: %w", dir, err)
 	}
@@ -184,6 +186,9 @@ func (s *Station) setupTLS(ca *caPair) (*tls.Config, []byte, error) {
 	if s.opt.TLSCert != "" || s.opt.TLSKey != "" {
 		if s.opt.TLSCert == "" || s.opt.TLSKey == "" {
 			return nil, nil, errors.New("--tls-cert and --tls-key go together")
+		}
+		if err := safefile.CheckSecret(s.opt.TLSKey); err != nil {
+			return nil, nil, fmt.Errorf("--tls-key: %w", err)
 		}
 		cert, err := tls.LoadX509KeyPair(s.opt.TLSCert, s.opt.TLSKey)
 		if err != nil {

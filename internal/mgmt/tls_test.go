@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,26 @@ func TestOwnCertificate(t *testing.T) {
 	opt2.TLSCert = opt.TLSCert
 	if _, err := New(opt2); err == nil {
 		t.Fatal("cert without key accepted")
+	}
+}
+
+// TestCAKeyOpenToOthersRefused: the CA's key signs every member's
+// certificate; a station refuses it, naming the chmod, when others may
+// read it (it loaded it before).
+func TestCAKeyOpenToOthersRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := InitCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := filepath.Join(dir, "tls")
+	if _, err := loadLocalCA(tlsDir); err != nil {
+		t.Fatalf("a private CA key: %v", err)
+	}
+	key := filepath.Join(tlsDir, "ca.key")
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadLocalCA(tlsDir); err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
+		t.Fatalf("a CA key others may read: %v, want a refusal naming chmod 600", err)
 	}
 }

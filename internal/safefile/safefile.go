@@ -230,5 +230,12 @@ func ReadSecret(path string) ([]byte, error) {
 	if err := checkMode(path, fi); err != nil {
 		return nil, err
 	}
-	return io.ReadAll(f)
+	// A credential or key is small: a larger file is not one.
+	b, err := io.ReadAll(io.LimitReader(f, maxSecret+1))
+	if err == nil && len(b) > maxSecret {
+		err = fmt.Errorf("%s: larger than 1 MiB, not a secret", path)
+	}
+	return b, err
 }
+
+const maxSecret = 1 << 20

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // Kind is the kind of credential a peer proved in the handshake.
@@ -134,40 +136,12 @@ func ParseCredential(b []byte) (*Credential, error) {
 }
 
 // ErrSecretMode means a secret file that others than its owner may read
-// or write: it is refused, as ssh refuses such a private key.
-var ErrSecretMode = errors.New("secret file open to others")
-
-// CheckPrivate refuses the secret file f (named path) when its mode lets
-// group or others at it; the error names the file and the chmod to run.
-func CheckPrivate(path string, f *os.File) error {
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if m := fi.Mode().Perm(); m&0o077 != 0 {
-		return fmt.Errorf("%w: %s has mode %#o, which lets group or others read it; run: chmod 600 %s", ErrSecretMode, path, m, path)
-	}
-	return nil
-}
+// or write (safefile's check, as ssh refuses such a key).
+var ErrSecretMode = safefile.ErrExposed
 
 // ReadPrivate reads the secret file path, refusing it when others than
-// its owner may read or write it (CheckPrivate).
-func ReadPrivate(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if err := CheckPrivate(path, f); err != nil {
-		return nil, err
-	}
-	// A credential or key is small: a larger file is not one.
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
-	if err == nil && len(b) > 1<<20 {
-		err = fmt.Errorf("%s: larger than 1 MiB, not a secret", path)
-	}
-	return b, err
-}
+// its owner may read or write it, or when it is too big to be one.
+func ReadPrivate(path string) ([]byte, error) { return safefile.ReadSecret(path) }
 
 // LoadCredential reads a credential file (mode 0600 or stricter).
 func LoadCredential(path string) (*Credential, error) {
