@@ -298,9 +298,9 @@ func TestHealthzCachedAndTerse(t *testing.T) {
 		t.Errorf("1000 /healthz calls in %v cost %v etcd reads, want at most %.0f", el, reads, limit)
 	}
 
-	// Unhealthy: the station's etcd client is gone. The reason (it names
-	// the etcd endpoint) is not for whoever asks.
-	ts.s.cli.Close()
+	// Unhealthy: etcd is stopped. The reason (it names the etcd
+	// endpoint) is not for whoever asks.
+	ts.s.closeEtcd()
 	var code int
 	var body string
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
