@@ -357,38 +357,48 @@ var dummyHash = sync.OnceValue(func() []byte {
 	return h
 })
 
-// login trades a password for an API token; failures are delayed a
-// little more each time (per user), so guessing is slow.
-func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginReply, error) {
-	fail := func() (api.LoginReply, error) {
-		s.met.authFailures.Inc()
-		key := req.User
-		if len(key) > 128 {
-			key = key[:128] // the map stays small whatever is sent
-		}
-		s.loginMu.Lock()
-		s.loginFail[key]++
-		n := s.loginFail[key]
-		if len(s.loginFail) > 10000 { // bounded: forget everyone
-			clear(s.loginFail)
-		}
-		s.loginMu.Unlock()
-		d := time.Duration(min(n, 20)) * 100 * time.Millisecond
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-		}
-		return api.LoginReply{}, &authError{"bad user or password"}
-	}
+// login trades a password for an API token. The login guard admits it
+// first (bounded concurrent checks; a locked-out user or source is
+// refused without a compare); each lockout a failure starts goes to the
+// audit log.
+func (s *Station) login(ctx context.Context, req api.LoginRequest, src string) (api.LoginReply, error) {
 	if req.User == "" || req.Password == "" {
 		return api.LoginReply{}, &inputError{"login: give user and password"}
+	}
+	tk, reason, err := s.logins.admit(ctx, req.User, src)
+	if err != nil {
+		if reason != "" {
+			s.met.loginRefused.WithLabelValues(reason).Inc()
+		}
+		return api.LoginReply{}, err
+	}
+	defer tk.release()
+	fail := func(real bool) (api.LoginReply, error) {
+		s.met.authFailures.Inc()
+		for _, l := range tk.failed(real) {
+			kind := "user"
+			if strings.HasPrefix(l.what, "source ") {
+				kind = "source"
+			}
+			s.met.lockouts.WithLabelValues(kind).Inc()
+			s.log.Warn("login lockout", "locked", l.what, "fails", l.fails, "for", l.d, "source", src)
+			// Not the request's context: a client hanging up must not
+			// keep the lockout out of the audit log.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := s.audit(actx, api.AuditEntry{User: "login from " + src, Action: "login-lockout",
+				Detail: fmt.Sprintf("%s locked out for %v after %d failed logins", l.what, l.d, l.fails)}); err != nil {
+				s.log.Error("audit of a login lockout", "err", err)
+			}
+			cancel()
+		}
+		return api.LoginReply{}, &authError{"bad user or password"}
 	}
 	if _, err := s.userPrincipal(ctx, req.User); err != nil {
 		var ae *authError
 		if errors.As(err, &ae) {
 			// As slow as a wrong password: timing does not tell who exists.
 			comparePassword(dummyHash(), []byte(req.Password))
-			return fail()
+			return fail(false)
 		}
 		return api.LoginReply{}, err
 	}
@@ -397,16 +407,14 @@ func (s *Station) login(ctx context.Context, req api.LoginRequest) (api.LoginRep
 		return api.LoginReply{}, err
 	}
 	var u userRecord
-	hash := dummyHash() // an unknown user costs a bcrypt compare too
+	hash := dummyHash() // a user without a password costs a bcrypt compare too
 	if len(resp.Kvs) > 0 && json.Unmarshal(resp.Kvs[0].Value, &u) == nil {
 		hash = []byte(u.Hash)
 	}
 	if comparePassword(hash, []byte(req.Password)) != nil || len(resp.Kvs) == 0 {
-		return fail()
+		return fail(true)
 	}
-	s.loginMu.Lock()
-	delete(s.loginFail, req.User)
-	s.loginMu.Unlock()
+	tk.succeeded()
 	p, _ := s.userPrincipal(ctx, req.User)
 	t, secret := newToken(kindAPI, p.Role, req.User, loginTTL)
 	t.User = req.User
@@ -477,32 +485,103 @@ func (s *Station) setPassword(ctx context.Context, req api.UserRequest, who stri
 	})
 }
 
-// deleteUser forgets a user's password and revokes their API tokens.
+// revokePage is how many tokens one transaction revokes: etcd refuses a
+// transaction of more than 128 operations (its default), and the last
+// one carries the user's deletion and its audit entry too.
+const revokePage = 100
+
+// userTokens is user's live API tokens and their mod revisions.
+func (s *Station) userTokens(ctx context.Context, user string) ([]*tokenRecord, []int64, error) {
+	resp, err := s.cli.Get(ctx, keyTokens, clientv3.WithPrefix())
+	if err != nil {
+		return nil, nil, err
+	}
+	var toks []*tokenRecord
+	var revs []int64
+	for _, kv := range resp.Kvs {
+		var t tokenRecord
+		if json.Unmarshal(kv.Value, &t) == nil && t.User == user && t.Kind == kindAPI && !t.Revoked {
+			toks = append(toks, &t)
+			revs = append(revs, kv.ModRevision)
+		}
+	}
+	return toks, revs, nil
+}
+
+// errMoreTokens: a user being deleted got more tokens than one
+// transaction revokes (logins meanwhile); deleteUser pages again.
+var errMoreTokens = errors.New("more tokens to revoke")
+
+// deleteUser forgets a user's password and revokes all their API
+// tokens: pages of revocations while more than a page is left, then one
+// transaction with the rest, the password's deletion and the audit
+// entry. Interrupted, it is finished by deleting the user again.
 func (s *Station) deleteUser(ctx context.Context, name, who string) error {
 	if !keySegment(name, 128) {
 		return &inputError{fmt.Sprintf("user: bad name %q", name)}
 	}
-	toks, err := s.tokenRecords(ctx)
-	if err != nil {
-		return err
-	}
-	resp, err := s.cli.Get(ctx, keyUsers+name, clientv3.WithCountOnly())
-	if err != nil {
-		return err
-	}
-	ops := []clientv3.Op{clientv3.OpDelete(keyUsers + name)}
-	for _, t := range toks {
-		if t.User == name && (t.Kind == kindAPI) && !t.Revoked {
-			t.Revoked = true
-			ops = append(ops, tokenPut(t))
+	revoked := 0
+	for try := 0; ; try++ {
+		n, err := s.revokePages(ctx, name)
+		revoked += n
+		if err != nil {
+			return err
+		}
+		e := &api.AuditEntry{User: who, Action: "user-delete"}
+		err = s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) {
+			resp, err := s.cli.Get(ctx, keyUsers+name, clientv3.WithCountOnly())
+			if err != nil {
+				return nil, nil, err
+			}
+			toks, revs, err := s.userTokens(ctx, name)
+			if err != nil {
+				return nil, nil, err
+			}
+			if resp.Count == 0 && len(toks) == 0 && revoked == 0 {
+				return nil, nil, &notFoundError{fmt.Sprintf("user %q has no password and no tokens: nothing to delete", name)}
+			}
+			if len(toks) > revokePage {
+				return nil, nil, errMoreTokens
+			}
+			ops := []clientv3.Op{clientv3.OpDelete(keyUsers + name)}
+			var cmps []clientv3.Cmp
+			for i, t := range toks {
+				t.Revoked = true
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keyTokens+t.ID), "=", revs[i]))
+				ops = append(ops, tokenPut(t))
+			}
+			e.Detail = fmt.Sprintf("%s (%d tokens revoked)", name, revoked+len(toks))
+			return cmps, ops, nil
+		})
+		if !errors.Is(err, errMoreTokens) || try == 10 {
+			return err
 		}
 	}
-	if resp.Count == 0 && len(ops) == 1 {
-		return &notFoundError{fmt.Sprintf("user %q has no password and no tokens: nothing to delete", name)}
+}
+
+// revokePages revokes user's live API tokens a page per transaction
+// until at most a page is left; it returns how many it revoked.
+func (s *Station) revokePages(ctx context.Context, user string) (int, error) {
+	revoked := 0
+	for {
+		toks, revs, err := s.userTokens(ctx, user)
+		if err != nil || len(toks) <= revokePage {
+			return revoked, err
+		}
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for i, t := range toks[:revokePage] {
+			t.Revoked = true
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(keyTokens+t.ID), "=", revs[i]))
+			ops = append(ops, tokenPut(t))
+		}
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return revoked, err
+		}
+		// Not succeeded: a token changed meanwhile; read them again.
+		if tr.Succeeded {
+			revoked += len(ops)
+		}
 	}
-	if len(ops) > 100 {
-		ops = ops[:100] // etcd's per-transaction limit; the rest expire
-	}
-	e := &api.AuditEntry{User: who, Action: "user-delete", Detail: name}
-	return s.commit(ctx, e, func() ([]clientv3.Cmp, []clientv3.Op, error) { return nil, ops, nil })
 }

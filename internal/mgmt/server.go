@@ -32,8 +32,11 @@ const (
 	maxWaitsPerMember = 4
 )
 
-// tooManyError is a 429.
-type tooManyError struct{ msg string }
+// tooManyError is a 429; retry is its Retry-After (0: 1 s).
+type tooManyError struct {
+	msg   string
+	retry time.Duration
+}
 
 func (e *tooManyError) Error() string { return e.msg }
 
@@ -80,7 +83,7 @@ func (s *Station) longPoll(w http.ResponseWriter, r *http.Request, p *Principal,
 	release = func() {}
 	if wait > 0 {
 		if release, ok = s.startWait(p.Name); !ok {
-			s.fail(w, &tooManyError{fmt.Sprintf("%s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
+			s.fail(w, &tooManyError{msg: fmt.Sprintf("%s already has %d long polls waiting", p.Name, maxWaitsPerMember)})
 			return 0, 0, nil, false
 		}
 	}
@@ -94,6 +97,9 @@ type metrics struct {
 	joins        *prometheus.CounterVec
 	authFailures prometheus.Counter
 	membersUp    prometheus.Gauge
+	loginRefused *prometheus.CounterVec
+	lockouts     *prometheus.CounterVec
+	healthChecks prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -104,8 +110,14 @@ func newMetrics() *metrics {
 		joins:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_mgmt_joins_total", Help: "Join attempts by result (ok, refused)."}, []string{"result"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_mgmt_auth_failures_total", Help: "Requests refused for a missing, bad, expired or revoked token, and failed logins."}),
 		membersUp:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "corral_mgmt_members_up", Help: "Members that reported within the member timeout."}),
+		loginRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_mgmt_login_refused_total",
+			Help: "Logins answered 429 without a password check, by reason (locked: the user or source is locked out; busy: checks for it or all slots taken)."}, []string{"reason"}),
+		lockouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_mgmt_login_lockouts_total",
+			Help: "Lockouts started by failed logins, by what is locked out (user, source)."}, []string{"kind"}),
+		healthChecks: prometheus.NewCounter(prometheus.CounterOpts{Name: "corral_mgmt_health_checks_total",
+			Help: "Health checks run against etcd for /healthz (at most one a second, whatever the call rate)."}),
 	}
-	m.reg.MustRegister(m.applies, m.conflicts, m.joins, m.authFailures, m.membersUp)
+	m.reg.MustRegister(m.applies, m.conflicts, m.joins, m.authFailures, m.membersUp, m.loginRefused, m.lockouts, m.healthChecks)
 	return m
 }
 
@@ -139,7 +151,7 @@ func (s *Station) handler() http.Handler {
 	mux.HandleFunc("POST "+api.RouteTokens, s.auth(permAdmin, s.hCreateToken))
 	mux.HandleFunc("DELETE "+api.RouteToken+"{id}", s.auth(permAdmin, s.hRevokeToken))
 
-	mux.Handle("GET "+api.RouteHealthz, obs.Healthz(s.healthy))
+	mux.HandleFunc("GET "+api.RouteHealthz, s.hHealthz)
 	mux.Handle("GET "+api.RouteMetrics, obs.MetricsHandler(s.met.reg))
 
 	s.routesDash(mux)
@@ -179,6 +191,7 @@ func (s *Station) fail(w http.ResponseWriter, err error) {
 		status = http.StatusConflict
 	case errors.As(err, &tm):
 		status = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", strconv.Itoa(int(retryAfter(tm.retry)/time.Second)))
 	case errors.As(err, &ae):
 		status = http.StatusUnauthorized
 		w.Header().Set("WWW-Authenticate", `Bearer realm="corral"`)
@@ -526,7 +539,7 @@ func (s *Station) hLogin(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	reply, err := s.login(r.Context(), req)
+	reply, err := s.login(r.Context(), req, loginSource(r.RemoteAddr))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -612,4 +625,47 @@ func (s *Station) healthy(ctx context.Context) error {
 		return fmt.Errorf("etcd quorum read: %w", err)
 	}
 	return nil
+}
+
+// healthEvery is how long a health check's answer is reused: /healthz is
+// unauthenticated, so its callers must not drive etcd reads.
+const healthEvery = time.Second
+
+// cachedHealth is healthy run at most once per healthEvery; callers
+// during a check wait for its answer rather than start their own.
+func (s *Station) cachedHealth() error {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if !s.healthAt.IsZero() && time.Since(s.healthAt) < healthEvery {
+		return s.healthErr
+	}
+	// Not the caller's context: its answer is everyone's.
+	ctx, cancel := context.WithTimeout(context.Background(), obs.CheckTimeout)
+	err := s.healthy(ctx)
+	if err == nil && ctx.Err() != nil {
+		err = errors.New("health check timed out")
+	}
+	cancel()
+	s.met.healthChecks.Inc()
+	switch {
+	case err != nil && (s.healthErr == nil || s.healthErr.Error() != err.Error()):
+		s.log.Warn("station unhealthy", "err", err)
+	case err == nil && s.healthErr != nil:
+		s.log.Info("station healthy again")
+	}
+	s.healthAt, s.healthErr = time.Now(), err
+	return err
+}
+
+// hHealthz answers "ok" or 503 "unhealthy", nothing more: the reason
+// names internal addresses and goes to the station's log.
+func (s *Station) hHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if s.cachedHealth() != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("unhealthy\n"))
+		return
+	}
+	w.Write([]byte("ok\n"))
 }

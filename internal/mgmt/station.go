@@ -140,8 +140,11 @@ type Station struct {
 	cfgMu    sync.Mutex
 	cfgCache cfgInfo // accounts and meta of one version
 
-	loginMu   sync.Mutex
-	loginFail map[string]int // failed logins per user, for the delay
+	logins *loginGuard // bounds password checks, locks out repeated failures
+
+	healthMu  sync.Mutex // held through a /healthz check
+	healthAt  time.Time  // when the last check ran
+	healthErr error      // its answer
 
 	urlMu sync.Mutex
 	url   string // this station's API URL once Run listens
@@ -178,7 +181,7 @@ func NewContext(ctx context.Context, opt Options) (*Station, error) {
 		opt.EtcdClient = "127.0.0.1:7601"
 	}
 	s := &Station{opt: opt, log: opt.Log, subs: map[chan api.Event]struct{}{},
-		loginFail: map[string]int{}, waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics(), fb: newStationFB()}
+		logins: newLoginGuard(), waits: map[string]int{}, wake: make(chan struct{}), met: newMetrics(), fb: newStationFB()}
 	s.met.reg.MustRegister(fbCollector{s.fb})
 	if s.log == nil {
 		s.log = slog.Default()
