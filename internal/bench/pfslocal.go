@@ -56,7 +56,11 @@ type PFSLocalResult struct {
 	Workers    int       `json:"workers"`
 	Large      []Row     `json:"large"`
 	Small      []Row     `json:"small"`
-	Notes      []string  `json:"notes"`
+	// TLS are the library's rows against this file system (TLS 1.3, the
+	// default) and against a second one run with --insecure: what
+	// encryption in transit costs, measured in the same run.
+	TLS   []Row    `json:"tls"`
+	Notes []string `json:"notes"`
 }
 
 const ioBuf = 8 << 20
@@ -354,16 +358,49 @@ func RunPFSLocal(ctx context.Context, cfg PFSLocalConfig) (*PFSLocalResult, erro
 		res.Small = append(res.Small, Row{Path: label, FilesPerSec: fps})
 		logf("small files %-12s: %.0f files/s\n", label, fps)
 	}
-	if err := cl.MkdirAll(ctx, "/small", 0o755); err != nil {
-		return nil, err
-	}
-	dirAttr, err := cl.Stat(ctx, "/small")
+	fps, err := smallLib(ctx, cl, "/small", cfg)
 	if err != nil {
 		return nil, err
 	}
+	base := res.Small[0].FilesPerSec
+	res.Small = append(res.Small, Row{Path: "lib", FilesPerSec: fps, WriteRatio: fps / base, RatioOf: "local+fsync"})
+	logf("small files %-12s: %.0f files/s (%.2f of local+fsync)\n", "lib", fps, fps/base)
+	if cfg.FUSE {
+		dir := filepath.Join(mnt, "small-fuse")
+		os.Mkdir(dir, 0o755)
+		wr, rd := localFile(dir, false) // close(2) syncs on this file system
+		fps, err := smallFiles(cfg.SmallFiles, cfg.Workers, cfg.SmallSize, wr, rd)
+		if err != nil {
+			return nil, err
+		}
+		res.Small = append(res.Small, Row{Path: "fuse", FilesPerSec: fps, WriteRatio: fps / base, RatioOf: "local+fsync"})
+		logf("small files %-12s: %.0f files/s (%.2f of local+fsync)\n", "fuse", fps, fps/base)
+	}
+	if res.TLS, err = tlsCost(ctx, cfg, scratch, cl, maxIODs, logf); err != nil {
+		return nil, err
+	}
+	res.Notes = append(res.Notes,
+		"TLS: the library's rows against this file system (TLS 1.3, the default) and against a second one whose roles and client run --insecure (plain text), in this run",
+		"large files: sequential writes of 8 MiB (lib) or 1 MiB (FUSE, plain write(2)), fsync/close at the end; then reads of the same sizes, the page cache dropped before each read (as root) so both sides read the disk",
+		fmt.Sprintf("small files: create+write+close of every file, then open+read of every file, %d workers; files/s over both phases", cfg.Workers),
+		"lib and FUSE close = data synced on the I/O servers and size committed on the metadata server",
+		"everything on one machine: clients, meta and I/O servers share its CPUs and one disk")
+	return res, writeJSONMD(cfg.Out, res, res.Markdown())
+}
+
+// smallLib creates, writes and closes cfg.SmallFiles files in dir through
+// the library, then reads them back; files/s over both phases.
+func smallLib(ctx context.Context, cl *client.Client, dir string, cfg PFSLocalConfig) (float64, error) {
+	if err := cl.MkdirAll(ctx, dir, 0o755); err != nil {
+		return 0, err
+	}
+	dirAttr, err := cl.Stat(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
 	// The library path as a web node uses it: the directory is known, each
 	// file costs one name lookup or create.
-	fps, err := smallFiles(cfg.SmallFiles, cfg.Workers, cfg.SmallSize, func(i int, data []byte) error {
+	return smallFiles(cfg.SmallFiles, cfg.Workers, cfg.SmallSize, func(i int, data []byte) error {
 		a, _, err := cl.Create(ctx, dirAttr.Ino, fmt.Sprintf("f%05d", i), 0o644, client.CreateOpts{})
 		if err != nil {
 			return err
@@ -389,29 +426,46 @@ func RunPFSLocal(ctx context.Context, cfg PFSLocalConfig) (*PFSLocalResult, erro
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
+}
+
+// tlsCost measures the library's largest layout and its small files
+// against cl's file system (TLS, the default) and against a second one of
+// maxIODs I/O servers run with --insecure, alternating the two.
+func tlsCost(ctx context.Context, cfg PFSLocalConfig, scratch string, cl *client.Client, maxIODs int, logf func(string, ...any)) ([]Row, error) {
+	listens := make([]string, maxIODs)
+	for i := range listens {
+		listens[i] = "127.0.0.1:0"
 	}
-	base := res.Small[0].FilesPerSec
-	res.Small = append(res.Small, Row{Path: "lib", FilesPerSec: fps, WriteRatio: fps / base, RatioOf: "local+fsync"})
-	logf("small files %-12s: %.0f files/s (%.2f of local+fsync)\n", "lib", fps, fps/base)
-	if cfg.FUSE {
-		dir := filepath.Join(mnt, "small-fuse")
-		os.Mkdir(dir, 0o755)
-		wr, rd := localFile(dir, false) // close(2) syncs on this file system
-		fps, err := smallFiles(cfg.SmallFiles, cfg.Workers, cfg.SmallSize, wr, rd)
+	plain, err := launch.StartFSWith(ctx, &launch.FS{Bin: cfg.Bin, Data: filepath.Join(scratch, "fs-plain"),
+		Args: func(string) []string { return []string{"--insecure"} }}, "127.0.0.1:0", listens)
+	if err != nil {
+		return nil, fmt.Errorf("the plain-text file system: %w", err)
+	}
+	defer plain.Stop()
+	pcl := client.New(plain.Meta.Addr, client.WithInsecure())
+	defer pcl.Close()
+	stripe := cfg.StripeSizes[len(cfg.StripeSizes)-1]
+	var rows []Row
+	for _, side := range []struct {
+		label string
+		cl    *client.Client
+	}{{"lib tls", cl}, {"lib plain", pcl}} {
+		logf("%-9s %d iods, stripe %-6s: ", side.label, maxIODs, humanBytes(int64(stripe)))
+		w, r, err := libLarge(ctx, side.cl, "/tls-cost", cfg.FileSize, stripe, maxIODs)
 		if err != nil {
 			return nil, err
 		}
-		res.Small = append(res.Small, Row{Path: "fuse", FilesPerSec: fps, WriteRatio: fps / base, RatioOf: "local+fsync"})
-		logf("small files %-12s: %.0f files/s (%.2f of local+fsync)\n", "fuse", fps, fps/base)
+		fps, err := smallLib(ctx, side.cl, "/tls-cost-small", cfg)
+		if err != nil {
+			return nil, err
+		}
+		logf("write %.0f MB/s, read %.0f MB/s, small files %.0f/s\n", w, r, fps)
+		rows = append(rows, Row{Path: side.label, IODs: maxIODs, StripeSize: stripe, WriteMBs: w, ReadMBs: r, FilesPerSec: fps})
 	}
-	res.Notes = append(res.Notes,
-		"large files: sequential writes of 8 MiB (lib) or 1 MiB (FUSE, plain write(2)), fsync/close at the end; then reads of the same sizes, the page cache dropped before each read (as root) so both sides read the disk",
-		fmt.Sprintf("small files: create+write+close of every file, then open+read of every file, %d workers; files/s over both phases", cfg.Workers),
-		"lib and FUSE close = data synced on the I/O servers and size committed on the metadata server",
-		"everything on one machine: clients, meta and I/O servers share its CPUs and one disk")
-	return res, writeJSONMD(cfg.Out, res, res.Markdown())
+	// Ratios of TLS to plain text.
+	t, p := &rows[0], rows[1]
+	t.RatioOf, t.WriteRatio, t.ReadRatio = "lib plain", t.WriteMBs/p.WriteMBs, t.ReadMBs/p.ReadMBs
+	return rows, nil
 }
 
 // Markdown renders the result as tables.
@@ -433,6 +487,14 @@ func (r *PFSLocalResult) Markdown() string {
 			ratio = fmt.Sprintf("%.2f", x.WriteRatio)
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", x.Path, x.FilesPerSec, ratio)
+	}
+	if len(r.TLS) == 2 {
+		t, p := r.TLS[0], r.TLS[1]
+		fmt.Fprintf(&b, "\nEncryption in transit (%d iods, stripe %s):\n\n| path | write MB/s | read MB/s | small files/s |\n|---|---|---|---|\n", t.IODs, humanBytes(int64(t.StripeSize)))
+		for _, x := range r.TLS {
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f |\n", x.Path, x.WriteMBs, x.ReadMBs, x.FilesPerSec)
+		}
+		fmt.Fprintf(&b, "| tls / plain | %.2f | %.2f | %.2f |\n", t.WriteRatio, t.ReadRatio, t.FilesPerSec/p.FilesPerSec)
 	}
 	b.WriteString("\nNotes:\n")
 	for _, n := range r.Notes {
