@@ -14,17 +14,12 @@ import (
 // the test (the mount root stands for a data directory that exists).
 func disk(t *testing.T) *powercut.Disk {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CORRAL_NEED_ALL") != "" {
-			t.Fatal("durable's tests need root to mount the power-cut harness")
-		}
-		t.Skip("durable's tests need root to mount the power-cut harness (FUSE)")
-	}
+	powercut.Need(t)
 	d, err := powercut.Mount(t.TempDir(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { d.Unmount() })
+	t.Cleanup(func() { d.Close() })
 	return d
 }
 

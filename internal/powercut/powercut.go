@@ -42,6 +42,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 const pageSize = 4096
@@ -154,6 +155,21 @@ func (d *Disk) Unmount() error {
 	}
 	d.server = nil
 	return nil
+}
+
+// Close unmounts for good, also with files still open: then the FUSE
+// connection is aborted (their later calls fail with ENOTCONN) and the
+// mount detached, so that a test that failed with a file open does not
+// hang at exit on a close its own process would have to serve. It returns
+// the error of the clean unmount, if it failed.
+func (d *Disk) Close() error {
+	err := d.Unmount()
+	if err != nil {
+		unix.Unmount(d.mnt, unix.MNT_FORCE) // FUSE aborts the connection
+		unix.Unmount(d.mnt, unix.MNT_DETACH)
+		d.server = nil
+	}
+	return err
 }
 
 // Cut is a power cut: it unmounts, drops every write and directory change

@@ -11,34 +11,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// need skips without root or /dev/fuse, saying why; with CORRAL_NEED_ALL
-// set (CI) a missing requirement fails instead of hiding the tests.
-func need(t *testing.T) {
-	t.Helper()
-	var why string
-	if os.Geteuid() != 0 {
-		why = "power-cut tests need root (they mount FUSE with mount(2))"
-	} else if _, err := os.Stat("/dev/fuse"); err != nil {
-		why = "power-cut tests need /dev/fuse: " + err.Error()
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CORRAL_NEED_ALL") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-}
-
 func mount(t *testing.T) *Disk {
 	t.Helper()
-	need(t)
+	Need(t)
 	d, err := Mount(t.TempDir(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := d.Unmount(); err != nil {
+		if err := d.Close(); err != nil {
 			t.Error(err)
 		}
 	})
@@ -310,7 +291,7 @@ func TestCutRefusedWhileInUse(t *testing.T) {
 }
 
 func TestMountRefusesUsedBacking(t *testing.T) {
-	need(t)
+	Need(t)
 	b := t.TempDir()
 	os.WriteFile(filepath.Join(b, "x"), nil, 0o600)
 	if _, err := Mount(t.TempDir(), b); err == nil {
