@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"golang.org/x/sys/unix"
 )
@@ -348,7 +349,9 @@ func openFile(p string, write bool) (o *ofile, created bool, err error) {
 	}
 	f, err := os.OpenFile(p, flag, 0)
 	if errors.Is(err, os.ErrNotExist) && write {
-		if err := os.MkdirAll(dirOf(p), 0o755); err != nil {
+		// A new bucket's entry in objects/ is synced here; the object's
+		// own entry in the bucket is synced with its data (Store.Sync).
+		if err := durable.MkdirAll(dirOf(p), 0o755); err != nil {
 			return nil, false, err
 		}
 		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -123,7 +124,8 @@ func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
 		return nil, errors.New("no data directory")
 	}
 	dir := dirs[0]
-	if err := os.MkdirAll(filepath.Join(dir, "objects"), 0o755); err != nil {
+	// objects/ must outlive a power cut with everything under it.
+	if err := durable.MkdirAll(filepath.Join(dir, "objects"), 0o755); err != nil {
 		return nil, err
 	}
 	lf, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)

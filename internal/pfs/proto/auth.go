@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -171,6 +172,12 @@ func EnsureSecretFile(path string) (*Credential, error) {
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		// Its name too: a cut that lost it would make a new secret that
+		// no server or client of this cluster holds. (internal/durable's
+		// SyncDir; this layer-0 package imports nothing of the module.)
+		err = syncDir(filepath.Dir(path))
 	}
 	if err != nil {
 		os.Remove(path)
@@ -426,4 +433,16 @@ func allowed(k Kind, op Op) error {
 		return nil
 	}
 	return Errorf(errReadOnly, fmt.Sprintf("%s refused: this client holds the read-only credential", opName(op)))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
