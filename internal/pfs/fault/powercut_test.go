@@ -284,7 +284,15 @@ func (c *pcluster) rounds(r, least int, pick func(round int) []*pnode) {
 		stop := c.load(r)
 		time.Sleep(powerLoad())
 		nodes := pick(round)
+		var before powercut.Stats
+		for _, n := range nodes {
+			before = addStats(before, n.disk.Stats())
+		}
 		c.powerCut(nodes...)
+		var after powercut.Stats
+		for _, n := range nodes {
+			after = addStats(after, n.disk.Stats())
+		}
 		time.Sleep(300 * time.Millisecond) // a little load after the restart too
 		stop()
 		acked, lost, wrong := c.verify()
@@ -292,7 +300,8 @@ func (c *pcluster) rounds(r, least int, pick func(round int) []*pnode) {
 		for i, n := range nodes {
 			names[i] = n.name
 		}
-		c.t.Logf("round %d, cut %s: %d acknowledged files, %d lost, %d wrong", round+1, strings.Join(names, "+"), acked, lost, wrong)
+		c.t.Logf("round %d, cut %s (dropping %d KiB unsynced and %d directory changes): %d acknowledged files, %d lost, %d wrong",
+			round+1, strings.Join(names, "+"), (after.DroppedBytes-before.DroppedBytes)>>10, after.DroppedEntries-before.DroppedEntries, acked, lost, wrong)
 		if acked == 0 {
 			c.t.Fatal("no write was acknowledged: the load did not run")
 		}
@@ -300,6 +309,12 @@ func (c *pcluster) rounds(r, least int, pick func(round int) []*pnode) {
 			c.t.FailNow()
 		}
 	}
+}
+
+func addStats(a, b powercut.Stats) powercut.Stats {
+	a.DroppedBytes += b.DroppedBytes
+	a.DroppedEntries += b.DroppedEntries
+	return a
 }
 
 func (c *pcluster) all() []*pnode { return append(slices.Clone(c.metas), c.iods...) }
@@ -324,7 +339,7 @@ func TestPowerCutIODs(t *testing.T) {
 // serving; after the restart both must agree with what was acknowledged.
 func TestPowerCutOneIOD(t *testing.T) {
 	c := newPCluster(t, 1, 2)
-	c.rounds(2, 2, func(round int) []*pnode { return []*pnode{c.iods[round%2]} })
+	c.rounds(2, 3, func(round int) []*pnode { return []*pnode{c.iods[round%2]} })
 }
 
 // A cut of meta alone.
