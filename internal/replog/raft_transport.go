@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -251,6 +252,9 @@ func (r *Raft) handleSnapChunk(ctx context.Context, m *proto.RaftSnap) error {
 	path := filepath.Join(r.cfg.Dir, fmt.Sprintf("snap-%016x", msg.Snapshot.Metadata.Index))
 	s.f.Close()
 	if err := os.Rename(s.f.Name(), path); err != nil {
+		return drop(err)
+	}
+	if err := durable.SyncDir(r.cfg.Dir); err != nil {
 		return drop(err)
 	}
 	r.mu.Lock()

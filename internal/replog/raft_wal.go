@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/corral-cluster/corral/internal/durable"
 )
 
 // The Raft engine's write-ahead log: one file of records
@@ -54,7 +56,7 @@ type wal struct {
 func openWAL(dir string) (*wal, walState, error) {
 	st := walState{empty: true}
 	// The log holds every file name and attribute: owner only.
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, st, err
 	}
 	path := filepath.Join(dir, walName)
@@ -91,10 +93,11 @@ func openWAL(dir string) (*wal, walState, error) {
 		return nil, st, err
 	}
 	if st.empty {
-		// A new log: its directory entry must survive a crash too.
-		if d, err := os.Open(dir); err == nil {
-			d.Sync()
-			d.Close()
+		// A new log: its directory entry must survive a power cut before
+		// any entry in it is acknowledged.
+		if err := durable.SyncDir(dir); err != nil {
+			f.Close()
+			return nil, st, fmt.Errorf("raft log %s: %w", path, err)
 		}
 	}
 	return &wal{dir: dir, f: f}, st, nil
@@ -275,12 +278,13 @@ func (w *wal) rewrite(snap raftpb.Snapshot, hs raftpb.HardState, ents []raftpb.E
 		f.Close()
 		return err
 	}
-	if d, err := os.Open(w.dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	w.f.Close()
 	w.f = f
+	// Appends go to the new file from now on: until the rename is
+	// durable a cut could bring the old one back without them.
+	if err := durable.SyncDir(w.dir); err != nil {
+		return fmt.Errorf("raft log %s: %w", path, err)
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"golang.org/x/sys/unix"
 )
@@ -348,15 +349,10 @@ func openFile(p string, write bool) (o *ofile, created bool, err error) {
 	}
 	f, err := os.OpenFile(p, flag, 0)
 	if errors.Is(err, os.ErrNotExist) && write {
-		// Buckets are made at start; one removed since is made again
-		// and its entry synced.
-		if d := dirOf(p); !exists(d) {
-			if err := os.MkdirAll(d, 0o700); err != nil {
-				return nil, false, err
-			}
-			if err := proto.SyncDir(dirOf(d)); err != nil {
-				return nil, false, err
-			}
+		// A new bucket's entry in objects/ is synced here; the object's
+		// own entry in the bucket is synced with its data (Store.Sync).
+		if err := durable.MkdirAll(dirOf(p), 0o700); err != nil {
+			return nil, false, err
 		}
 		f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
 		created = err == nil

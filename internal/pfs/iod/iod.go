@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -78,8 +79,11 @@ type Store struct {
 	dir  string // the first data directory: identity, marker, LOCK
 	lock *os.File
 
-	mu  sync.Mutex
-	new map[objKey]bool // objects created since their last Sync
+	mu sync.Mutex
+	// Objects created since their last Sync, by creation number: a Sync
+	// forgets only the creation it saw, never one made while it ran.
+	new    map[objKey]uint64
+	newGen uint64
 
 	// members are the data directories (one without RAID); mode is
 	// modeSingle, RAID0 or RAID1. raidMu guards members' states.
@@ -138,7 +142,7 @@ func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{dir: dir, lock: lf, new: map[objKey]bool{}, log: log, mode: modeSingle,
+	s := &Store{dir: dir, lock: lf, new: map[objKey]uint64{}, log: log, mode: modeSingle,
 		members: []*member{{dir: dir, state: memberOK}}}
 	if len(dirs) > 1 {
 		if err := s.setupRAID(dirs, mode); err != nil {
@@ -161,9 +165,8 @@ func OpenRAID(dirs []string, mode int, log *slog.Logger) (*Store, error) {
 // keep others out.
 func prepareDir(dir string) error {
 	objs := filepath.Join(dir, "objects")
-	_, err := os.Stat(objs)
-	newObjs := errors.Is(err, os.ErrNotExist)
-	if err := os.MkdirAll(objs, 0o700); err != nil {
+	// objects/ must outlive a power cut with everything under it.
+	if err := durable.MkdirAll(objs, 0o700); err != nil {
 		return err
 	}
 	if err := tighten(dir, true); err != nil {
@@ -187,12 +190,7 @@ func prepareDir(dir string) error {
 		}
 	}
 	if made {
-		if err := proto.SyncDir(objs); err != nil {
-			return err
-		}
-	}
-	if newObjs {
-		return proto.SyncDir(dir)
+		return durable.SyncDir(objs)
 	}
 	return nil
 }
@@ -301,7 +299,8 @@ func (s *Store) openIn(m int, k objKey, write bool) (*ofile, error) {
 
 func (s *Store) markNew(k objKey) {
 	s.mu.Lock()
-	s.new[k] = true
+	s.newGen++
+	s.new[k] = s.newGen
 	s.mu.Unlock()
 }
 
@@ -606,14 +605,22 @@ func (s *Store) remove(k objKey) error {
 	return first
 }
 
+// syncReadHook, set by tests only, runs in sync after it read whether the
+// object is new.
+var syncReadHook func(objKey)
+
 // sync makes object k's data and checksums durable in every written
 // member, with the directory entry of a new object.
 // No object lock: a write running meanwhile is not acknowledged yet, and
 // its own Sync follows; a long fsync must not hold up writes.
 func (s *Store) sync(k objKey) error {
 	s.mu.Lock()
-	isNew := s.new[k]
+	gen := s.new[k]
+	isNew := gen != 0
 	s.mu.Unlock()
+	if syncReadHook != nil {
+		syncReadHook(k)
+	}
 	ms := s.writers()
 	if s.mode == RAID0 {
 		ms = ms[:0]
@@ -663,7 +670,9 @@ func (s *Store) sync(k objKey) error {
 		s.fail(m, errs[i])
 	}
 	s.mu.Lock()
-	delete(s.new, k)
+	if s.new[k] == gen {
+		delete(s.new, k)
+	}
 	s.mu.Unlock()
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
@@ -519,10 +520,10 @@ func copyFile(p, q string) error {
 		return err
 	}
 	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(q), 0o700); err != nil {
+	if err := durable.MkdirAll(filepath.Dir(q), 0o700); err != nil {
 		return err
 	}
-	out, err := os.OpenFile(q, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	out, err := durable.Create(q, os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

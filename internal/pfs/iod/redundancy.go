@@ -347,6 +347,12 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 			return nil, fmt.Errorf("heal of file %d stripe %d: set size %d: %w", k.ino, k.idx, size, err)
 		}
 	}
+	// Meta counts this copy current again once the reply arrives: it must
+	// be on disk by then (with its name, if the heal made the object), or a
+	// power cut here would bring the stale bytes back unmarked.
+	if err := s.sync(k); err != nil {
+		return nil, fmt.Errorf("heal of file %d stripe %d: sync: %w", k.ino, k.idx, err)
+	}
 	return rep, nil
 }
 

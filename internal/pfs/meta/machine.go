@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
 	bolt "go.etcd.io/bbolt"
@@ -456,17 +457,16 @@ func (m *machine) swap(tmp string) error {
 		m.db = db
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(m.path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	serr := durable.SyncDir(filepath.Dir(m.path))
 	db, err := openDB(m.path)
 	if err != nil {
 		return err
 	}
 	m.db = db
 	m.applied.Store(readApplied(db))
-	return nil
+	// Not durable, the swap could be undone by a cut after what follows
+	// it was acknowledged.
+	return serr
 }
 
 // writeSynced writes the n bytes of r to path and syncs it; fewer is an

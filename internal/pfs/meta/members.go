@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
 )
@@ -227,9 +228,5 @@ func RestoreBackup(backup, dataDir string) error {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return err
 	}
-	if d, err := os.Open(dataDir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return durable.SyncDir(dataDir)
 }

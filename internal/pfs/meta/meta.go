@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/replog"
@@ -180,6 +181,12 @@ func Open(cfg Config) (*Service, error) {
 	}
 	m, err := openMachine(filepath.Join(cfg.Data, "meta.db"))
 	if err != nil {
+		return nil, err
+	}
+	// The store's name must be durable before anything in it is
+	// acknowledged: a cut that lost it would start a new cluster.
+	if err := durable.SyncDir(cfg.Data); err != nil {
+		m.close()
 		return nil, err
 	}
 	if cfg.Security.Cred == nil {

@@ -197,17 +197,7 @@ func EnsureSecretFile(path string) (*Credential, error) {
 
 // SyncDir makes the entries of directory dir (a file created or renamed
 // in it) durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
-}
+func SyncDir(dir string) error { return safefile.SyncDir(dir) }
 
 // DefaultCredential is the credential named by $CORRAL_SECRET_FILE, nil if
 // the variable is unset.
