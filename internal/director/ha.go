@@ -114,9 +114,6 @@ func etcdTLS(h *config.HA) (*tls.Config, error) {
 	if h.EtcdCA == "" && h.EtcdCert == "" && h.EtcdKey == "" {
 		return nil, nil
 	}
-	if err := safefile.CheckSecret(h.EtcdKey); err != nil {
-		return nil, fmt.Errorf("ha: etcd-key: %w", err)
-	}
 	ca, err := os.ReadFile(h.EtcdCA)
 	if err != nil {
 		return nil, fmt.Errorf("ha: etcd-ca: %w", err)
@@ -124,6 +121,9 @@ func etcdTLS(h *config.HA) (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, fmt.Errorf("ha: etcd-ca %s: no PEM certificate in it", h.EtcdCA)
+	}
+	if err := safefile.CheckSecret(h.EtcdKey); err != nil {
+		return nil, fmt.Errorf("ha: etcd-key: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(h.EtcdCert, h.EtcdKey)
 	if err != nil {

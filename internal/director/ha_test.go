@@ -3,8 +3,15 @@ package director
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -317,12 +324,22 @@ func TestHAConfigFiles(t *testing.T) {
 func TestEtcdKeyOpenToOthersRefused(t *testing.T) {
 	dir := t.TempDir()
 	key := filepath.Join(dir, "etcd.key")
-	for _, f := range []string{"ca.pem", "etcd.pem", "etcd.key"} {
+	for _, f := range []string{"etcd.pem", "etcd.key"} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := etcdTLS(&config.HA{EtcdCA: filepath.Join(dir, "ca.pem"), EtcdCert: filepath.Join(dir, "etcd.pem"), EtcdKey: key})
+	// A real CA certificate, so that the key is the first thing refused.
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = etcdTLS(&config.HA{EtcdCA: filepath.Join(dir, "ca.pem"), EtcdCert: filepath.Join(dir, "etcd.pem"), EtcdKey: key})
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
 		t.Fatalf("etcd-key others may read: %v, want a refusal naming chmod 600", err)
 	}
