@@ -105,9 +105,9 @@ func (l *Liveness) probe(addr string) {
 // Bound returns ctx, also cancelled (context.Cause: ErrSilent or
 // ErrStalled, wrapped with the figures) once the server at addr is gone or
 // wedged by the rules above, counted from now. While gate is open (not
-// closed; nil: closed) the server is only watched, never given up: a
-// caller waits for it until something else (another copy answering) says
-// it may move on.
+// closed; nil: closed) silence alone does not give the server up, only
+// Stall without a reply: a caller waits for it until something else
+// (another copy answering) says it may move on, but never without bound.
 func (l *Liveness) Bound(ctx context.Context, addr string, gate <-chan struct{}) (context.Context, context.CancelFunc) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	sent := time.Now()
@@ -135,7 +135,7 @@ func (l *Liveness) Bound(ctx context.Context, addr string, gate <-chan struct{})
 			case !open && now.Sub(life) >= l.Patience:
 				cancel(fmt.Errorf("%w for %v", ErrSilent, now.Sub(life).Round(time.Millisecond)))
 				return
-			case !open && now.Sub(reply) >= l.Stall:
+			case now.Sub(reply) >= l.Stall:
 				cancel(fmt.Errorf("%w for %v", ErrStalled, now.Sub(reply).Round(time.Millisecond)))
 				return
 			}

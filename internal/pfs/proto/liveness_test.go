@@ -72,20 +72,28 @@ func TestLiveness(t *testing.T) {
 		t.Fatalf("server making progress given up after %v: %v", d, err)
 	}
 
-	// Gate open: a silent server is watched, not given up, until the gate
-	// closes; then at once (it has been silent for longer than Patience).
+	// Gate open: a silent server is not given up for silence (only after
+	// Stall) until the gate closes; then at once (it has been silent for
+	// longer than Patience).
 	gate := make(chan struct{})
 	ctx, cancel = l.Bound(context.Background(), "dead", gate)
-	if _, err := wait(ctx, time.Second); err != nil {
+	if _, err := wait(ctx, 600*time.Millisecond); err != nil {
 		t.Fatalf("given up with the gate open: %v", err)
 	}
 	close(gate)
 	d, err = wait(ctx, 2*time.Second)
 	cancel()
-	if !errors.Is(err, ErrSilent) || d > time.Second {
+	if !errors.Is(err, ErrSilent) || d > 300*time.Millisecond {
 		t.Fatalf("after the gate closed: ended after %v with %v, want ErrSilent at once", d, err)
 	}
-	if w := Why(ctx, errors.New("server unavailable")); !strings.Contains(w.Error(), ErrSilent.Error()) {
+	// Gate never closing: given up after Stall all the same.
+	ctx, cancel = l.Bound(context.Background(), "dead", make(chan struct{}))
+	d, err = wait(ctx, 5*time.Second)
+	cancel()
+	if !errors.Is(err, ErrStalled) || d > 3*time.Second {
+		t.Fatalf("gate open for good: ended after %v with %v, want ErrStalled after about Stall", d, err)
+	}
+	if w := Why(ctx, errors.New("server unavailable")); !strings.Contains(w.Error(), ErrStalled.Error()) {
 		t.Fatalf("Why did not add the verdict: %v", w)
 	}
 }
