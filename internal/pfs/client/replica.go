@@ -256,9 +256,9 @@ type inflight struct {
 }
 
 // busyAdd counts a request of n bytes to addr (d = 1) or its end (d = -1),
-// and returns the bytes in flight to addr with it: a request's timeout
-// grows with the queue ahead of it on this client's link, so a busy but
-// healthy server is not taken for a dead one.
+// and returns the bytes in flight to addr with it: reads pick the copy
+// with the fewest requests in flight (no timeout comes from it: see
+// replicaCtx).
 func (c *Client) busyAdd(addr string, n int, d int) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
