@@ -32,15 +32,16 @@ type Client struct {
 
 	mu        sync.Mutex
 	servers   map[uint32]string
-	open      map[uint64]*wstate   // inodes with open Files: their shared write state
-	credErr   error                // why $CORRAL_SECRET_FILE could not be used
-	lost      map[uint32]bool      // servers meta last called lost or replacing
-	cache     *mcache              // metadata cache (WithCache), nil without
-	down      map[uint32]downRec   // servers that failed lately: skipped until then (replica.go)
-	busy      map[string]inflight  // this client's requests in flight per server (replicated files)
-	heard     map[string]time.Time // when each server last answered a replica request (replica.go)
-	probing   map[uint32]bool      // servers a goroutine probes while they are down (replica.go)
-	closed    chan struct{}        // closed by Close: probes end
+	open      map[uint64]*wstate  // inodes with open Files: their shared write state
+	credErr   error               // why $CORRAL_SECRET_FILE could not be used
+	lost      map[uint32]bool     // servers meta last called lost or replacing
+	cache     *mcache             // metadata cache (WithCache), nil without
+	down      map[uint32]downRec  // servers that failed lately: skipped until then (replica.go)
+	busy      map[string]inflight // this client's requests in flight per server (replicated files)
+	live      *proto.Liveness     // signs of life of the I/O servers: slow or gone (replica.go)
+	probes    *proto.Pool         // liveness probes only: never queued behind bulk data
+	probing   map[uint32]bool     // servers a goroutine probes while they are down (replica.go)
+	closed    chan struct{}       // closed by Close: probes end
 	closeOnce sync.Once
 }
 
@@ -57,6 +58,8 @@ func New(meta string, opts ...Option) *Client {
 		set = o(c) || set
 	}
 	c.lead = NewLeader(c.pool, meta, c.timeout)
+	c.probes = &proto.Pool{PerServer: 1}
+	c.live = &proto.Liveness{Patience: Patience, Stall: Stall, Probe: c.probeCall}
 	c.pool.Name = func(addr string) string {
 		if c.lead.IsMember(addr) {
 			return "meta at " + addr
@@ -68,6 +71,7 @@ func New(meta string, opts ...Option) *Client {
 		// first call; a bad file: its own error, on every call.
 		c.pool.Security.Cred, c.credErr = proto.DefaultCredential()
 	}
+	c.probes.Security = c.pool.Security
 	return c
 }
 
@@ -115,6 +119,7 @@ func (c *Client) Close() {
 		c.stopWatch()
 	}
 	c.pool.Close()
+	c.probes.Close()
 }
 
 func (c *Client) call(ctx context.Context, req proto.Msg) (proto.Msg, error) {

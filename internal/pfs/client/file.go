@@ -57,6 +57,9 @@ type wstate struct {
 	cond     *sync.Cond
 	size     int64 // size including our writes
 	metaSize int64 // size the metadata server last told or was told
+	// pub mirrors metaSize for reads, which do not hold mu: the object
+	// sizes it implies are bytes each column must hold (Read.Held).
+	pub      atomic.Int64
 	dirty    bool
 	touched  []bool // servers written since the last sync
 	pend     []byte // coalescing buffer: contiguous writes inside one request
@@ -126,6 +129,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 			// what we published: what meta says is the truth (another
 			// client may have truncated it).
 			st.size, st.metaSize, st.ctime = int64(a.Size), int64(a.Size), a.Ctime
+			st.pub.Store(st.metaSize)
 		}
 		st.mu.Unlock()
 		if st.replicated() {
@@ -146,6 +150,7 @@ func (c *Client) OpenAttr(ctx context.Context, a proto.Attr) (*File, error) {
 	}
 	st = &wstate{c: c, ino: a.Ino, lay: lay, size: int64(a.Size), metaSize: int64(a.Size),
 		ctime: a.Ctime, touched: make([]bool, len(a.Servers)), refs: 1}
+	st.pub.Store(st.metaSize)
 	if lay.Copies() == 1 {
 		addrs, err := c.addrs(ctx, a.Servers)
 		if err != nil {
@@ -430,6 +435,47 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// held is the object size column k must hold by the size the metadata
+// server last told this client (Read.Held): an absent object below it was
+// lost, not a hole (every object the size covers exists; ensureObjects).
+func (f *wstate) held(k int) uint64 {
+	return uint64(f.lay.ObjectSize(k, f.pub.Load()))
+}
+
+// ensureObjects creates, empty, the object of every column that a size
+// growing from old to size makes hold bytes for the first time and that no
+// write of this handle created: the columns a sparse write skipped. Then
+// an absent object the size covers is always a loss (see held), and a
+// hole is a sparse range inside an object that exists. At most one empty
+// write per column over the file's life. Called with f.mu held, before the
+// size is published.
+func (f *wstate) ensureObjects(ctx context.Context, old, size int64) error {
+	if size <= old {
+		return nil
+	}
+	var errs []error
+	for k := range f.lay.Servers {
+		if f.touched[k] || f.lay.ObjectSize(k, old) > 0 || f.lay.ObjectSize(k, size) == 0 {
+			continue
+		}
+		var err error
+		if f.replicated() {
+			err = f.sendRepl(k, 0, nil)
+		} else {
+			_, err = f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k)})
+			if err != nil {
+				err = fmt.Errorf("creating the object of column %d on %s: %w", k, f.addrs[k], err)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f.touched[k] = true
+	}
+	return errors.Join(errs...)
+}
+
 // readDirect fetches [off, off+len(p)) from all the servers holding it at
 // once.
 func (f *File) readDirect(p []byte, off int64) error {
@@ -466,7 +512,11 @@ func (f *File) readChunk(dst []byte, ch layout.Chunk) error {
 	for done := int64(0); done < ch.Len; {
 		n := min(ch.Len-done, maxReq)
 		part := dst[done : done+n]
-		r, err := f.c.pool.CallInto(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Index: uint32(ch.Server), Off: uint64(ch.ObjOff + done), Len: uint32(n)}, part)
+		r, err := f.c.pool.CallInto(ctx, f.addrs[ch.Server], &proto.Read{Handle: f.ino, Index: uint32(ch.Server), Off: uint64(ch.ObjOff + done), Len: uint32(n), Held: f.held(ch.Server)}, part)
+		if proto.IsMissing(err) {
+			// The only copy is gone: an I/O error, never zeros.
+			return proto.Errorf(syscall.EIO, fmt.Sprintf("inode %d column %d: read from %s: %v", f.ino, ch.Server, f.addrs[ch.Server], err))
+		}
 		if err != nil {
 			return fmt.Errorf("read from %s: %w", f.addrs[ch.Server], err)
 		}
@@ -507,6 +557,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	}
 	f.size, f.metaSize, f.ctime = size, size, a.Ctime
 	f.wtime = 0 // the truncate set the mtime, after every earlier write
+	f.pub.Store(f.metaSize)
 	// The objects' new sizes become durable with the next fsync or close.
 	for k := range f.touched {
 		f.touched[k] = true
@@ -596,6 +647,9 @@ func (f *File) Sync(ctx context.Context) error {
 	if !f.dirty {
 		return nil
 	}
+	if err := f.ensureObjects(ctx, f.metaSize, f.size); err != nil {
+		return err
+	}
 	if err := f.syncObjects(ctx); err != nil {
 		return err
 	}
@@ -622,6 +676,7 @@ func (f *File) Sync(ctx context.Context) error {
 	clear(f.dirt)
 	f.dirty = false
 	f.wtime = 0
+	f.pub.Store(f.metaSize)
 	return nil
 }
 

@@ -121,11 +121,15 @@ func (f *File) Allocate(ctx context.Context, off, n int64, mode uint32) error {
 	f.dirty = true
 	f.wtime = now().UnixNano() // it changed the data or the space, as a write
 	if mode&FallocKeepSize == 0 && off+n > f.size {
+		if err := f.ensureObjects(ctx, f.metaSize, off+n); err != nil {
+			return err
+		}
 		a, err := f.c.attr(ctx, &proto.SetAttr{Ino: f.ino, Mask: proto.SetSizeExtend, Size: uint64(off + n)})
 		if err != nil {
 			return err
 		}
 		f.metaSize, f.ctime = int64(a.Size), a.Ctime
+		f.pub.Store(f.metaSize)
 		f.size = max(f.size, f.metaSize)
 	}
 	return nil

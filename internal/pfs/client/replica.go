@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,22 +46,33 @@ var now = time.Now // tests move the clock
 // ESTALE (the layout changed under it).
 const maxLayoutTries = 4
 
-// headTimeout bounds a request to a head: its own part, then its
-// forwards' timeout, so a hung forward is reported by the head, not blamed
-// on it.
-func headTimeout(n int) time.Duration {
-	return proto.ReplicaTimeout(n) + time.Second + time.Duration(int64(n)*int64(time.Second)/(8<<20))
-}
-
-// Patience bounds how long a copy may stay silent while another copy
-// can take over: a write's head that has answered none of this client's
-// requests for Patience since it was sent this one, or a copy that has not
-// answered a Sync, Truncate, Punch or Alloc Patience after it was sent
-// while another copy of its column did, counts as failed (it is marked
-// stale). A stopped server then stalls a write or fsync for about
+// Patience bounds how long a copy may show no sign of life while another
+// copy can take over: a write's head that has answered none of this
+// client's requests nor any liveness probe for Patience since it was sent
+// this one, or a copy as silent Patience after a Sync, Truncate, Punch or
+// Alloc was sent while another copy of its column answered it, counts as
+// failed (it is marked stale). Slowness is not silence: see Stall. A stopped server then stalls a write or fsync for about
 // Patience, not for its bytes at 8 MiB/s. The last copy left to try is
 // waited for as long as the operation may take.
 const Patience = 3 * time.Second
+
+// Stall bounds how long a copy that answers liveness probes may complete
+// none of this client's requests before it counts as failed (a wedged
+// disk, a hung handler). A busy server behind a saturated link completes
+// requests, slowly: it is never given up for its pace.
+const Stall = proto.DefaultTimeout
+
+// writeBound bounds one replicated write, failovers included: liveness
+// (Patience, Stall) decides when a copy failed; this only caps a write
+// that waits for the last copy behind a full window at 1 MiB/s.
+const writeBound = 2*proto.DefaultTimeout + time.Duration(WriteWindow>>20)*time.Second
+
+// probeCall asks the I/O server at addr whether it runs (Identify) on the
+// probe pool's own connection, not behind this client's bulk data.
+func (c *Client) probeCall(ctx context.Context, addr string) error {
+	_, err := c.probes.Call(ctx, addr, &proto.Identify{})
+	return err
+}
 
 // copies is where each column of a replicated file lives, as last read
 // from meta. It is replaced whole (never changed) when the layout changes.
@@ -196,7 +206,7 @@ func (c *Client) probe(id uint32) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.pool.Call(ctx, addr, &proto.Identify{})
+		err := c.probeCall(ctx, addr)
 		cancel()
 		c.mu.Lock()
 		if r, ok := c.down[id]; ok {
@@ -246,9 +256,9 @@ type inflight struct {
 }
 
 // busyAdd counts a request of n bytes to addr (d = 1) or its end (d = -1),
-// and returns the bytes in flight to addr with it: a request's timeout
-// grows with the queue ahead of it on this client's link, so a busy but
-// healthy server is not taken for a dead one.
+// and returns the bytes in flight to addr with it: reads pick the copy
+// with the fewest requests in flight (no timeout comes from it: see
+// replicaCtx).
 func (c *Client) busyAdd(addr string, n int, d int) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -266,77 +276,29 @@ func (c *Client) busyAdd(addr string, n int, d int) int64 {
 	return l.bytes
 }
 
-// attemptCtxFor is ctx bounded by d, or not bounded further for the last
-// copy there is to try.
-func attemptCtxFor(ctx context.Context, d time.Duration, last bool) (context.Context, context.CancelFunc) {
-	if last {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, d)
-}
-
-// attemptCtx bounds one attempt at a replica: its bytes plus the queue
-// ahead of it at the head's pace (headTimeout), but never less than
-// proto.DefaultTimeout; for the last copy there is to try, the whole
-// operation's ctx (no other copy could do better). The pace of a busy
-// server is no sign of failure: with several clients and the forwards of
-// other heads sharing its link, a head moves far less than 8 MiB/s per
-// client, and a deadline from bytes failed healthy heads (bench pfs
-// --replicas 2, 4 clients at 100 Mbit). Silence is the sign: replicaCtx
-// gives up a server that answers nothing for Patience.
-func attemptCtx(ctx context.Context, queued int64, last bool) (context.Context, context.CancelFunc) {
-	return attemptCtxFor(ctx, max(proto.DefaultTimeout, headTimeout(int(min(queued, 1<<40)))), last)
-}
-
 // hear records that the server at addr answered (a reply or an error
-// reply, not a transport failure).
+// reply, not a transport failure): progress, for Liveness.
 func (c *Client) hear(addr string, err error) {
 	if transport(err) {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.heard == nil {
-		c.heard = map[string]time.Time{}
-	}
-	c.heard[addr] = time.Now()
+	c.live.Replied(addr)
 }
 
-// replicaCtx is attemptCtx for one request to addr, also cancelled when
-// addr answers none of this client's requests for Patience after it was
-// sent (the last copy to try excepted): a stopped server is given up in
-// Patience however many bytes were queued to it, while one that is busy
-// but answering keeps the longer bound.
+// replicaCtx bounds one request to the copy at addr while another copy
+// could take over (not last): it ends when the server shows no sign of
+// life for Patience (no reply to any of this client's requests, no answer
+// to a liveness probe on a connection of its own) or completes nothing for
+// Stall though it answers probes. No bound comes from the bytes queued: a
+// busy server behind a saturated link answers probes and requests, however
+// slowly, and is waited for; a stopped one is given up in Patience. The
+// last copy to try has only ctx's bound. queued is no longer used for the
+// bound; it is kept for the callers' load accounting.
 func (c *Client) replicaCtx(ctx context.Context, addr string, queued int64, last bool) (context.Context, context.CancelFunc) {
-	actx, cancel := attemptCtx(ctx, queued, last)
 	if last {
-		return actx, cancel
+		return context.WithCancel(ctx)
 	}
-	sent := time.Now()
-	go func() {
-		t := time.NewTimer(Patience)
-		defer t.Stop()
-		for {
-			select {
-			case <-actx.Done(): // answered, or the longer bound
-				return
-			case <-t.C:
-			}
-			c.mu.Lock()
-			h := c.heard[addr]
-			c.mu.Unlock()
-			if h.Before(sent) {
-				h = sent
-			}
-			if wait := time.Until(h.Add(Patience)); wait > 0 {
-				t.Reset(wait)
-				continue
-			}
-			cancel()
-			return
-		}
-	}()
-	return actx, cancel
+	return c.live.Bound(ctx, addr, nil)
 }
 
 // transport reports whether err is the server not answering (rather than
@@ -491,7 +453,7 @@ func addStale(recs []proto.StaleRec, r proto.StaleRec) []proto.StaleRec {
 // stale too and the next copy becomes head. Called by send, after every
 // older overlapping write was acknowledged.
 func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*proto.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), writeBound)
 	defer cancel()
 	var errs []error
 	viaFirst := false // retrying through the column's first copy (below)
@@ -532,6 +494,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			queued := f.c.busyAdd(addrs[h], len(data), 1)
 			hctx, hcancel := f.c.replicaCtx(ctx, addrs[h], queued, hi == len(heads)-1)
 			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data})
+			err = proto.Why(hctx, err)
 			hcancel()
 			f.c.hear(addrs[h], err)
 			f.c.busyAdd(addrs[h], len(data), -1)
@@ -542,9 +505,14 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 				} else {
 					applied[col[h]] = true
 					bad := map[uint32]bool{}
-					for _, id := range rr.Failed {
+					for i, id := range rr.Failed {
 						bad[id] = true
 						f.c.markDown(id) // later writes skip it at once
+						why := "no reason given"
+						if i < len(rr.Why) {
+							why = rr.Why[i]
+						}
+						errs = append(errs, fmt.Errorf("server %d missed the write forwarded by head %d (column %d): %s", id, col[h], k, why))
 					}
 					for _, p := range fwd {
 						if !bad[p.ID] {
@@ -579,12 +547,18 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 					missed = append(missed, id)
 				}
 			}
-			if len(missed) == 0 {
-				return nil
+			if len(missed) == 0 || len(data) == 0 {
+				return nil // an empty write (ensureObjects) changes no bytes
 			}
 			err := f.markStale(ctx, cp, k, missed, objRange(objOff, objOff+int64(len(data))))
 			if err == nil {
 				return nil
+			}
+			if len(errs) > 0 && !isErrno(err, syscall.ESTALE) {
+				// Say what happened to each copy, not only that meta
+				// refused: the write fails on a double fault, and both
+				// faults are named.
+				err = fmt.Errorf("%w; what the copies did: %w", err, errors.Join(errs...))
 			}
 			if isErrno(err, syscall.EIO) && !viaFirst && addrs[0] != "" {
 				// Meta refused: with these copies stale no copy of the
@@ -629,7 +603,8 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 		last := f.pick(cp, k, objOff, int64(len(dst)), tried) < 0
 		queued := f.c.busyAdd(addr, len(dst), 1)
 		rctx, rcancel := f.c.replicaCtx(ctx, addr, queued, last)
-		r, err := f.c.pool.CallInto(rctx, addr, &proto.Read{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Len: uint32(len(dst))}, dst)
+		r, err := f.c.pool.CallInto(rctx, addr, &proto.Read{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Len: uint32(len(dst)), Held: f.held(k)}, dst)
+		err = proto.Why(rctx, err)
 		rcancel()
 		f.c.hear(addr, err)
 		f.c.busyAdd(addr, len(dst), -1)
@@ -649,10 +624,17 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 		if transport(err) {
 			f.c.markDown(id)
 		}
-		if isErrno(err, syscall.EBADMSG) {
-			// Bad bytes on disk: make heal repair them. An error here only
-			// costs the repair, not the read.
-			if merr := f.markStale(ctx, cp, k, []uint32{id}, objRange(objOff, objOff+int64(len(dst)))); isErrno(merr, syscall.ESTALE) {
+		if bad, gone := isErrno(err, syscall.EBADMSG), proto.IsMissing(err); bad || gone {
+			// Bad bytes on disk, or the whole object gone: make heal
+			// repair them (a gone object from its start: all of it). An
+			// error here only costs the repair, not the read; meta
+			// refuses it when no other copy is current, and the read
+			// then fails below unless another copy answers.
+			x := objRange(objOff, objOff+int64(len(dst)))
+			if gone {
+				x = objRange(0, math.MaxInt64)
+			}
+			if merr := f.markStale(ctx, cp, k, []uint32{id}, x); isErrno(merr, syscall.ESTALE) {
 				f.refresh(ctx)
 			}
 		}
@@ -662,7 +644,12 @@ func (f *File) readRepl(dst []byte, k int, objOff int64) error {
 	if len(errs) == 0 {
 		return proto.Errorf(syscall.EIO, fmt.Sprintf("inode %d column %d: no current copy of object range [%d, %d)", f.ino, k, objOff, objOff+int64(len(dst))))
 	}
-	return fmt.Errorf("inode %d column %d: no current copy answered: %w", f.ino, k, errors.Join(errs...))
+	err := fmt.Errorf("inode %d column %d: no current copy answered: %w", f.ino, k, errors.Join(errs...))
+	if proto.IsMissing(err) {
+		// No copy holds the bytes: an I/O error, never zeros.
+		return proto.Errorf(syscall.EIO, err.Error())
+	}
+	return err
 }
 
 // pick chooses the copy of column k to read [off, off+n) from: current,
@@ -737,8 +724,6 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 			if len(live) == 0 {
 				live = all
 			}
-			_, n := span(k).OffLen()
-			timeout := proto.ReplicaTimeout(int(min(n, 1<<30)))
 			for _, i := range all {
 				if !slices.Contains(live, i) {
 					mu.Lock()
@@ -750,28 +735,24 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					// A copy that does not answer in time is marked stale
-					// like one that failed: a stopped server must not hold
-					// up fsync or close for long. The only live copy is
-					// waited for as long as the call may take.
-					cctx, cancel := attemptCtxFor(ctx, timeout, len(live) == 1)
-					var late atomic.Bool
-					go func() {
-						t := time.NewTimer(Patience)
-						defer t.Stop()
-						select {
-						case <-cctx.Done():
-							return
-						case <-t.C:
-						}
-						select {
-						case <-cctx.Done():
-						case <-answered[k]:
-							late.Store(true)
-							cancel()
-						}
-					}()
+					// A copy is given up only once another copy of its
+					// column answered and it shows no sign of life for
+					// Patience (a stopped server must not hold up fsync or
+					// close for long) or no progress for Stall; a busy one
+					// is waited for. The only live copy is waited for as
+					// long as the call may take.
+					var cctx context.Context
+					var cancel context.CancelFunc
+					if len(live) == 1 {
+						cctx, cancel = context.WithCancel(ctx)
+					} else {
+						cctx, cancel = f.c.live.Bound(ctx, a, answered[k])
+					}
 					_, err := f.c.pool.Call(cctx, a, mk(k))
+					f.c.hear(a, err)
+					if err != nil {
+						err = proto.Why(cctx, err)
+					}
 					cancel()
 					if err == nil {
 						amu.Lock()
@@ -781,8 +762,6 @@ func (f *wstate) toCopies(ctx context.Context, what string, cols []int, mk func(
 							close(answered[k])
 						}
 						amu.Unlock()
-					} else if late.Load() {
-						err = fmt.Errorf("no answer %v after it was sent while another copy answered: %w", Patience, err)
 					}
 					if transport(err) {
 						f.c.markDown(cp.ids[k][i])

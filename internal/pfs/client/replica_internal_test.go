@@ -159,3 +159,50 @@ func TestReplicaCtxPatience(t *testing.T) {
 	default:
 	}
 }
+
+// slowServer answers Identify at once and every other request after delay:
+// an I/O server behind a saturated link, busy but alive.
+type slowServer struct{ delay time.Duration }
+
+func (s slowServer) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if _, ok := req.(*proto.Identify); ok {
+		return &proto.ServersReply{}, nil
+	}
+	select {
+	case <-time.After(s.delay):
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// TestReplicaCtxSlowServerWaited: a copy that completes nothing for longer
+// than Patience but answers liveness probes is waited for (slow progress
+// is not death); its request completes.
+func TestReplicaCtxSlowServerWaited(t *testing.T) {
+	cred, err := proto.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := proto.Security{Cred: cred}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delay := Patience + 2*time.Second
+	s := &proto.Server{Handler: slowServer{delay}, Security: sec, Log: slog.New(slog.DiscardHandler)}
+	go s.Serve(l)
+	t.Cleanup(s.Close)
+	addr := l.Addr().String()
+	c := New("127.0.0.1:1", WithSecurity(sec))
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	actx, acancel := c.replicaCtx(ctx, addr, 1<<20, false)
+	defer acancel()
+	_, err = c.pool.Call(actx, addr, &proto.Sync{Handle: 7})
+	if err = proto.Why(actx, err); err != nil {
+		t.Fatalf("a request to a server that answers probes but takes %v was given up after %v: %v", delay, time.Since(start).Round(time.Millisecond), err)
+	}
+}

@@ -78,6 +78,19 @@ func (s *fakeIOD) write(h uint64, k uint32, off uint64, d []byte) {
 
 func (s *fakeIOD) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 	mode := s.mode.Load()
+	if _, ok := req.(*proto.Identify); ok {
+		// A liveness probe: a stopped server answers it no more than
+		// anything else, a running one at once; it is not counted as a
+		// request and spends none of answerN.
+		if mode == modeHang || mode == modeSlowThenHang && s.answerN.Load() <= 0 {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+			return nil, proto.Errorf(syscall.EIO, "released")
+		}
+		return &proto.ServersReply{Servers: []proto.ServerInfo{{ID: s.id, State: proto.ServerUp}}}, nil
+	}
 	if mode == modeSlowThenHang {
 		mode = modeHang
 		if s.answerN.Add(-1) >= 0 {

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,29 @@ func TestWriteNoCurrentCopyRetriesFirstCopy(t *testing.T) {
 	}
 	if m := e.meta.Marks(); len(m) != 0 {
 		t.Fatalf("stale marks %+v after the retry reached every copy, want none", m)
+	}
+}
+
+// TestWriteDoubleFaultNamesBoth: a write that fails because one copy missed
+// it and meta refuses to mark that copy stale (no copy would be current)
+// says what happened to the copy that missed it, not only that meta
+// refused.
+func TestWriteDoubleFaultNamesBoth(t *testing.T) {
+	e := startRepl(t, 2, 1, 2)
+	f := e.open(t)
+	defer f.Close()
+	e.iod(2).mode.Store(modeFail) // takes no write, its forwards included
+	e.meta.mu.Lock()
+	e.meta.eio = 10
+	e.meta.mu.Unlock()
+	mustWrite(t, f, bytes.Repeat([]byte("z"), 4096), 0)
+	err := f.Flush()
+	if err == nil {
+		t.Fatal("write succeeded with its only other copy failing and meta refusing the mark")
+	}
+	for _, want := range []string{"server 2 missed the write forwarded by head 1", "injected failure", "stale"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("write error %q does not say %q", err, want)
+		}
 	}
 }

@@ -108,7 +108,11 @@ type Store struct {
 	markerOK   bool // the marker on disk matches ident
 	registered atomic.Bool
 	lostLogged sync.Map // objKey -> true: lost objects already logged
-	r          replState
+	// missingReads counts reads answered ErrnoMissing; missingLogged: the
+	// objects already logged as missing (objKey -> true).
+	missingReads  atomic.Uint64
+	missingLogged sync.Map
+	r             replState
 }
 
 // objKey names one object: inode number and stripe index.
@@ -283,6 +287,26 @@ func (s *Store) missing(k objKey, op string) error {
 		id.id, op, k.ino, k.idx))
 }
 
+// mustHold is nil when object k exists, and ErrnoMissing when it does not
+// although the client says the file's size gives it held bytes: a removed
+// object is never served as a hole. Logged once per object, counted.
+func (s *Store) mustHold(k objKey, held uint64) error {
+	ok, err := s.exists(k)
+	if err != nil || ok {
+		return err
+	}
+	if err := s.missing(k, "read"); err != nil {
+		return err // lost with a replaced disk: that error says more
+	}
+	s.missingReads.Add(1)
+	id, _ := s.identity()
+	if _, logged := s.missingLogged.LoadOrStore(k, true); !logged {
+		s.log.Error("object absent where the file holds data: answering missing, not a hole", "server", id.id, "file", k.ino, "stripe", k.idx, "held", held)
+	}
+	return proto.Errorf(proto.ErrnoMissing, fmt.Sprintf("I/O server %d: file %d stripe %d: object absent, but the file's size gives it %d bytes",
+		id.id, k.ino, k.idx, held))
+}
+
 // openIn opens object k in member m (see openFile), under its legacy name
 // where that is the one that exists.
 func (s *Store) openIn(m int, k objKey, write bool) (*ofile, error) {
@@ -346,7 +370,11 @@ func (s *Store) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
 			return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("read of %d bytes over the limit of %d", m.Len, proto.MaxIO))
 		}
 		bp := getBuf(int(m.Len))
-		n, err := s.readObj(objKey{m.Handle, m.Index}, (*bp)[:m.Len], int64(m.Off))
+		k := objKey{m.Handle, m.Index}
+		n, err := s.readObj(k, (*bp)[:m.Len], int64(m.Off))
+		if err == nil && n == 0 && m.Held > 0 {
+			err = s.mustHold(k, m.Held)
+		}
 		if err != nil {
 			putBuf(bp)
 			return nil, err
@@ -750,6 +778,11 @@ func Run(ctx context.Context, listen string, cfg Config, ready func(addr string,
 	// not queue behind heartbeats, nor these behind them.
 	st.r.peers = &proto.Pool{Security: cfg.Security}
 	defer st.r.peers.Close()
+	// Liveness probes of peers on connections of their own: a probe must
+	// not queue behind the bulk data it is to tell apart from silence.
+	st.r.probes = &proto.Pool{PerServer: 1, Security: cfg.Security}
+	defer st.r.probes.Close()
+	go st.r.clock.run(ctx)
 	st.r.zone = cfg.Zone
 	srv := &proto.Server{Handler: h, Log: log, MaxInflight: 64, Security: cfg.Security, Limits: cfg.Limits}
 	served := make(chan error, 1)

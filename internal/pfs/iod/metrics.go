@@ -173,7 +173,10 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 		Help: "RAID-1 data directories missing, failed or being rebuilt"}, func() float64 { return float64(s.degradedCount()) })
 	rebuilds := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_raid_rebuilds_total",
 		Help: "RAID-1 data directories copied back after they returned"}, func() float64 { return float64(s.rebuilds.Load()) })
-	reg.MustRegister(bytes, capacity, free, healed, fwdFailed, csErrors, degraded, rebuilds)
+	missing := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "corral_iod_missing_object_reads_total",
+		Help: "reads of an object the file's size says holds data but that this I/O server does not have (answered missing, never as a hole)"},
+		func() float64 { return float64(s.missingReads.Load()) })
+	reg.MustRegister(bytes, capacity, free, healed, fwdFailed, csErrors, degraded, rebuilds, missing)
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.healthz(log), log); !served {
 		return s, err
 	}

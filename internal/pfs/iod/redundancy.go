@@ -31,13 +31,90 @@ type replState struct {
 	headed headedObjs    // objects this server lately took client writes for as head
 	healed atomic.Uint64 // bytes written by Heal
 	fwdErr atomic.Uint64 // forwards of ReplWrite that failed
+
+	probes   *proto.Pool // liveness probes to peers, apart from bulk data
+	liveOnce sync.Once
+	live     *proto.Liveness
+	clock    freezeClock
 }
 
-// forwardBudget: a head forwards a write only this soon after it arrived;
-// clients give a head at least 3 s (client.headTimeout), so a head that
-// was stopped (SIGSTOP, a VM paused) never forwards a write its client has
-// sent elsewhere since.
-const forwardBudget = 1500 * time.Millisecond
+// forwardBudget, freezeGap, forwardLimit: a client gives a head up only
+// when it shows no sign of life for client.Patience (3 s: stopped, a VM
+// paused) or no progress for client.Stall (30 s). A head that froze for
+// freezeGap or more after a write arrived, and is forwardBudget past its
+// arrival, may have been given up: it does not forward it (its client may
+// have sent a newer write elsewhere since). A head that ran all along (a
+// wait for a range lock or a disk under load) forwards it up to
+// forwardLimit, well inside client.Stall: slowness is not a failure.
+const (
+	forwardBudget = 1500 * time.Millisecond
+	freezeGap     = time.Second
+	forwardLimit  = 15 * time.Second
+)
+
+// fwdPatience and fwdStall judge a copy a head forwards to, as
+// client.Patience and client.Stall judge the head (proto.Liveness): a copy
+// that is busy behind a saturated link is waited for; one silent for
+// fwdPatience, or that completes nothing for fwdStall, missed the write.
+// fwdStall is below client.Stall so that the head answers (naming the
+// copy) before its client gives the head up.
+const (
+	fwdPatience = 3 * time.Second
+	fwdStall    = 20 * time.Second
+)
+
+// freezeClock notices when this process did not run for a while (SIGSTOP,
+// a paused VM): its ticker saw a gap. Starved of CPU for under freezeGap
+// is not a freeze.
+type freezeClock struct {
+	last    atomic.Int64 // unix ns of the last tick (0: not running)
+	frozeAt atomic.Int64 // unix ns of the end of the last gap
+}
+
+func (c *freezeClock) run(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixNano() // not the tick's time: it may be from before the gap
+		if prev := c.last.Swap(now); prev != 0 && now-prev > int64(freezeGap) {
+			c.frozeAt.Store(now)
+		}
+	}
+}
+
+// frozeSince reports whether the process froze after t, or is in a freeze
+// its ticker has not seen the end of yet.
+func (c *freezeClock) frozeSince(t time.Time) bool {
+	if c.frozeAt.Load() >= t.UnixNano() {
+		return true
+	}
+	last := c.last.Load()
+	return last != 0 && time.Now().UnixNano()-last > int64(freezeGap)
+}
+
+// liveness is how a head judges the copies it forwards to, made on first
+// use: probes go on a pool of their own (Run sets it; else the peers').
+func (r *replState) liveness() *proto.Liveness {
+	r.liveOnce.Do(func() {
+		probes := r.probes
+		if probes == nil {
+			probes = r.peers
+		}
+		r.live = &proto.Liveness{Patience: fwdPatience, Stall: fwdStall, Probe: func(ctx context.Context, addr string) error {
+			if probes == nil {
+				return errors.New("no connection pool to peers")
+			}
+			_, err := probes.Call(ctx, addr, &proto.Identify{})
+			return err
+		}}
+	})
+	return r.live
+}
 
 // headedFor: after taking a client's write as head, the server refuses
 // forwards of that object from other heads for this long.
@@ -166,11 +243,12 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 		return rep, nil
 	}
 	self, _ := s.identity()
-	if d := time.Since(arrived); d > forwardBudget {
-		// Too late to forward: the client has given this head up (its
-		// timeout is longer), or is about to; a forward now could reach a
-		// copy after the newer write the client sent through another head.
-		return nil, proto.Errorf(syscall.ETIMEDOUT, fmt.Sprintf("file %d stripe %d: not forwarded, %v after it arrived", m.Handle, m.Index, d.Round(time.Millisecond)))
+	if d := time.Since(arrived); d > forwardBudget && s.r.clock.frozeSince(arrived) || d > forwardLimit {
+		// Too late to forward: this server froze (or waited past
+		// forwardLimit), so the client may have given this head up; a
+		// forward now could reach a copy after the newer write the client
+		// sent through another head.
+		return nil, proto.Errorf(syscall.ETIMEDOUT, fmt.Sprintf("file %d stripe %d: not forwarded, %v after it arrived (this server froze or waited too long)", m.Handle, m.Index, d.Round(time.Millisecond)))
 	}
 	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Head: self.id, Data: m.Data}
 	errs := make([]error, len(m.Fwd))
@@ -181,9 +259,14 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 			defer wg.Done()
 			// The forwards finish even if the client goes: a copy must not
 			// miss a write the others have because its sender hung up.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), proto.ReplicaTimeout(len(m.Data)))
+			// A copy is waited for while it shows progress or life
+			// (busy behind a saturated link is not failed), within
+			// forwardLimit+fwdStall at most.
+			lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), forwardLimit+fwdStall)
+			defer lcancel()
+			fctx, cancel := s.r.liveness().Bound(lctx, p.Addr, nil)
 			defer cancel()
-			errs[i] = s.callPeer(fctx, p, fwd)
+			errs[i] = proto.Why(fctx, s.callPeer(fctx, p, fwd))
 		}()
 	}
 	wg.Wait()
@@ -233,6 +316,10 @@ func (s *Store) callPeer(ctx context.Context, p proto.Peer, req *proto.ReplWrite
 		return fmt.Errorf("I/O server %d at %s: this server has no connection pool to its peers", p.ID, p.Addr)
 	}
 	r, err := s.r.peers.Call(ctx, p.Addr, req)
+	var re *proto.RemoteError
+	if err == nil || errors.As(err, &re) {
+		s.r.liveness().Replied(p.Addr) // it answered: progress
+	}
 	if err != nil {
 		return fmt.Errorf("I/O server %d at %s: %w", p.ID, p.Addr, err)
 	}

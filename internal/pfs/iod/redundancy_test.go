@@ -596,26 +596,116 @@ func TestLateForwardRefusedByNewHead(t *testing.T) {
 	call(t, pool, srv[1].addr, &proto.ReplWrite{Handle: 51, Index: 0, Head: srv[0].id, Data: newer})
 }
 
-// A head that could not forward within forwardBudget of the write's
-// arrival (here: held behind a lock, as a stopped server would be) does
-// not forward it: its client has moved on to another head.
+// A head that froze (as a stopped server does) after a write arrived and
+// is past forwardBudget does not forward it: its client may have moved on
+// to another head. One that only waited (here for a lock, as under load)
+// forwards it: slowness is not a failure.
 func TestHeadDoesNotForwardLate(t *testing.T) {
 	_, pool := startIods(t, 0)
 	srv, _ := startIods(t, 1)
-	st := openStore(t, t.TempDir())
-	st.registered.Store(true)
-	st.r.peers = &proto.Pool{Security: testSec}
-	t.Cleanup(st.r.peers.Close)
-	unlock, err := st.r.locks.lock(context.Background(), objKey{52, 0}, 0, toEnd)
+	for _, froze := range []bool{true, false} {
+		st := openStore(t, t.TempDir())
+		st.registered.Store(true)
+		st.r.peers = &proto.Pool{Security: testSec}
+		t.Cleanup(st.r.peers.Close)
+		ino := uint64(52)
+		if !froze {
+			ino = 53
+		}
+		unlock, err := st.r.locks.lock(context.Background(), objKey{ino, 0}, 0, toEnd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(forwardBudget + 300*time.Millisecond)
+			if froze {
+				st.r.clock.frozeAt.Store(time.Now().UnixNano()) // as the ticker records a gap
+			}
+			unlock()
+		}()
+		data := pattern(3, 4096)
+		_, err = st.Handle(context.Background(), &proto.ReplWrite{Handle: ino, Index: 0, Fwd: []proto.Peer{srv[0].peer()}, Data: data})
+		got := readAll(t, pool, srv[0].addr, ino, 0)
+		if froze {
+			if !errors.Is(err, syscall.ETIMEDOUT) {
+				t.Fatalf("write forwarded %v after it arrived by a head that froze: %v, want ETIMEDOUT", forwardBudget+300*time.Millisecond, err)
+			}
+			if len(got) != 0 {
+				t.Fatalf("the copy got %d bytes of a write forwarded too late", len(got))
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("a head that waited %v for a lock (no freeze) did not forward: %v", forwardBudget+300*time.Millisecond, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("the copy has %d bytes, not the write its head forwarded after a wait", len(got))
+		}
+	}
+}
+
+// slowCopy is an I/O server whose writes take delay (a copy behind a
+// saturated link) but that answers Identify at once: busy, not gone.
+type slowCopy struct {
+	st    *Store
+	delay time.Duration
+}
+
+func (s slowCopy) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
+	if _, ok := req.(*proto.Identify); !ok {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.st.Handle(ctx, req)
+}
+
+// A head waits for a copy that takes longer than any deadline from the
+// write's size but is alive (answers liveness probes): the copy gets the
+// write and is not reported failed. A copy that answers nothing at all is
+// reported failed about fwdPatience after the forward.
+func TestForwardWaitsForSlowCopy(t *testing.T) {
+	srv, pool := startIods(t, 1)
+	peerStore := openStore(t, t.TempDir())
+	peerStore.registered.Store(true)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(forwardBudget + 300*time.Millisecond); unlock() }()
-	_, err = st.Handle(context.Background(), &proto.ReplWrite{Handle: 52, Index: 0, Fwd: []proto.Peer{srv[0].peer()}, Data: pattern(3, 4096)})
-	if !errors.Is(err, syscall.ETIMEDOUT) {
-		t.Fatalf("write forwarded %v after it arrived: %v, want ETIMEDOUT", forwardBudget+300*time.Millisecond, err)
+	delay := proto.ReplicaTimeout(4096) + 2*time.Second
+	ps := &proto.Server{Handler: slowCopy{st: peerStore, delay: delay}, Log: quiet, Security: testSec}
+	go ps.Serve(l)
+	t.Cleanup(ps.Close)
+	slow := proto.Peer{ID: 98, Addr: l.Addr().String()}
+	data := pattern(4, 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := pool.Call(ctx, srv[0].addr, &proto.ReplWrite{Handle: 60, Index: 0, Fwd: []proto.Peer{slow}, Data: data})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := readAll(t, pool, srv[0].addr, 52, 0); len(got) != 0 {
-		t.Fatalf("the copy got %d bytes of a write forwarded too late", len(got))
+	if rr := r.(*proto.ReplReply); len(rr.Failed) != 0 {
+		t.Fatalf("a copy slower than %v but alive reported failed after %v: %v", proto.ReplicaTimeout(4096), time.Since(start).Round(time.Millisecond), rr.Why)
+	}
+	if n, err := peerStore.readObj(objKey{60, 0}, make([]byte, 4096), 0); err != nil || n != 4096 {
+		t.Fatalf("the slow copy holds %d bytes (%v), want the write", n, err)
+	}
+
+	// A copy that answers nothing, probes included: failed in about
+	// fwdPatience.
+	start = time.Now()
+	r, err = pool.Call(ctx, srv[0].addr, &proto.ReplWrite{Handle: 61, Index: 0, Fwd: []proto.Peer{{ID: 99, Addr: silentPeer(t)}}, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Since(start)
+	if rr := r.(*proto.ReplReply); len(rr.Failed) != 1 || rr.Failed[0] != 99 || !strings.Contains(strings.Join(rr.Why, ""), "liveness") {
+		t.Fatalf("a silent copy: reply %+v, want it failed for giving no sign of life", rr)
+	}
+	if d > fwdPatience+3*time.Second {
+		t.Fatalf("a silent copy was given up after %v, want about fwdPatience = %v", d.Round(time.Millisecond), fwdPatience)
 	}
 }

@@ -55,3 +55,15 @@ func (m *Error) Err() error {
 	}
 	return &RemoteError{Errno: errno, Msg: m.Msg}
 }
+
+// ErrnoMissing answers a Read whose object the client says must exist
+// (Read.Held) but that the I/O server does not have: removed, or lost with
+// a directory entry a crash dropped. Never a hole: the client reads another
+// copy, marks this one stale, or fails with EIO.
+const ErrnoMissing syscall.Errno = 0x10003
+
+// IsMissing reports whether err is an ErrnoMissing answer.
+func IsMissing(err error) bool {
+	var re *RemoteError
+	return errors.As(err, &re) && re.Errno == ErrnoMissing
+}

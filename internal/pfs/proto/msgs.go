@@ -710,11 +710,30 @@ type Read struct {
 	Index  uint32
 	Off    uint64
 	Len    uint32
+	// Held is the object size the file's size at the metadata server
+	// implies (0: unknown, or nothing held). A client that sends it says
+	// the object must exist: absent, it is answered ErrnoMissing, not read
+	// as a hole. Optional on the wire (a request without it is the older
+	// form, whose absent objects read as holes).
+	Held uint64
 }
 
-func (*Read) Op() Op          { return OpRead }
-func (m *Read) Encode(e *Enc) { e.U64(m.Handle); e.U32(m.Index); e.U64(m.Off); e.U32(m.Len) }
-func (m *Read) Decode(d *Dec) { m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U32() }
+func (*Read) Op() Op { return OpRead }
+func (m *Read) Encode(e *Enc) {
+	e.U64(m.Handle)
+	e.U32(m.Index)
+	e.U64(m.Off)
+	e.U32(m.Len)
+	if m.Held != 0 {
+		e.U64(m.Held)
+	}
+}
+func (m *Read) Decode(d *Dec) {
+	m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U32()
+	if len(d.B) > 0 {
+		m.Held = d.U64()
+	}
+}
 
 type Write struct {
 	Handle uint64

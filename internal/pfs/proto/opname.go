@@ -50,6 +50,9 @@ func ResultLabel(err error) string {
 	if err == nil {
 		return "ok"
 	}
+	if ErrnoOf(err) == ErrnoMissing {
+		return "missing"
+	}
 	if n := unix.ErrnoName(ErrnoOf(err)); n != "" {
 		return strings.ToLower(n)
 	}

@@ -32,7 +32,7 @@ func samples() []Msg {
 		&SetLayout{1, 1 << 20, 4, 2, PlaceWhole}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true, "z", 5}, &Servers{},
 		&ReplaceServer{2}, &RefCheck{2, []ObjRef{{5, 1}, {6, AnyIndex}}}, &RefsReply{[]bool{true, false}},
 		&ListObjects{true, ObjRef{5, 1}, 100}, &ObjectsReply{[]ObjectInfo{{ObjRef{5, 1}, 10, 11}}, true}, &Identify{},
-		&Read{1, 2, 3, 4}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
+		&Read{1, 2, 3, 4, 0}, &Read{1, 2, 3, 4, 1 << 20}, &Write{1, 2, 3, []byte("data")}, &Truncate{1, 2, 9}, &Sync{1, 2}, &Remove{1, 2}, &ObjStat{1, 2},
 		&Members{}, &MembersReply{1, 2, 3, 40, 39, []MemberInfo{{1, "127.0.0.1:7400", false, 40, true}, {4, "127.0.0.4:7400", true, 7, false}}},
 		&MemberChange{MemberAdd, 4, "127.0.0.4:7400"}, &Backup{9, 1 << 20}, &BackupReply{9, 1 << 20, 3 << 20, []byte("img"), true},
 		&RaftSnap{7, 0, []byte("state"), true, []byte("msg")}, &Raft{Data: []byte{1, 2, 3}},
@@ -61,6 +61,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		// Every strict prefix of a payload is rejected, never accepted or panicking.
 		for i := 0; i < len(payload); i++ {
+			if r, ok := m.(*Read); ok && r.Held != 0 && i == 24 {
+				continue // a Read without Held: the older form, valid
+			}
 			if _, err := Decode(op, payload[:i]); err == nil && len(payload) > 0 {
 				t.Errorf("%T: prefix of %d/%d bytes decoded", m, i, len(payload))
 			}
