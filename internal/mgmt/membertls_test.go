@@ -14,8 +14,10 @@ import (
 )
 
 // TestJoinIssuesMemberCert: a joining member gets a certificate signed by
-// the station's CA for its address, for server and client use, and its
-// agent keeps it in State/tls (0700) as files of mode 0600.
+// the station's CA for its address only, for server use only (the
+// station's etcd takes client certificates of the same CA, and a member's
+// must not pass there, nor for the station on loopback), and its agent
+// keeps it in State/tls (0700) as files of mode 0600.
 func TestJoinIssuesMemberCert(t *testing.T) {
 	ts := startStation(t, stationOpts("127.0.62.54", t.TempDir()))
 	tok := mkToken(t, ts, api.TokenRequest{Role: api.RoleIOD, TTL: time.Hour})
@@ -55,15 +57,18 @@ func TestJoinIssuesMemberCert(t *testing.T) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatalf("%s holds no certificate", caFile)
 	}
-	for _, use := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{use}}); err != nil {
-			t.Errorf("member certificate for use %v: %v", use, err)
-		}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("member certificate for server use: %v", err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("member certificate passes for client use (the station's etcd would take it)")
 	}
 	if err := leaf.VerifyHostname("127.0.62.55"); err != nil {
 		t.Errorf("member certificate does not name the member's address: %v", err)
 	}
-	if err := leaf.VerifyHostname("127.0.62.99"); err == nil {
-		t.Error("member certificate names an address not the member's")
+	for _, other := range []string{"127.0.62.99", "127.0.0.1", "::1", "localhost"} {
+		if err := leaf.VerifyHostname(other); err == nil {
+			t.Errorf("member certificate names %s, not the member's address", other)
+		}
 	}
 }

@@ -106,6 +106,12 @@ func (ca *caPair) clientCert(cn string) (certPEM, keyPEM []byte, err error) {
 // issue signs a certificate (1 year, ECDSA P-256) for cn with the given
 // uses; a server one also names host, 127.0.0.1, ::1 and localhost.
 func (ca *caPair) issue(cn, host string, usage []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
+	return ca.issueNames(cn, host, true, usage)
+}
+
+// issueNames is issue; loopback says whether a server certificate names
+// loopback and localhost besides host.
+func (ca *caPair) issueNames(cn, host string, loopback bool, usage []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
 	caCert, caKey, err := ca.parse()
 	if err != nil {
 		return nil, nil, err
@@ -123,8 +129,10 @@ func (ca *caPair) issue(cn, host string, usage []x509.ExtKeyUsage) (certPEM, key
 		ExtKeyUsage:  usage,
 	}
 	if slices.Contains(usage, x509.ExtKeyUsageServerAuth) {
-		tmpl.DNSNames = []string{"localhost"}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+		if loopback {
+			tmpl.DNSNames = []string{"localhost"}
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+		}
 		if ip := net.ParseIP(host); ip != nil {
 			if !ip.IsUnspecified() {
 				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
