@@ -93,6 +93,9 @@ type Node struct {
 	vips        []netip.Addr
 	out         map[string]*outStream
 	in          map[string]*inStream
+	// preauth bounds sync connections not yet past the handshake: each
+	// costs a goroutine and a TLS handshake, and strangers may open many.
+	preauth     chan struct{}
 	handingOver bool
 	// failbackAfter: no fail-back attempt before (one just failed).
 	failbackAfter time.Time
@@ -123,6 +126,7 @@ func Start(ctx context.Context, cfg Config, dp Dataplane) (*Node, error) {
 		members: map[string]member{},
 		out:     map[string]*outStream{},
 		in:      map[string]*inStream{},
+		preauth: make(chan struct{}, maxPreauth),
 		vips:    append([]netip.Addr(nil), cfg.VIPs...),
 	}
 	mode := xdp.HAFenced

@@ -476,15 +476,36 @@ func (n *Node) acceptLoop() {
 			}
 			continue
 		}
+		select {
+		case n.preauth <- struct{}{}:
+		default:
+			// Past the bound: strangers (or a flood) hold every slot.
+			// Peers redial; the established streams are not affected.
+			n.countSyncError()
+			conn.Close()
+			continue
+		}
 		n.wg.Add(1)
 		go n.serveIn(conn)
 	}
 }
 
+// maxPreauth is the most sync connections handled at once before their
+// handshake completes (a group has a handful of peers).
+const maxPreauth = 64
+
 // serveIn receives one peer's stream.
 func (n *Node) serveIn(raw net.Conn) {
 	defer n.wg.Done()
 	defer raw.Close()
+	authed := false
+	release := func() {
+		if !authed {
+			authed = true
+			<-n.preauth
+		}
+	}
+	defer release()
 	n.waitThawed()
 	conn, bind, plain, err := n.secureAccept(raw)
 	if errors.Is(err, io.EOF) {
@@ -505,6 +526,7 @@ func (n *Node) serveIn(raw net.Conn) {
 		n.log.Warn("ha: sync stream refused", "from", conn.RemoteAddr(), "err", err)
 		return
 	}
+	release()
 	st := &inStream{name: name, conn: conn}
 	n.mu.Lock()
 	if n.ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -220,4 +221,42 @@ func TestSyncRelayInTheMiddle(t *testing.T) {
 	}
 	// a refused b's proof, made on the other TLS session.
 	waitFor(t, 3*time.Second, "a counts the refused stream", func() bool { return a.n.Status().SyncErrors > before })
+}
+
+// TestSyncStrangersBounded: connections that never complete the handshake
+// hold at most maxPreauth slots (each was a goroutine and a TLS handshake
+// with no bound), and a peer still gets its stream in sync.
+func TestSyncStrangersBounded(t *testing.T) {
+	g := newGroup(t)
+	a := g.start("a", 100)
+	if act := g.waitActive(5 * time.Second); act != "a" {
+		t.Fatalf("active %s", act)
+	}
+	base := runtime.NumGoroutine()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range 256 {
+		c, err := net.Dial("tcp", a.n.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(500 * time.Millisecond)
+	// maxPreauth (64) slots and some slack.
+	if grown := runtime.NumGoroutine() - base; grown > 80 {
+		t.Errorf("%d idle strangers grew the goroutines by %d, want at most 80", len(held), grown)
+	}
+	// The strangers go; a real peer gets in.
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	g.start("b", 100)
+	g.nodes["a"].dp.forward(flows(20, 0)...)
+	waitFor(t, 10*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
 }
