@@ -28,7 +28,7 @@ func asNobody(t *testing.T, name string, args ...string) (string, error) {
 }
 
 // TestUpEtcdAsNobody: on a running corral up, user nobody tries the
-// station's etcd as the probe did (curl to the JSON gateway on
+// station's etcd as a local user would (curl to the JSON gateway on
 // 7601 for the CA's key, the sync key and the tokens; a put of a token
 // record; the peer port 7602): plain http, and TLS without a client
 // certificate. Nothing is read or written, and the station still serves.

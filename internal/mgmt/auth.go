@@ -375,7 +375,11 @@ func (s *Station) login(ctx context.Context, req api.LoginRequest, src string) (
 	defer tk.release()
 	fail := func(real bool) (api.LoginReply, error) {
 		s.met.authFailures.Inc()
-		for _, l := range tk.failed(real) {
+		locks := tk.failed(real)
+		// The slot goes back before the audit's etcd write (up to 5 s):
+		// a slow store must not hold the few password checks.
+		tk.release()
+		for _, l := range locks {
 			kind := "user"
 			if strings.HasPrefix(l.what, "source ") {
 				kind = "source"

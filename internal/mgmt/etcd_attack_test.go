@@ -53,7 +53,7 @@ func TestEtcdLoopbackAttacker(t *testing.T) {
 	client, peer := "127.0.85.21:7601", "127.0.85.21:7602"
 	secrets := []string{keyCA, keyHAKey, keyTokens}
 
-	// The issue's probe: curl -X POST http://127.0.0.1:7601/v3/kv/range.
+	// A local user's probe: curl -X POST http://127.0.0.1:7601/v3/kv/range.
 	plain := &http.Client{Timeout: 3 * time.Second}
 	for _, k := range secrets {
 		body := fmt.Sprintf(`{"key":%q,"range_end":%q}`, base64.StdEncoding.EncodeToString([]byte(k)),

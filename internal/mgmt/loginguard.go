@@ -171,6 +171,7 @@ func retryAfter(d time.Duration) time.Duration {
 type loginTicket struct {
 	g        *loginGuard
 	key, src string
+	released bool // release is idempotent (one goroutine owns a ticket)
 }
 
 // admit lets a login for user from src check its password, or refuses
@@ -234,6 +235,10 @@ func (tk *loginTicket) leave() {
 
 // release frees the ticket's slot.
 func (tk *loginTicket) release() {
+	if tk.released {
+		return
+	}
+	tk.released = true
 	<-tk.g.slots
 	tk.leave()
 }

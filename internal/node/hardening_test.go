@@ -199,7 +199,7 @@ func TestStalledClientsClosed(t *testing.T) {
 		return "?"
 	}
 	t.Logf("RSS before: %s", rss())
-	// NODE_STALLED=300 reproduces the figure (RSS in the log).
+	// NODE_STALLED=300 reproduces the stalled-client figure (RSS in the log).
 	stalled := 20
 	if n, err := strconv.Atoi(os.Getenv("NODE_STALLED")); err == nil && n > 0 {
 		stalled = n
