@@ -561,7 +561,7 @@ func (c *checker) judge(ctx context.Context, p string, a proto.Attr, k int, want
 		case len(from) == 0:
 			d.Detail += "; no copy to heal from"
 		case c.opt.Repair:
-			d.Repair = c.heal(ctx, c.servers[d.Server].info.Addr, a.Ino, uint32(k), h.whole, d.Ranges, from)
+			d.Repair = c.heal(ctx, c.servers[d.Server].info.Addr, a.Ino, uint32(k), h.whole, d.Ranges, from, want)
 		}
 		c.add(d)
 	}
@@ -594,11 +594,13 @@ func spans(xs []proto.Extent, end uint64) []extent.Range {
 	return extent.Union(out, nil)
 }
 
-func (c *checker) heal(ctx context.Context, addr string, ino uint64, k uint32, whole bool, ranges []proto.Extent, from []proto.Peer) string {
+// held is the object size the file's size gives (Heal.Held): a source
+// whose object is gone is never copied as zeros.
+func (c *checker) heal(ctx context.Context, addr string, ino uint64, k uint32, whole bool, ranges []proto.Extent, from []proto.Peer, held uint64) string {
 	if whole {
 		ranges = []proto.Extent{{Off: 0, Len: 0}}
 	}
-	_, err := c.iod.Call(ctx, addr, &proto.Heal{Handle: ino, Index: k, Whole: whole, Ranges: ranges, From: from})
+	_, err := c.iod.Call(ctx, addr, &proto.Heal{Handle: ino, Index: k, Whole: whole, Ranges: ranges, From: from, Held: held})
 	if err != nil {
 		return "failed: " + err.Error()
 	}

@@ -336,6 +336,7 @@ type source struct {
 	k    objKey
 	from []proto.Peer
 	cur  int
+	held uint64 // the object size the file's size implies (Heal.Held)
 }
 
 // call sends req to the current source, moving to the next on failure
@@ -365,6 +366,14 @@ func (src *source) call(ctx context.Context, req proto.Msg, n int) (proto.Msg, e
 
 // size is the source object's size (0 when it does not exist).
 func (src *source) size(ctx context.Context) (uint64, error) {
+	if src.held > 0 {
+		// An absent object stats as size 0, which would cut this copy to
+		// nothing: an empty read carrying Held answers missing instead,
+		// and moves on to a source that has it.
+		if _, err := src.call(ctx, &proto.Read{Handle: src.k.ino, Index: src.k.idx, Held: src.held}, 0); err != nil {
+			return 0, err
+		}
+	}
 	r, err := src.call(ctx, &proto.ObjStat{Handle: src.k.ino, Index: src.k.idx}, 0)
 	if err != nil {
 		return 0, err
@@ -385,7 +394,7 @@ func (s *Store) heal(ctx context.Context, m *proto.Heal) (*proto.HealReply, erro
 	if len(m.From) == 0 {
 		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("heal of file %d stripe %d: no source copy given", k.ino, k.idx))
 	}
-	src := &source{s: s, k: k, from: m.From}
+	src := &source{s: s, k: k, from: m.From, held: m.Held}
 	rep := &proto.HealReply{}
 	whole := m.Whole
 	for _, x := range m.Ranges {
@@ -483,7 +492,7 @@ func (s *Store) healPiece(ctx context.Context, src *source, pos, n uint64) (uint
 		return 0, err
 	}
 	defer unlock()
-	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: pos, Len: uint32(n)}, int(n))
+	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: pos, Len: uint32(n), Held: src.held}, int(n))
 	if err != nil {
 		return 0, err
 	}
@@ -560,7 +569,7 @@ func (s *Store) healEdges(ctx context.Context, src *source, pos, end uint64) err
 // bytes is kept or checked.
 func (s *Store) healBlock(ctx context.Context, src *source, bs uint64) error {
 	k := src.k
-	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: bs, Len: csBlock}, csBlock)
+	r, err := src.call(ctx, &proto.Read{Handle: k.ino, Index: k.idx, Off: bs, Len: csBlock, Held: src.held}, csBlock)
 	if err != nil {
 		return err
 	}

@@ -709,3 +709,37 @@ func TestForwardWaitsForSlowCopy(t *testing.T) {
 		t.Fatalf("a silent copy was given up after %v, want about fwdPatience = %v", d.Round(time.Millisecond), fwdPatience)
 	}
 }
+
+// A source whose object is gone (a lost file, a removed object) is never
+// copied as zeros: with Held (the object size meta's file size gives) the
+// heal reads answer missing, the next source is tried, and with none the
+// heal fails and the copy keeps its bytes (meta keeps it stale). Before,
+// an absent source read as a hole, the whole heal cut the copy to 0 and
+// meta cleared its stale mark.
+func TestHealFromMissingSourceIsAnError(t *testing.T) {
+	srv, pool := startIods(t, 3)
+	const size = 70000
+	good, old := pattern(6, size), pattern(60, size)
+	// srv[0] has lost its object (never written here); srv[2] holds it.
+	call(t, pool, srv[1].addr, &proto.Write{Handle: 90, Data: old})
+	call(t, pool, srv[2].addr, &proto.Write{Handle: 90, Data: good})
+	call(t, pool, srv[1].addr, &proto.Heal{Handle: 90, Whole: true, Ranges: []proto.Extent{{}}, Held: size,
+		From: []proto.Peer{srv[0].peer(), srv[2].peer()}})
+	if got := readAll(t, pool, srv[1].addr, 90, 0); !bytes.Equal(got, good) {
+		t.Fatalf("healed past a source without the object: %d bytes, not the good copy's %d", len(got), size)
+	}
+	// The only source lost it: an error, and the copy is left as it was.
+	call(t, pool, srv[1].addr, &proto.Write{Handle: 91, Data: old})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, whole := range []bool{false, true} {
+		_, err := pool.Call(ctx, srv[1].addr, &proto.Heal{Handle: 91, Whole: whole, Ranges: []proto.Extent{{Off: 0, Len: 0}}, Held: size,
+			From: []proto.Peer{srv[0].peer()}})
+		if err == nil {
+			t.Fatalf("heal (whole %v) from the only source, whose object is gone: no error", whole)
+		}
+		if got := readAll(t, pool, srv[1].addr, 91, 0); !bytes.Equal(got, old) {
+			t.Fatalf("heal (whole %v) from a missing source changed the copy: %d bytes", whole, len(got))
+		}
+	}
+}

@@ -382,7 +382,7 @@ func (s *Service) healOne(states map[uint32]proto.ServerInfo, j healJob) error {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(s.life, healReqTimout)
-			r, err := s.pool.Call(ctx, target.Addr, &proto.Heal{Handle: j.ino, Index: j.index, Whole: p.whole, Ranges: []proto.Extent{p.ext}, From: from})
+			r, err := s.pool.Call(ctx, target.Addr, &proto.Heal{Handle: j.ino, Index: j.index, Whole: p.whole, Ranges: []proto.Extent{p.ext}, From: from, Held: j.objSize})
 			cancel()
 			if err != nil {
 				return err

@@ -172,6 +172,11 @@ type Heal struct {
 	Whole  bool
 	Ranges []Extent
 	From   []Peer
+	// Held is the object size the file's size implies (as Read's): the
+	// healer's reads carry it, so a source whose object is gone answers
+	// missing and the next is tried, instead of being copied as zeros.
+	// Optional on the wire.
+	Held uint64
 }
 
 func (*Heal) Op() Op { return OpHeal }
@@ -181,11 +186,17 @@ func (m *Heal) Encode(e *Enc) {
 	e.Bool(m.Whole)
 	encExtents(e, m.Ranges)
 	encPeers(e, m.From)
+	if m.Held != 0 {
+		e.U64(m.Held)
+	}
 }
 func (m *Heal) Decode(d *Dec) {
 	m.Handle, m.Index, m.Whole = d.U64(), d.U32(), d.Bool()
 	m.Ranges = decExtents(d)
 	m.From = decPeers(d)
+	if len(d.B) > 0 {
+		m.Held = d.U64()
+	}
 }
 
 // HealReply: bytes copied.
