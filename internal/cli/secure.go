@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/mgmt/agent"
@@ -130,7 +129,7 @@ standard output; a regular file there is set to mode 0600 first.`,
 				if err := writeFileAtomic(out, c.Marshal(), 0o600); err != nil {
 					return fmt.Errorf("--out: %w", err)
 				}
-				return proto.SyncDir(filepath.Dir(out))
+				return nil
 			}
 			// "> FILE" made by the shell is 0644 under the usual umask:
 			// the credential would be readable by all, and refused.

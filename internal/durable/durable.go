@@ -13,7 +13,6 @@ package durable
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,34 +23,9 @@ import (
 // SyncDir makes the entries of directory dir durable (safefile's).
 func SyncDir(dir string) error { return safefile.SyncDir(dir) }
 
-// MkdirAll is os.MkdirAll whose new directories survive a power cut: each
-// one's parent is synced after it is made. A directory that already exists
-// costs one stat and no sync.
-func MkdirAll(path string, perm fs.FileMode) error {
-	if fi, err := os.Stat(path); err == nil {
-		if !fi.IsDir() {
-			return fmt.Errorf("mkdir %s: not a directory", path)
-		}
-		return nil
-	}
-	parent := filepath.Dir(path)
-	if parent != path {
-		if err := MkdirAll(parent, perm); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(path, perm); err != nil {
-		if !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		// Made meanwhile by another goroutine or process, whose parent
-		// sync may not have happened yet: sync it here too.
-		if fi, serr := os.Stat(path); serr != nil || !fi.IsDir() {
-			return err
-		}
-	}
-	return SyncDir(parent)
-}
+// MkdirAll is os.MkdirAll whose new directories survive a power cut
+// (safefile's): each one's parent is synced after it is made.
+func MkdirAll(path string, perm fs.FileMode) error { return safefile.MkdirAllMode(path, perm) }
 
 // Create opens path for reading and writing, creating it with perm if it is
 // missing (flag may add os.O_TRUNC or os.O_EXCL). When it made the file,
@@ -70,34 +44,4 @@ func Create(path string, flag int, perm fs.FileMode) (*os.File, error) {
 		return nil, err
 	}
 	return os.OpenFile(path, os.O_RDWR|flag, perm)
-}
-
-// WriteFile replaces path with data atomically and durably: a temporary
-// file in the same directory is written and synced, renamed over path, and
-// the directory synced. A cut leaves the old file or the new one whole.
-func WriteFile(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return SyncDir(dir)
 }

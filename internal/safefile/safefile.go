@@ -52,7 +52,10 @@ func syncDir(dir string) error {
 
 // MkdirAll makes dir and any missing parents with mode 0700, syncing the
 // parent of each one it creates so the new names survive a power cut.
-func MkdirAll(dir string) error {
+func MkdirAll(dir string) error { return MkdirAllMode(dir, DirMode) }
+
+// MkdirAllMode is MkdirAll with the mode of the directories it makes.
+func MkdirAllMode(dir string, perm fs.FileMode) error {
 	dir = filepath.Clean(dir)
 	if fi, err := os.Stat(dir); err == nil {
 		if !fi.IsDir() {
@@ -62,11 +65,11 @@ func MkdirAll(dir string) error {
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := MkdirAll(parent); err != nil {
+		if err := MkdirAllMode(parent, perm); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, DirMode); err != nil {
+	if err := os.Mkdir(dir, perm); err != nil {
 		// Made meanwhile by someone else, whose sync of the parent may not
 		// have happened yet: sync it here too.
 		if fi, serr := os.Stat(dir); !errors.Is(err, fs.ErrExist) || serr != nil || !fi.IsDir() {

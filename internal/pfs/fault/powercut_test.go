@@ -30,10 +30,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/corral-cluster/corral/internal/powercut"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 func powerRounds() int {
@@ -140,7 +140,7 @@ func newPCluster(t *testing.T, nMeta, nIOD int) *pcluster {
 	var peers, addrs []string
 	for i := range nMeta {
 		n := &pnode{name: fmt.Sprintf("meta%d", i+1), addr: freeAddr(t), disk: mountDisk(t)}
-		if err := durable.WriteFile(filepath.Join(n.disk.Dir(), proto.SecretFileName), secret, 0o600); err != nil {
+		if err := safefile.WriteSecret(filepath.Join(n.disk.Dir(), proto.SecretFileName), secret); err != nil {
 			t.Fatal(err)
 		}
 		c.metas = append(c.metas, n)

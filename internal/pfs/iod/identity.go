@@ -15,6 +15,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // A data directory carries its identity twice: DATA/identity (cluster and
@@ -80,36 +81,6 @@ func (id identity) text(marker bool) []byte {
 	return []byte(s)
 }
 
-// writeDurable writes a small file atomically and makes it and its
-// directory entry durable.
-func writeDurable(p string, b []byte) error {
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(p))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // loadIdentity reads the identity and the store marker at open.
 func (s *Store) loadIdentity() error {
 	var ident, mark identity
@@ -166,10 +137,10 @@ func (s *Store) adopt(cluster string, si proto.ServerInfo) error {
 	if s.fresh {
 		next.base, next.legacy = si.Base, false
 	}
-	if err := writeDurable(filepath.Join(s.dir, "objects", markerFile), next.text(true)); err != nil {
+	if err := safefile.WriteSecret(filepath.Join(s.dir, "objects", markerFile), next.text(true)); err != nil {
 		return err
 	}
-	if err := writeDurable(filepath.Join(s.dir, identityFile), next.text(false)); err != nil {
+	if err := safefile.WriteSecret(filepath.Join(s.dir, identityFile), next.text(false)); err != nil {
 		return err
 	}
 	s.ident, s.fresh, s.markerOK = next, false, true

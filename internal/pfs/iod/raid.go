@@ -16,6 +16,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/safefile"
 )
 
 // RAID inside one I/O server: several data directories (disks).
@@ -294,7 +295,7 @@ func (s *Store) saveRAIDStateLocked() error {
 		if m.state == memberOut {
 			continue
 		}
-		if err := writeDurable(filepath.Join(m.dir, raidStateFile), st.text()); err != nil && first == nil {
+		if err := safefile.WriteSecret(filepath.Join(m.dir, raidStateFile), st.text()); err != nil && first == nil {
 			first = fmt.Errorf("record RAID state in %s: %w", m.dir, err)
 		}
 	}

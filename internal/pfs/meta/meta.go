@@ -183,21 +183,16 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The store's name must be durable before anything in it is
-	// acknowledged: a cut that lost it would start a new cluster.
-	if err := durable.SyncDir(cfg.Data); err != nil {
-		m.close()
-		return nil, err
-	}
 	if cfg.Security.Cred == nil {
 		if cfg.Security.Cred, err = proto.EnsureSecretFile(filepath.Join(cfg.Data, proto.SecretFileName)); err != nil {
 			m.close()
 			return nil, err
 		}
 	}
-	// A first start created meta.db (and maybe the secret): their entries
-	// must survive a power cut with the data written to them.
-	if err := proto.SyncDir(cfg.Data); err != nil {
+	// A first start created meta.db (and maybe the secret): their names
+	// must be durable before anything in them is acknowledged, or a cut
+	// would start a new cluster.
+	if err := durable.SyncDir(cfg.Data); err != nil {
 		m.close()
 		return nil, err
 	}
