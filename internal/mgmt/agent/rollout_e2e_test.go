@@ -116,7 +116,7 @@ func TestRolloutEndToEndBrokenThenGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tok api.Token
-	if err := c.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleIOD, TTL: 10 * time.Minute}, &tok); err != nil {
+	if err := c.Do(ctx, "POST", api.RouteTokens, api.TokenRequest{Role: api.RoleIOD, TTL: 10 * time.Minute, MultiUse: true}, &tok); err != nil {
 		t.Fatal(err)
 	}
 	token := tok.Secret
