@@ -1,113 +1,34 @@
 package ha
 
 import (
-	"bytes"
 	"crypto/tls"
-	"encoding/binary"
 	"io"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/loopsniff"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
 
-// loopSniffer records the TCP payload of every loopback packet to or from
-// 127.0.81.0/24, as an eavesdropper with a packet socket on the path would
-// see it (it needs root, as every test of this package does for etcd's
-// address range and the test bed).
-type loopSniffer struct {
-	mu   sync.Mutex
-	data bytes.Buffer
-	fd   int
-	done chan struct{}
-}
-
-func sniffLoopback(t *testing.T) *loopSniffer {
+// sniffLoopback keeps the TCP payload of every loopback packet to or
+// from the test's address range (127.0.81.0/24): what an eavesdropper
+// with a packet socket sees.
+func sniffLoopback(t *testing.T) *loopsniff.Sniffer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a packet socket on lo")
 	}
-	proto := int(htons(syscall.ETH_P_ALL))
-	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, proto)
-	if err != nil {
-		t.Fatalf("packet socket: %v", err)
-	}
-	lo, err := net.InterfaceByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: htons(syscall.ETH_P_ALL), Ifindex: lo.Index}); err != nil {
-		t.Fatalf("bind packet socket to lo: %v", err)
-	}
-	// A big buffer: on a loaded machine the reader falls behind, and a
-	// packet socket drops what does not fit.
-	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 32<<20)
-	tv := syscall.NsecToTimeval(int64(100 * time.Millisecond))
-	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
-	s := &loopSniffer{fd: fd, done: make(chan struct{})}
-	stop := make(chan struct{})
-	go func() {
-		defer close(s.done)
-		buf := make([]byte, 1<<16)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n, _, err := syscall.Recvfrom(fd, buf, 0)
-			if err != nil {
-				continue // the receive timeout: look at stop again
-			}
-			s.packet(buf[:n])
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-s.done; syscall.Close(fd) })
-	return s
-}
-
-// packet keeps the TCP payload of an IPv4 packet (after lo's 14-byte
-// Ethernet header) between addresses of the test range.
-func (s *loopSniffer) packet(b []byte) {
-	if len(b) < 14+20 || binary.BigEndian.Uint16(b[12:]) != 0x0800 {
-		return
-	}
-	ip := b[14:]
-	ihl := int(ip[0]&0x0f) * 4
-	if ip[9] != syscall.IPPROTO_TCP || len(ip) < ihl+20 {
-		return
-	}
-	src, dst := netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
 	rng := netip.MustParsePrefix("127.0.81.0/24")
-	if !rng.Contains(src) && !rng.Contains(dst) {
-		return
+	s, err := loopsniff.Start(func(src, dst netip.AddrPort) bool { return rng.Contains(src.Addr()) || rng.Contains(dst.Addr()) })
+	if err != nil {
+		t.Fatalf("packet socket on lo: %v", err)
 	}
-	tcp := ip[ihl:]
-	off := int(tcp[12]>>4) * 4
-	if len(tcp) < off {
-		return
-	}
-	s.mu.Lock()
-	s.data.Write(tcp[off:])
-	s.mu.Unlock()
-}
-
-func (s *loopSniffer) seen(b []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Contains(s.data.Bytes(), b)
-}
-
-func (s *loopSniffer) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.data.Len()
+	t.Cleanup(s.Close)
+	return s
 }
 
 // TestSyncEncryptedByDefault: the flows an active streams to its standby
@@ -137,10 +58,10 @@ func TestSyncEncryptedByDefault(t *testing.T) {
 			waitFor(t, 5*time.Second, "b in sync", func() bool { return g.sameTable("a", "b") && g.peerSynced("a", "b") })
 			// Most of the stream, not every byte: a loaded machine's
 			// packet socket may still drop some.
-			if sn.len() < 150*eventSize {
-				t.Fatalf("the sniffer saw %d bytes on lo", sn.len())
+			if sn.Len() < 150*eventSize {
+				t.Fatalf("the sniffer saw %d bytes on lo", sn.Len())
 			}
-			if got := sn.seen(marker); got != c.insecure {
+			if got := sn.Seen(marker); got != c.insecure {
 				t.Errorf("flow addresses in clear on the wire: %v, want %v", got, c.insecure)
 			}
 		})

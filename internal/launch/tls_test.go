@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/corral-cluster/corral/internal/launch"
+	"github.com/corral-cluster/corral/internal/loopsniff"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -24,9 +24,9 @@ import (
 // portSniffer keeps the TCP payload of loopback packets to or from a set
 // of ports: what an eavesdropper with a packet socket sees.
 type portSniffer struct {
+	*loopsniff.Sniffer
 	mu    sync.Mutex
 	ports map[uint16]bool
-	data  bytes.Buffer
 }
 
 func sniffPorts(t *testing.T) *portSniffer {
@@ -34,40 +34,17 @@ func sniffPorts(t *testing.T) *portSniffer {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a packet socket on lo")
 	}
-	const ethPAll = 0x0300 // htons(ETH_P_ALL)
-	fd, err := syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, ethPAll)
-	if err != nil {
-		t.Fatalf("packet socket: %v", err)
-	}
-	lo, err := net.InterfaceByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: ethPAll, Ifindex: lo.Index}); err != nil {
-		t.Fatalf("bind packet socket: %v", err)
-	}
-	// A big buffer: on a loaded machine the reader falls behind, and a
-	// packet socket drops what does not fit.
-	syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, 32<<20)
-	tv := syscall.NsecToTimeval(int64(100 * time.Millisecond))
-	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
 	s := &portSniffer{ports: map[uint16]bool{}}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 1<<16)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if n, _, err := syscall.Recvfrom(fd, buf, 0); err == nil {
-				s.packet(buf[:n])
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done; syscall.Close(fd) })
+	var err error
+	s.Sniffer, err = loopsniff.Start(func(src, dst netip.AddrPort) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.ports[src.Port()] || s.ports[dst.Port()]
+	})
+	if err != nil {
+		t.Fatalf("packet socket on lo: %v", err)
+	}
+	t.Cleanup(s.Close)
 	return s
 }
 
@@ -77,39 +54,6 @@ func (s *portSniffer) watch(addr string) {
 	s.mu.Lock()
 	s.ports[uint16(n)] = true
 	s.mu.Unlock()
-}
-
-func (s *portSniffer) packet(b []byte) {
-	if len(b) < 14+20 || binary.BigEndian.Uint16(b[12:]) != 0x0800 {
-		return
-	}
-	ip := b[14:]
-	ihl := int(ip[0]&0x0f) * 4
-	if ip[9] != syscall.IPPROTO_TCP || len(ip) < ihl+20 {
-		return
-	}
-	tcp := ip[ihl:]
-	off := int(tcp[12]>>4) * 4
-	if len(tcp) < off {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ports[binary.BigEndian.Uint16(tcp)] || s.ports[binary.BigEndian.Uint16(tcp[2:])] {
-		s.data.Write(tcp[off:])
-	}
-}
-
-func (s *portSniffer) seen(b []byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Contains(s.data.Bytes(), b)
-}
-
-func (s *portSniffer) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.data.Len()
 }
 
 // TestFSEncryptedOnTheWire: the real meta and iods, started as launch (and
@@ -156,10 +100,10 @@ func TestFSEncryptedOnTheWire(t *testing.T) {
 			}
 			fh.Close()
 			time.Sleep(200 * time.Millisecond) // the last packets reach the sniffer
-			if sn.len() < 2*len(content) {
-				t.Fatalf("the sniffer saw %d bytes", sn.len())
+			if sn.Len() < 2*len(content) {
+				t.Fatalf("the sniffer saw %d bytes", sn.Len())
 			}
-			if leak := sn.seen(content[:64]) || sn.seen([]byte(name)); leak != insecure {
+			if leak := sn.Seen(content[:64]) || sn.Seen([]byte(name)); leak != insecure {
 				t.Errorf("file content or name in clear on loopback: %v, want %v", leak, insecure)
 			}
 			for _, p := range append([]*launch.Proc{fsys.Meta}, fsys.IODs...) {
