@@ -164,8 +164,8 @@ var fbHosts = []string{"node1", "node2", "node3"}
 const (
 	fbBed    = "h7fb"
 	fbPeriod = 60000 // µs: cfs period of the nodes' cgroups
-	fbFast   = 3000  // µs per period: 5 % of a CPU
-	fbSlow   = 1000  // a third of that: node3
+	fbFast   = 6000  // µs per period: 10 % of a CPU (5 % left the slow node's tail over the ramp's bound at 25 req/s on a slower machine)
+	fbSlow   = 2000  // a third of that: node3
 )
 
 // RunFeedback runs the scenario. It needs root (the test bed, cgroups).
@@ -266,7 +266,7 @@ func RunFeedback(ctx context.Context, cfg FeedbackConfig) (*FeedbackResult, erro
 	}
 	res := &FeedbackResult{When: time.Now().UTC(), Quick: cfg.Quick, File: humanBytes(size), LoadAvg: [2]string{loadavg()},
 		Only: cfg.Only, Calls: cfg.Calls, Poll: cfg.Poll.String(), Dataplane: cfg.Dataplane, Generator: cfg.Generator,
-		Quota: fmt.Sprintf("cgroup cpu quota %d/%d µs (5 %% of a CPU) on node1 and node2, %d/%d µs on node3 (3x slower)", fbFast, fbPeriod, fbSlow, fbPeriod)}
+		Quota: fmt.Sprintf("cgroup cpu quota %d/%d µs (%d %% of a CPU) on node1 and node2, %d/%d µs on node3 (3x slower)", fbFast, fbPeriod, 100*fbFast/fbPeriod, fbSlow, fbPeriod)}
 
 	// Every node in a cgroup of its own: equal quotas, node3 a third.
 	groups := map[string]*cpuGroup{}
@@ -639,7 +639,7 @@ func followed(row FBRow, rate, p99Bound float64) bool {
 	return row.Throughput >= 0.95*rate && row.Errors <= row.Conns/200 && row.P99 <= p99Bound
 }
 
-// rampCapacity is the capacity: measure at 100, 200, 400, ... req/s until
+// rampCapacity is the capacity: measure at 25, 50, 100, ... req/s until
 // a rate is not followed, then two bisection steps between the last rate
 // followed and the first not (doubling alone would leave it up to 2x low).
 // The capacity is the highest throughput of a rate that was followed: a
@@ -650,7 +650,10 @@ func followed(row FBRow, rate, p99Bound float64) bool {
 func rampCapacity(measure func(rate float64) (FBRow, error), sessions bool) (float64, []FBRow, error) {
 	var ramp []FBRow
 	capacity, okRate, failRate, bound := 0.0, 0.0, 0.0, 500.0
-	for rate := 100.0; rate <= 3200; rate *= 2 {
+	// From 25 req/s: the nodes' CPU quotas are a few % of a CPU, and on a
+	// slower machine 100 req/s was already past the slow node's tail bound
+	// (the ramp then measured nothing).
+	for rate := 25.0; rate <= 3200; rate *= 2 {
 		row, err := measure(rate)
 		if err != nil {
 			return 0, ramp, err

@@ -117,9 +117,9 @@ func TestRampCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 100..800 followed, 1600 not, then 1200 followed, 1400 not.
-	if c != 1200 || len(ramp) != 7 {
-		t.Errorf("capacity %v after %d steps, want 1200 after 7", c, len(ramp))
+	// 25..800 followed, 1600 not, then 1200 followed, 1400 not.
+	if c != 1200 || len(ramp) != 9 {
+		t.Errorf("capacity %v after %d steps, want 1200 after 9", c, len(ramp))
 	}
 	// Sessions of many calls: a session's p99 is all its calls (here 900
 	// ms unloaded, 3 s in overload); the bound follows the lightest step.
