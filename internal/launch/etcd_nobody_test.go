@@ -37,7 +37,7 @@ func TestUpEtcdAsNobody(t *testing.T) {
 		t.Skip("runs curl as user nobody: run the tests as root")
 	}
 	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl")
+		t.Skip("no curl: scripts/deps installs it")
 	}
 	m := startManaged(t, 1)
 	client, peer := stationNet+".1:7601", stationNet+".1:7602"
