@@ -87,6 +87,20 @@ func (d *Dec) U64() uint64 {
 	return v
 }
 func (d *Dec) I64() int64 { return int64(d.U64()) }
+
+// OptU64 reads a trailing optional field that Enc writes only when it is
+// not zero: absent reads as 0, and an explicit 0 is refused, so every
+// message has one encoding (the older form without the field stays valid).
+func (d *Dec) OptU64() uint64 {
+	if d.err != nil || len(d.B) == 0 {
+		return 0
+	}
+	v := d.U64()
+	if v == 0 && d.err == nil {
+		d.err = errors.New("optional field present but zero")
+	}
+	return v
+}
 func (d *Dec) Bool() bool {
 	v := d.U8()
 	if v > 1 && d.err == nil {

@@ -730,9 +730,7 @@ func (m *Read) Encode(e *Enc) {
 }
 func (m *Read) Decode(d *Dec) {
 	m.Handle, m.Index, m.Off, m.Len = d.U64(), d.U32(), d.U64(), d.U32()
-	if len(d.B) > 0 {
-		m.Held = d.U64()
-	}
+	m.Held = d.OptU64()
 }
 
 type Write struct {

@@ -194,9 +194,7 @@ func (m *Heal) Decode(d *Dec) {
 	m.Handle, m.Index, m.Whole = d.U64(), d.U32(), d.Bool()
 	m.Ranges = decExtents(d)
 	m.From = decPeers(d)
-	if len(d.B) > 0 {
-		m.Held = d.U64()
-	}
+	m.Held = d.OptU64()
 }
 
 // HealReply: bytes copied.

@@ -263,3 +263,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// An optional trailing field is written only when not zero, so an explicit
+// zero is a second encoding of the same message: the decoder refuses it
+// (the fuzzer found Read and Heal re-encoding shorter than they decoded).
+func TestOptionalFieldExplicitZeroRefused(t *testing.T) {
+	for _, m := range []Msg{&Read{Handle: 1, Off: 2, Len: 3}, &Heal{Handle: 1, Index: 2}} {
+		var e Enc
+		m.Encode(&e)
+		b := append(append([]byte(nil), e.B...), make([]byte, 8)...)
+		if _, err := Decode(m.Op(), b); err == nil {
+			t.Errorf("%T with an explicit zero Held decoded", m)
+		}
+		if _, err := Decode(m.Op(), e.B); err != nil {
+			t.Errorf("%T without Held (the older form): %v", m, err)
+		}
+	}
+}
