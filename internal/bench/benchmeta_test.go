@@ -187,9 +187,9 @@ func TestMetaResultFiles(t *testing.T) {
 		{Target: "etcd", Members: 3, Layout: "private", OpsPerS: rates(1000, 5000, 5000, 1000)},
 		{Target: "lib", Members: 3, Layout: "private", OpsPerS: rates(12000, 90000, 10000, 9000)},
 		{Target: "fuse", Members: 3, Layout: "private", OpsPerS: rates(800, 2000, 2000, 700)},
-	}, Web: []WebRow{{Target: "corral (2 nodes)", ReqPerS: 900, VsDirect: 0.9}, {Target: "nginx (2 workers, local disk)", ReqPerS: 1000, VsDirect: 1}}}
+	}, Web: []WebRow{{Target: "corral (2 nodes)", ReqPerS: 900, VsDirect: 0.9}, {Target: "bare Go net/http (memory)", ReqPerS: 950, VsDirect: 0.95}, {Target: "nginx (2 workers, local disk)", ReqPerS: 1000, VsDirect: 1}}}
 	res.ratios()
-	res.Goals = metaGoals(res.Rows)
+	res.Goals = metaGoals(res.Rows, 4, 1)
 	if r := res.Rows[2].Ratio["create"]; math.Abs(r-6) > 1e-9 {
 		t.Fatalf("lib create ratio to local+fsync = %v, want 6", r)
 	}
@@ -199,7 +199,8 @@ func TestMetaResultFiles(t *testing.T) {
 			met[g.What] = g.Met
 		}
 	}
-	want := map[string]bool{"library creates": true, "library stats": false, "library deletes": true, "FUSE creates / ext4+fsync creates": false}
+	want := map[string]bool{"library creates (4 procs, 1 in flight; goal with 4 procs, 1 in flight)": true, "library creates / etcd creates": true,
+		"library stats": true, "library deletes": true, "FUSE creates / ext4+fsync creates": false}
 	for k, v := range want {
 		if met[k] != v {
 			t.Errorf("goal %q met = %v, want %v", k, met[k], v)
@@ -220,7 +221,7 @@ func TestMetaResultFiles(t *testing.T) {
 		t.Fatalf("results.json does not read back: %v %+v", err, back.Rows)
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
-	for _, want := range []string{"| lib | 3 | private | 12000 |", "Corral library / etcd", "| 3 | private | 12.00 |", "Zipf web req/s / nginx req/s | 0.80 | 0.90", "Goals"} {
+	for _, want := range []string{"| lib | 3 | private | 12000 |", "Corral library / etcd", "| 3 | private | 12.00 |", "Zipf web req/s / nginx req/s | 0.60 | 0.90", "Zipf web req/s / bare Go net/http req/s | 0.90 | 0.95", "| goal | want | got |"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q:\n%s", want, md)
 		}

@@ -212,7 +212,7 @@ func wrkAll(ctx context.Context, addrs []string, script string, conns int, d tim
 // cluster c and from nginx on local disk, with the same wrk script, and
 // returns corral's and nginx's rows (ratio to nginx in VsDirect). A
 // missing tool skips it with a note.
-func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster, w MetaWebConfig, logf func(string, ...any)) ([]WebRow, []string, error) {
+func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster, w MetaWebConfig, prof *profiler, logf func(string, ...any)) ([]WebRow, []string, error) {
 	for _, tool := range []string{"wrk", "nginx"} {
 		if lookTool(tool) == "" {
 			logf("web: skipped: %s not installed (scripts/deps installs it)\n", tool)
@@ -265,6 +265,7 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 		return nil, nil, err
 	}
 	var nodes []string
+	var nodeProcs []*launch.Proc
 	for i := 0; i < w.Nodes; i++ {
 		addr, err := freePort()
 		if err != nil {
@@ -279,14 +280,20 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 		}
 		defer p.Stop()
 		nodes = append(nodes, p.Addr)
+		nodeProcs = append(nodeProcs, p)
 	}
 	ng, stopNginx, err := startNginx(ctx, scratch, root, w.Nodes)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer stopNginx()
-	// Both must serve the same bytes for a path, or the comparison is void.
-	for _, a := range append([]string{ng}, nodes...) {
+	ms, err := startMemServe(ctx, bin, root, filepath.Join(logDir, "memserve.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ms.Stop()
+	// All must serve the same bytes for a path, or the comparison is void.
+	for _, a := range append([]string{ng, ms.Addr}, nodes...) {
 		for _, k := range []int{0, w.Files - 1} {
 			if err := checkGet(ctx, "http://"+a+webPath(k), webFile(k, w.Size)); err != nil {
 				return nil, nil, fmt.Errorf("web: %w", err)
@@ -305,20 +312,38 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 	if _, err := wrkAll(ctx, []string{ng}, script, w.Connections, warm); err != nil {
 		return nil, nil, fmt.Errorf("web warm-up on nginx: %w", err)
 	}
+	if _, err := wrkAll(ctx, []string{ms.Addr}, script, w.Connections, warm); err != nil {
+		return nil, nil, fmt.Errorf("web warm-up on the bare Go server: %w", err)
+	}
 	nr, err := wrkAll(ctx, []string{ng}, script, w.Connections, w.Duration)
 	if err != nil {
 		return nil, nil, err
 	}
+	gr, err := wrkAll(ctx, []string{ms.Addr}, script, w.Connections, w.Duration)
+	if err != nil {
+		return nil, nil, err
+	}
+	var np *profiler
+	if prof != nil {
+		// The nodes and the file system's daemons, while the nodes serve.
+		np = newProfiler(prof.dir, append(profTargetsOf(nodeProcs, adminLogRe), prof.targets...))
+		np.start(ctx)
+	}
 	cr, err := wrkAll(ctx, nodes, script, w.Connections, w.Duration)
+	if np != nil {
+		np.stop(ctx, "web")
+		prof.notes = append(prof.notes, np.notes...)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	nr.Target, nr.Size, nr.VsDirect = fmt.Sprintf("nginx (%d workers, local disk)", w.Nodes), int64(w.Size), 1
+	gr.Target, gr.Size, gr.VsDirect = "bare Go net/http (memory)", int64(w.Size), gr.ReqPerS/max(nr.ReqPerS, 1e-9)
 	cr.Target, cr.Size, cr.VsDirect = fmt.Sprintf("corral (%d nodes)", w.Nodes), int64(w.Size), cr.ReqPerS/max(nr.ReqPerS, 1e-9)
-	for _, r := range []WebRow{cr, nr} {
-		logf("web zipf %-30s %9.0f req/s %7.1f MB/s p99 %6.2f ms errors %d  %.2f of nginx\n", r.Target, r.ReqPerS, r.MBPerS, r.P99ms, r.Errors, r.VsDirect)
+	for _, r := range []WebRow{cr, gr, nr} {
+		logf("web zipf %-30s %9.0f req/s %7.1f MB/s p99 %6.2f ms errors %d  %.2f of nginx, %.2f of bare Go\n", r.Target, r.ReqPerS, r.MBPerS, r.P99ms, r.Errors, r.VsDirect, r.ReqPerS/max(gr.ReqPerS, 1e-9))
 	}
-	note := fmt.Sprintf("Zipf web: %d files of %s, s = %.1f, the same wrk script (50,000 seeded draws, %d connections, %v) against %d corral nodes at once (a wrk each, connections split) and against nginx with as many worker processes on the same files on local disk; one warm-up run each first",
+	note := fmt.Sprintf("Zipf web: %d files of %s, s = %.1f, the same wrk script (50,000 seeded draws, %d connections, %v) against %d corral nodes at once (a wrk each, connections split), against nginx with as many worker processes on the same files on local disk, and against a bare Go net/http server (one process, http.ServeContent from a map of the files in memory); one warm-up run each first",
 		w.Files, humanBytes(int64(w.Size)), w.S, w.Connections, w.Duration, w.Nodes)
-	return []WebRow{cr, nr}, []string{note}, nil
+	return []WebRow{cr, gr, nr}, []string{note}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type MetaWorkerConfig struct {
 	Dir     string // directory (a local path; a file-system path for lib; a key prefix for etcd)
 	Meta    string // lib: metadata members, comma-separated
 	Etcd    string // etcd: client endpoints, comma-separated
+	// Profile, when set, is the path prefix of a CPU profile per phase
+	// (PREFIX-PHASE.cpu.pprof).
+	Profile string
 }
 
 // PhaseResult is what a worker reports for one phase: the operations it did
@@ -256,9 +260,34 @@ func MetaWorker(ctx context.Context, c MetaWorkerConfig, in io.Reader, out io.Wr
 		if phase == "" {
 			continue
 		}
-		if err := enc.Encode(runPhase(ctx, c, ops, phase)); err != nil {
+		var stop func()
+		if c.Profile != "" {
+			stop = startCPUProfile(c.Profile + "-" + phase + ".cpu.pprof")
+		}
+		r := runPhase(ctx, c, ops, phase)
+		if stop != nil {
+			stop()
+		}
+		if err := enc.Encode(r); err != nil {
 			return err
 		}
 	}
 	return sc.Err()
+}
+
+// startCPUProfile profiles this process's CPU into path until the returned
+// function is called; a profile that cannot start costs only itself.
+func startCPUProfile(path string) func() {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

@@ -78,7 +78,7 @@ results.json and results.md under --out. --quick runs a tiny version.`,
 	pfs.Flags().StringVar(&out, "out", "", "results directory (default results/pfs-local/TIMESTAMP)")
 	pfs.Flags().IntVar(&workers, "workers", 8, "concurrent workers for the small-file test")
 	c.AddCommand(pfs, webBenchCmd(), cssnsBenchCmd(), scalingBenchCmd(), pfsBenchCmd(), pfsIOCmd(), directorBenchCmd())
-	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), raidBenchCmd())
+	c.AddCommand(metaBenchCmd(), metaWorkerCmd(), memServeCmd(), raidBenchCmd())
 	c.AddCommand(redundancyBenchCmd(), mgmtBenchCmd(), failoverBenchCmd(), feedbackBenchCmd(), qosBenchCmd(), loadgenCmd())
 	return c
 }

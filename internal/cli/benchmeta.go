@@ -18,7 +18,7 @@ func metaBenchCmd() *cobra.Command {
 	var cfg bench.MetaConfig
 	var webCfg bench.MetaWebConfig
 	c := &cobra.Command{
-		Use:   "meta [--quick] [--members 1,3] [--web] [--chaos]",
+		Use:   "meta [--quick] [--members 1,3] [--web] [--chaos] [--profile]",
 		Short: "Metadata operations (mdtest-style) vs ext4, ext4+fsync and etcd; a Zipf web figure vs nginx",
 		Example: `  corral bench meta --quick
   sudo corral bench meta --members 1,3 --web
@@ -34,7 +34,12 @@ phase, the ratios to local+fsync and to etcd, and the goals of issue 13.
 
 --web adds: Corral nodes serving 4 KiB files drawn from a Zipf distribution
 (s = 1.0) over 10^4 files, beside nginx serving the same files from local
-disk, with the same wrk script (needs wrk and nginx: scripts/deps).
+disk and a bare Go net/http server serving them from memory, with the same wrk
+script (needs wrk and nginx: scripts/deps).
+--profile writes CPU and block profiles of every metadata member, I/O server,
+node and worker, per phase, under OUT/profiles (go tool pprof reads them), and
+adds a per-operation breakdown (client, propose -> commit -> apply, fsyncs,
+bytes) from the daemons' metrics scraped before and after each phase.
 --chaos kills the metadata leader every 20 s (3 times) and reports the time until
 operations resume (needs 3 members and 'corral fs meta members').
 Writes results.json, results.md and meta.svg under --out.`,
@@ -91,7 +96,8 @@ Writes results.json, results.md and meta.svg under --out.`,
 	f.BoolVar(&noFUSE, "no-fuse", false, "skip the FUSE rows")
 	f.BoolVar(&noEtcd, "no-etcd", false, "skip the etcd baseline")
 	f.BoolVar(&chaos, "chaos", false, "kill the metadata leader every 20 s and report the resume time")
-	f.BoolVar(&web, "web", false, "add the Zipf web figure beside nginx")
+	f.BoolVar(&web, "web", false, "add the Zipf web figure beside nginx and a bare Go net/http server")
+	f.BoolVar(&cfg.Profile, "profile", false, "write CPU and block profiles of every daemon and worker per phase (OUT/profiles) and a per-operation breakdown")
 	f.IntVar(&webCfg.Files, "web-files", 10000, "web: distinct files")
 	f.IntVar(&webCfg.Nodes, "web-nodes", 2, "web: corral nodes (nginx gets as many worker processes)")
 	f.DurationVar(&webCfg.Duration, "web-duration", 10*time.Second, "web: length of each wrk run")
@@ -119,5 +125,19 @@ func metaWorkerCmd() *cobra.Command {
 	f.StringVar(&w.Dir, "dir", "", "directory (local or file-system path; etcd: key prefix)")
 	f.StringVar(&w.Meta, "meta", "", "metadata members, comma-separated (lib)")
 	f.StringVar(&w.Etcd, "etcd", "", "etcd client URLs, comma-separated (etcd)")
+	f.StringVar(&w.Profile, "profile", "", "path prefix of a CPU profile per phase (PREFIX-PHASE.cpu.pprof)")
+	return c
+}
+
+// memServeCmd is the bare Go net/http baseline of the web figures: the
+// files under --root served from memory.
+func memServeCmd() *cobra.Command {
+	var root, listen string
+	c := &cobra.Command{Use: "memserve", Short: "Serve the files under --root from memory with bare net/http (the web figures' baseline)", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.MemServe(cmd.Context(), root, listen, os.Stdout)
+		}}
+	c.Flags().StringVar(&root, "root", "", "directory whose files are served")
+	c.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address to listen on")
 	return c
 }

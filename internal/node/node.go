@@ -32,6 +32,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/corral-cluster/corral/internal/vhost"
 )
 
@@ -189,6 +190,7 @@ func New(cfg Config) *Server {
 	s.admin.HandleFunc("GET /healthz", s.serveHealth)
 	s.admin.HandleFunc("GET /load", s.serveLoad) // feedback.go
 	s.admin.Handle("GET /metrics", s.MetricsHandler())
+	obs.AddProfile(s.admin)
 	return s
 }
 

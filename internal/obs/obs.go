@@ -70,6 +70,7 @@ func Mux(r *prometheus.Registry, check Check) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", MetricsHandler(r))
 	mux.Handle("GET /healthz", Healthz(check))
+	AddProfile(mux)
 	return mux
 }
 

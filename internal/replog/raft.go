@@ -411,7 +411,7 @@ func (r *Raft) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	if err := r.awaitLeadership(ctx); err != nil {
 		return nil, err
 	}
-	p := &proposal{cmd: cmd, res: make(chan result, 1)}
+	p := &proposal{cmd: cmd, res: make(chan result, 1), at: time.Now()}
 	select {
 	case r.propc <- p:
 	case <-ctx.Done():
@@ -460,8 +460,14 @@ func (r *Raft) proposeLoop() {
 			cmds[i] = p.cmd
 		}
 		id := r.idBase + r.idNext.Add(1)
+		now := time.Now()
+		for _, p := range batch {
+			if !p.at.IsZero() {
+				queueWait.Observe(now.Sub(p.at).Seconds())
+			}
+		}
 		r.mu.Lock()
-		r.waiters[id] = &batchWait{props: batch, at: time.Now()}
+		r.waiters[id] = &batchWait{props: batch, at: now}
 		r.mu.Unlock()
 		r.mu.Lock()
 		next := r.readyDone
@@ -737,7 +743,10 @@ func (r *Raft) apply(ents []raftpb.Entry) error {
 	have := r.sm.Applied()
 	flush := func() error {
 		if len(cmds) > 0 {
+			t := time.Now()
 			outs, err := r.sm.Apply(first, cmds)
+			applyTime.Observe(since(t))
+			applied.Add(float64(len(cmds)))
 			if err != nil {
 				return fmt.Errorf("applying commands %d-%d: %w", first, first+uint64(len(cmds))-1, err)
 			}
@@ -772,6 +781,11 @@ func (r *Raft) apply(ents []raftpb.Entry) error {
 			if err != nil {
 				return fmt.Errorf("log entry %d: %w", e.Index, err)
 			}
+			r.mu.Lock()
+			if w := r.waiters[id]; w != nil {
+				commitWait.Observe(since(w.at))
+			}
+			r.mu.Unlock()
 			for i, c := range bc {
 				r.cmdIndex++
 				if r.cmdIndex <= have {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 
@@ -231,8 +232,12 @@ func (w *wal) save(snap raftpb.Snapshot, ents []raftpb.Entry, hs raftpb.HardStat
 	if _, err := w.f.Write(w.buf); err != nil {
 		return fmt.Errorf("raft log %s: %w", w.f.Name(), err)
 	}
+	walBytes.Add(float64(len(w.buf)))
 	if sync || snap.Metadata.Index > 0 {
-		if err := w.f.Sync(); err != nil {
+		t := time.Now()
+		err := w.f.Sync()
+		walFsync.Observe(since(t))
+		if err != nil {
 			return fmt.Errorf("raft log %s: fsync: %w", w.f.Name(), err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Single is the one-process engine: commands queued while the previous
@@ -27,6 +28,7 @@ type Single struct {
 type proposal struct {
 	cmd []byte
 	res chan result
+	at  time.Time // queued (Raft: for corral_replog_propose_wait_seconds)
 }
 
 type result struct {
@@ -74,7 +76,11 @@ func (s *Single) loop() {
 		err := s.halted
 		var outs [][]byte
 		if err == nil {
-			if outs, err = s.sm.Apply(s.sm.Applied()+1, cmds); err != nil {
+			t := time.Now()
+			outs, err = s.sm.Apply(s.sm.Applied()+1, cmds)
+			applyTime.Observe(since(t))
+			applied.Add(float64(len(cmds)))
+			if err != nil {
 				s.halted = fmt.Errorf("replicated log halted: %w", err)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/durable"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -309,6 +310,8 @@ func (o *ofile) alloc(off, n int64) error {
 
 // sync makes data and sums durable.
 func (o *ofile) sync() error {
+	t := time.Now()
+	defer func() { objectFsync.Observe(time.Since(t).Seconds()) }()
 	if err := o.f.Sync(); err != nil {
 		return err
 	}

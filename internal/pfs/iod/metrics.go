@@ -156,6 +156,7 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	for _, op := range iodOps {
 		m.Init(proto.OpName(op))
 	}
+	reg.MustRegister(objectFsync)
 	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corral_iod_bytes_total",
 		Help: "stripe data moved by the I/O server: in (written by clients and forwarded by head copies), out (read by clients)"}, []string{"direction"})
 	capacity := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corral_iod_capacity_bytes",
@@ -182,3 +183,10 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 	}
 	return observed{st: s, m: m, in: bytes.WithLabelValues("in"), out: bytes.WithLabelValues("out")}, nil
 }
+
+// objectFsync times each fsync of an object (its data and checksums), one
+// set per process: tests that run several I/O servers in one process see
+// their sum.
+var objectFsync = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corral_iod_object_fsync_seconds",
+	Help:    "time to make one object's data and checksums durable (fsync of both files)",
+	Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)})
