@@ -30,9 +30,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
-	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/corral-cluster/corral/internal/vhost"
 )
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/obs"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
+	"github.com/corral-cluster/corral/internal/replog"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -107,6 +108,7 @@ func (s *Service) serveHTTP(ctx context.Context, addr string, optional bool) (pr
 		m.Init(proto.OpName(op))
 	}
 	reg.MustRegister(serversCollector{s}, healCollector{s}, watchCollector{s})
+	reg.MustRegister(replog.Collectors()...)
 	if served, err := obs.Serve(ctx, addr, optional, reg, s.Healthy, s.log); !served {
 		return s, err
 	}
