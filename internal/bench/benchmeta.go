@@ -475,6 +475,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 				res.Breakdown = append(res.Breakdown, b)
 				logf("  %-6s client %6.0f µs  meta %5.2f req/op %6.0f µs  queue %5.0f  commit %6.0f  apply %6.0f µs  WAL fsync %.3f/op  store commit %.3f/op  iod %5.2f req/op %6.0f µs  iod fsync %.2f/op  CPU µs/op meta %5.0f iod %5.0f\n",
 					b.Phase, b.ClientUs, b.MetaReqs, b.MetaUs, b.QueueUs, b.CommitUs, b.ApplyUs, b.WALFsyncs, b.StoreCommits, b.IODReqs, b.IODUs, b.IODFsyncs, b.MetaCPUUs, b.IODCPUUs)
+				logf("         meta: %s; iod: %s\n", fmtByOp(b.MetaByOp), fmtByOp(b.IODByOp))
 			}
 			row := MetaRow{Target: target, Members: members, Layout: layout, OpsPerS: rates}
 			res.Rows = append(res.Rows, row)

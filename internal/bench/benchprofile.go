@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -212,6 +213,10 @@ type Breakdown struct {
 	// MetaUs the mean time a member took to answer one.
 	MetaReqs float64 `json:"meta_reqs_per_op"`
 	MetaUs   float64 `json:"meta_us_per_req"`
+	// MetaByOp is metadata requests per operation by request type (those
+	// at 0.05 or more), and IODByOp the same for the I/O servers.
+	MetaByOp map[string]float64 `json:"meta_by_op,omitempty"`
+	IODByOp  map[string]float64 `json:"iod_by_op,omitempty"`
 	// The replicated log: queue wait, propose -> commit and apply times
 	// (means, µs), WAL fsyncs and store commits per operation (all members).
 	QueueUs      float64 `json:"propose_wait_us"`
@@ -252,6 +257,8 @@ func breakdown(before, after map[string]map[string]float64, ops int, rate float6
 		b.ClientUs = float64(inFlight) / rate * 1e6
 	}
 	b.MetaReqs = per(d("meta", "corral_meta_operations_total"))
+	b.MetaByOp = byOp(before["meta"], after["meta"], "corral_meta_operations_total", ops)
+	b.IODByOp = byOp(before["iod"], after["iod"], "corral_iod_requests_total", ops)
 	b.MetaUs = mean("meta", "corral_meta_operation_duration_seconds")
 	b.QueueUs = mean("meta", "corral_replog_propose_wait_seconds")
 	b.CommitUs = mean("meta", "corral_replog_commit_seconds")
@@ -270,6 +277,46 @@ func breakdown(before, after map[string]map[string]float64, ops int, rate float6
 	return b
 }
 
+var opLabelRe = regexp.MustCompile(`op="([^"]*)"`)
+
+// byOp is counter name's increase per operation by its op label, for the
+// request types at 0.05 per operation or more.
+func byOp(before, after map[string]float64, name string, ops int) map[string]float64 {
+	m := map[string]float64{}
+	for k, v := range after {
+		if !strings.HasPrefix(k, name+"{") {
+			continue
+		}
+		if op := opLabelRe.FindStringSubmatch(k); op != nil {
+			m[op[1]] += (v - before[k]) / float64(max(ops, 1))
+		}
+	}
+	for k, v := range m {
+		if v < 0.05 {
+			delete(m, k)
+		}
+	}
+	return m
+}
+
+// fmtByOp renders a byOp map, largest first: "create 1.00, getattr 2.00".
+func fmtByOp(m map[string]float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var l []kv
+	for k, v := range m {
+		l = append(l, kv{k, v})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].v > l[j].v || l[i].v == l[j].v && l[i].k < l[j].k })
+	var parts []string
+	for _, x := range l {
+		parts = append(parts, fmt.Sprintf("%s %.2f", x.k, x.v))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // breakdownMarkdown renders the breakdowns as one table.
 func breakdownMarkdown(bs []Breakdown) string {
 	if len(bs) == 0 {
@@ -283,6 +330,10 @@ func breakdownMarkdown(bs []Breakdown) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.2f | %.0f | %.0f | %.0f | %.0f | %.3f | %.0f | %.3f | %.0f | %.2f | %.0f | %.2f | %.0f | %.0f | %.0f | %.0f |\n",
 			x.Target, x.Layout, x.Phase, x.ClientUs, x.MetaReqs, x.MetaUs, x.QueueUs, x.CommitUs, x.ApplyUs, x.WALFsyncs, x.WALFsyncUs,
 			x.StoreCommits, x.WALBytes, x.IODReqs, x.IODUs, x.IODFsyncs, x.IODFsyncUs, x.IODBytes, x.MetaCPUUs, x.IODCPUUs)
+	}
+	b.WriteString("\nRequests per operation by type (all metadata members; both I/O servers):\n\n| target | layout | phase | meta | iod |\n|---|---|---|---|---|\n")
+	for _, x := range bs {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", x.Target, x.Layout, x.Phase, fmtByOp(x.MetaByOp), fmtByOp(x.IODByOp))
 	}
 	return b.String()
 }
