@@ -57,7 +57,7 @@ func MemServe(ctx context.Context, root, listen string, out io.Writer) error {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	fmt.Fprintf(out, "corral memserve: listening on %s (%d files)\n", ln.Addr(), len(files))
+	fmt.Fprintf(out, "corral memserve: %d files\ncorral memserve: listening on %s\n", len(files), ln.Addr())
 	if err := srv.Serve(ln); err != nil && ctx.Err() == nil && !strings.Contains(err.Error(), "closed") {
 		return err
 	}
