@@ -252,6 +252,21 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 	for _, n := range cl.Nodes {
 		nodes = append(nodes, n.Addr)
 	}
+	// The bare Go baseline: the same files, from memory.
+	memRoot := filepath.Join(scratch, "memserve")
+	if err := os.MkdirAll(memRoot, 0o755); err != nil {
+		return nil, err
+	}
+	for _, size := range cfg.Sizes {
+		if err := os.WriteFile(filepath.Join(memRoot, fileName(size)), pattern(int(size)), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	ms, err := startMemServe(ctx, cfg.Bin, memRoot, filepath.Join(scratch, "memserve.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer ms.Stop()
 	hp, stopHA, err := startHAProxy(ctx, scratch, "", nil, nodes)
 	if err != nil {
 		return nil, err
@@ -272,7 +287,12 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 			return nil, err
 		}
 		one.Target, one.Size, one.VsDirect = "one node", size, one.ReqPerS/cmp[0].ReqPerS
-		rows := append([]WebRow{one}, cmp...)
+		bare, err := wrk(ctx, nil, "http://"+ms.Addr+path, cfg.Connections, cfg.Duration)
+		if err != nil {
+			return nil, err
+		}
+		bare.Target, bare.Size, bare.VsDirect = "bare Go (memory)", size, bare.ReqPerS/cmp[0].ReqPerS
+		rows := append([]WebRow{one, bare}, cmp...)
 		for i := range rows {
 			rows[i].VsOne = rows[i].ReqPerS / one.ReqPerS
 			logf("%-8s %-15s %9.0f req/s %8.1f MB/s p99 %7.2f ms  %.2f of one node, %.2f of 3 direct  errors %d\n",
@@ -298,6 +318,7 @@ func RunWeb(ctx context.Context, cfg WebConfig) (*WebResult, error) {
 	}
 	res.Notes = append(res.Notes,
 		fmt.Sprintf("wrk with %d connections and 2 threads for %v per run; '3 nodes direct' is three wrk at once, one per node with a third of the connections each, summed: the zero-cost balancer", cfg.Connections, cfg.Duration),
+		"'bare Go (memory)': one process of net/http serving the same file from memory (http.ServeContent), with the same wrk as 'one node': what the node's own path costs beyond net/http's is 1 - one node / bare Go",
 		"everything on one machine (2 CPUs): wrk, the director or haproxy, the nodes and the file system share them, so a balancer's own CPU use shows directly",
 		"haproxy: Debian's, mode tcp, balance leastconn, over the same three nodes; corral l4/l7: wlc",
 		"node memory: peak VmRSS of node 1 sampled every 20 ms while P clients fetch an S-byte file at once (read-ahead capped at 512 KiB per request)")

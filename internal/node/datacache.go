@@ -147,6 +147,15 @@ func measureClasses() {
 type dataCache struct {
 	max, fileMax int64
 	maxAge       time.Duration    // a copy read longer ago is read again; 0: no limit
+	// refreshAfter: a hit on a copy read longer ago than this starts a
+	// read of the file in the background (one at a time per version),
+	// which replaces the copy before it is too old to use: a hot file is
+	// never a miss for its age, and the bound maxAge puts on staleness
+	// holds. 0: none (a copy is read again only when a request finds it
+	// too old, and waits for the read).
+	refreshAfter time.Duration
+	// goRefresh runs a background refresh (go f(); tests wait for it).
+	goRefresh func(f func())
 	now          func() time.Time // the clock (the node's Config.Now)
 
 	mu        sync.Mutex // guards all below except the counters
@@ -239,6 +248,15 @@ func (c *dataCache) tooOld(e *cacheEntry) bool {
 func (c *dataCache) get(ctx context.Context, v version, partial bool, read func() ([]byte, error)) ([]byte, error) {
 	c.mu.Lock()
 	if data, ok := c.lookupLocked(v); ok {
+		if c.refreshAfter > 0 && c.fills[v] == nil && c.now().Sub(c.byIno[v.ino].read) > c.refreshAfter {
+			f := &fill{done: make(chan struct{})}
+			c.fills[v] = f
+			run := c.goRefresh
+			if run == nil {
+				run = func(f func()) { go f() }
+			}
+			run(func() { c.runFill(v, f, read) })
+		}
 		c.mu.Unlock()
 		return data, nil
 	}
@@ -258,8 +276,14 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 	f := &fill{done: make(chan struct{})}
 	c.fills[v] = f
 	c.mu.Unlock()
-	start := c.now()
+	c.runFill(v, f, read)
+	return f.data, f.err
+}
 
+// runFill does fill f of v: read, then offer the bytes to the cache and
+// wake those waiting. f is in c.fills.
+func (c *dataCache) runFill(v version, f *fill, read func() ([]byte, error)) {
+	start := c.now()
 	f.err = errFillAborted // what waiters see if read panics
 	defer func() {
 		// Deferred: even a read that panics must not leave later
@@ -273,7 +297,6 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 		close(f.done)
 	}()
 	f.data, f.err = read()
-	return f.data, f.err
 }
 
 var (

@@ -17,11 +17,13 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"path"
 	"runtime"
 	"strconv"
 	"strings"
@@ -179,6 +181,7 @@ func New(cfg Config) *Server {
 		case cfg.DataCacheMaxAge > 0:
 			s.cache.maxAge = cfg.DataCacheMaxAge
 		}
+		s.cache.refreshAfter = s.cache.maxAge / 2
 	}
 	s.fill = s.readWhole
 	if cfg.QoSWorkers > 0 {
@@ -461,6 +464,13 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", etag)
 	size := int64(a.Size)
+	if c, ok := content.(cachedFile); ok && plainGet(r) {
+		// A cached file, whole, unconditionally: its bytes in one write
+		// from the cached copy (no read into a copy buffer, as
+		// http.ServeContent's io.CopyN does), with the headers it sends.
+		s.writeCached(w, p, mtime, c.data)
+		return
+	}
 	fixRange(r, size)
 	s.inflight.Add(size)
 	cr := &countingReader{r: io.NewSectionReader(content, 0, size), left: size, s: s}
@@ -482,7 +492,7 @@ func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr, etag
 	if r.Method != http.MethodGet || notModified(r, etag, mtime) {
 		// No body to send: a copy is used, none is read.
 		if data, ok := s.cache.lookup(v); ok {
-			return bytes.NewReader(data), nil
+			return cachedFile{bytes.NewReader(data), data}, nil
 		}
 		return nil, nil
 	}
@@ -496,7 +506,54 @@ func (s *Server) cached(ctx context.Context, r *http.Request, a proto.Attr, etag
 	case err != nil:
 		return nil, err
 	}
-	return bytes.NewReader(data), nil
+	return cachedFile{bytes.NewReader(data), data}, nil
+}
+
+// plainGet reports whether r is a GET whose answer is the whole file with
+// a 200 whatever the file: no Range, no precondition. Any other request
+// goes through http.ServeContent, which implements them.
+func plainGet(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	for _, h := range []string{"Range", "If-Match", "If-None-Match", "If-Modified-Since", "If-Unmodified-Since", "If-Range"} {
+		if _, ok := r.Header[h]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// writeCached answers a plain GET from the cached bytes in b, with the
+// headers http.ServeContent would send (Last-Modified, Content-Type by the
+// name's extension or sniffed, Accept-Ranges, Content-Length).
+func (s *Server) writeCached(w http.ResponseWriter, name string, mtime time.Time, data []byte) {
+	size := int64(len(data))
+	h := w.Header()
+	if !mtime.IsZero() && !mtime.Equal(time.Unix(0, 0)) {
+		h.Set("Last-Modified", mtime.UTC().Format(http.TimeFormat))
+	}
+	if _, ok := h["Content-Type"]; !ok {
+		ctype := mime.TypeByExtension(path.Ext(name))
+		if ctype == "" {
+			ctype = http.DetectContentType(data[:min(len(data), 512)])
+		}
+		h.Set("Content-Type", ctype)
+	}
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	s.inflight.Add(size)
+	w.Write(data) // a failed write ends the connection; nothing to answer
+	s.inflight.Add(-size)
+}
+
+// cachedFile is a file's content from the data cache: its bytes (never
+// written after admission: a new version is a new slice) and a reader
+// over them.
+type cachedFile struct {
+	*bytes.Reader
+	data []byte
 }
 
 // StatusClientClosed is the status logged (and counted) for a request
