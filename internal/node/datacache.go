@@ -146,7 +146,7 @@ func measureClasses() {
 // asked for.
 type dataCache struct {
 	max, fileMax int64
-	maxAge       time.Duration    // a copy read longer ago is read again; 0: no limit
+	maxAge       time.Duration // a copy read longer ago is read again; 0: no limit
 	// refreshAfter: a hit on a copy read longer ago than this starts a
 	// read of the file in the background (one at a time per version),
 	// which replaces the copy before it is too old to use: a hot file is
@@ -156,7 +156,7 @@ type dataCache struct {
 	refreshAfter time.Duration
 	// goRefresh runs a background refresh (go f(); tests wait for it).
 	goRefresh func(f func())
-	now          func() time.Time // the clock (the node's Config.Now)
+	now       func() time.Time // the clock (the node's Config.Now)
 
 	mu        sync.Mutex // guards all below except the counters
 	byIno     map[uint64]*cacheEntry
