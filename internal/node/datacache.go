@@ -154,9 +154,7 @@ type dataCache struct {
 	// holds. 0: none (a copy is read again only when a request finds it
 	// too old, and waits for the read).
 	refreshAfter time.Duration
-	// goRefresh runs a background refresh (go f(); tests wait for it).
-	goRefresh func(f func())
-	now       func() time.Time // the clock (the node's Config.Now)
+	now          func() time.Time // the clock (the node's Config.Now)
 
 	mu        sync.Mutex // guards all below except the counters
 	byIno     map[uint64]*cacheEntry
@@ -251,11 +249,7 @@ func (c *dataCache) get(ctx context.Context, v version, partial bool, read func(
 		if c.refreshAfter > 0 && c.fills[v] == nil && c.now().Sub(c.byIno[v.ino].read) > c.refreshAfter {
 			f := &fill{done: make(chan struct{})}
 			c.fills[v] = f
-			run := c.goRefresh
-			if run == nil {
-				run = func(f func()) { go f() }
-			}
-			run(func() { c.runFill(v, f, read) })
+			go c.runFill(v, f, read)
 		}
 		c.mu.Unlock()
 		return data, nil
