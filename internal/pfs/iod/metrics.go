@@ -189,4 +189,4 @@ func (s *Store) serveHTTP(ctx context.Context, addr string, optional bool, log *
 // their sum.
 var objectFsync = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corral_iod_object_fsync_seconds",
 	Help:    "time to make one object's data and checksums durable (fsync of both files)",
-	Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)})
+	Buckets: obs.LatencyBuckets})
