@@ -327,15 +327,28 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 		return nil, nil, fmt.Errorf("web warm-up on corral: %w", err)
 	}
 	var np *profiler
+	var before map[string]map[string]float64
 	if prof != nil {
 		// The nodes and the file system's daemons, while the nodes serve.
 		np = newProfiler(prof.dir, append(profTargetsOf(nodeProcs, adminLogRe), prof.targets...))
+		before = np.scrape(ctx)
 		np.start(ctx)
 	}
 	cr, err := wrkAll(ctx, nodes, script, w.Connections, w.Duration)
+	var webNote string
 	if np != nil {
 		np.stop(ctx, "web")
+		after := np.scrape(ctx)
 		prof.notes = append(prof.notes, np.notes...)
+		reqs := sumPrefix(after["node"], "corral_node_requests_total") - sumPrefix(before["node"], "corral_node_requests_total")
+		d := func(kind, name string) float64 {
+			return (sumPrefix(after[kind], name) - sumPrefix(before[kind], name)) / max(reqs, 1)
+		}
+		webNote = fmt.Sprintf("Zipf web, per request on the nodes (--profile, metrics before and after the corral run): file-system requests %s; data cache hits %.3f, misses %.3f; metadata requests at the members %.3f; node CPU µs %.0f",
+			fmtByOp(byOp(before["node"], after["node"], "corral_node_fs_requests_total", int(max(reqs, 1)))),
+			d("node", "corral_node_cache_hits_total"), d("node", "corral_node_cache_misses_total"),
+			d("meta", "corral_meta_operations_total"), d("node", "process_cpu_seconds_total")*1e6)
+		logf("web: %s\n", webNote)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -348,5 +361,9 @@ func runMetaWeb(ctx context.Context, bin, scratch, logDir string, c *metaCluster
 	}
 	note := fmt.Sprintf("Zipf web: %d files of %s, s = %.1f, the same wrk script (50,000 seeded draws, %d connections, %v) against %d corral nodes at once (a wrk each, connections split), against nginx with as many worker processes on the same files on local disk, and against a bare Go net/http server (one process, http.ServeContent from a map of the files in memory); one warm-up run each right before its measured run",
 		w.Files, humanBytes(int64(w.Size)), w.S, w.Connections, w.Duration, w.Nodes)
-	return []WebRow{cr, gr, nr}, []string{note}, nil
+	notes := []string{note}
+	if webNote != "" {
+		notes = append(notes, webNote)
+	}
+	return []WebRow{cr, gr, nr}, notes, nil
 }
