@@ -479,8 +479,12 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 			}
 			row := MetaRow{Target: target, Members: members, Layout: layout, OpsPerS: rates}
 			res.Rows = append(res.Rows, row)
-			logf("%-11s members %-2s %-7s create %8.0f  stat %8.0f  read %8.0f  delete %8.0f ops/s\n",
-				target, membersLabel(members), layout, rates["create"], rates["stat"], rates["read"], rates["delete"])
+			goal := ""
+			if g := rowGoal(target, cfg.Procs); g != "-" {
+				goal = "  goal: " + g
+			}
+			logf("%-11s members %-2s %-7s create %8.0f  stat %8.0f  read %8.0f  delete %8.0f ops/s%s\n",
+				target, membersLabel(members), layout, rates["create"], rates["stat"], rates["read"], rates["delete"], goal)
 		}
 		return nil
 	}
@@ -707,6 +711,22 @@ func metaGoals(rows []MetaRow, procs, threads int) []MetaGoal {
 	return goals
 }
 
+// rowGoal is what a row of target is asked to reach (for 3 members), for
+// the goal column beside the figures; the Goals table checks them.
+func rowGoal(target string, procs int) string {
+	switch target {
+	case "lib":
+		create := "create ≥ 2,000/s (4 procs, 1 in flight)"
+		if procs >= 16 {
+			create = "create ≥ 6,000/s (16 procs)"
+		}
+		return create + " and ≥ 4× etcd; stat ≥ 50,000/s; delete ≥ 5,000/s"
+	case "fuse":
+		return "create ≥ 0.5× local+fsync; stat, read ≥ 0.5× local"
+	}
+	return "-"
+}
+
 // webGoals are the Zipf web goals, once the web rows are in: corral's
 // req/s against the bare Go server's and nginx's in the same run.
 func (r *MetaResult) webGoals() []MetaGoal {
@@ -739,7 +759,7 @@ func (r *MetaResult) webGoals() []MetaGoal {
 func (r *MetaResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# meta, %s\n\n%d processes x %d files of %s, %d call(s) in flight per process.\n\n", r.When.Format(time.RFC3339), r.Procs, r.Files, humanBytes(int64(r.Size)), r.Threads)
-	b.WriteString("| target | members | layout | create/s | stat/s | read/s | delete/s | ratio to | create | stat | read | delete |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| target | members | layout | create/s | stat/s | read/s | delete/s | ratio to | create | stat | read | delete | goal |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %s |", x.Target, membersLabel(x.Members), x.Layout,
 			x.OpsPerS["create"], x.OpsPerS["stat"], x.OpsPerS["read"], x.OpsPerS["delete"], x.RatioOf)
@@ -750,7 +770,7 @@ func (r *MetaResult) Markdown() string {
 				fmt.Fprintf(&b, " %.2f |", x.Ratio[ph])
 			}
 		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, " %s |\n", rowGoal(x.Target, r.Procs))
 	}
 	// Corral against etcd with the same members and layout.
 	var vs strings.Builder
