@@ -167,8 +167,9 @@ func webBenchCmd() *cobra.Command {
   corral bench web --duration 30s --connections 128 --out results/web/today`,
 		Long: `Start the whole cluster on loopback (3 nodes, 3 I/O servers, a director with an
 l4 and an l7 service) and Debian's HAProxy (mode tcp, leastconn) over the same
-nodes, then run wrk against: one node, the three nodes at once (the zero-cost
-balancer), Corral l4, Corral l7 and HAProxy, for 1 KiB, 100 KiB and 10 MiB
+nodes, then run wrk against: one node, a bare Go net/http server serving the
+same file from memory, the three nodes at once (the zero-cost balancer),
+Corral l4, Corral l7 and HAProxy, for 1 KiB, 100 KiB and 10 MiB
 files. Prints requests/s, MB/s, p99 latency and the ratios. Then measures a
 node's memory while P clients each fetch an S-byte file, for several P·S.
 Needs wrk and haproxy (scripts/deps installs them).`,
