@@ -48,8 +48,8 @@ func TestHotFileRefreshedAhead(t *testing.T) {
 		t.Errorf("20 requests for a hot file asked meta %d times, want none", m-misses)
 	}
 
-	step(age * 3 / 4)
-	get("hot two") // a hit on a copy past half its age: refreshed behind it
+	step(age * 9 / 10)
+	get("hot two") // a hit on a copy past 4/5 of its age: refreshed behind it
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		s.cache.mu.Lock()
@@ -66,6 +66,6 @@ func TestHotFileRefreshedAhead(t *testing.T) {
 	for _, p := range fsys.IODs {
 		p.Stop()
 	}
-	step(age / 2) // 1.25 ages after the first read, 0.5 after the refresh
+	step(age / 2) // 1.4 ages after the first read, 0.5 after the refresh
 	get("hot two")
 }

@@ -181,7 +181,10 @@ func New(cfg Config) *Server {
 		case cfg.DataCacheMaxAge > 0:
 			s.cache.maxAge = cfg.DataCacheMaxAge
 		}
-		s.cache.refreshAfter = s.cache.maxAge / 2
+		// A fifth of the age left for the background read: the copy is
+		// replaced before it is too old, and a hot file is read again about
+		// once per 4/5 of the age rather than once per age.
+		s.cache.refreshAfter = s.cache.maxAge - s.cache.maxAge/5
 	}
 	s.fill = s.readWhole
 	if cfg.QoSWorkers > 0 {
