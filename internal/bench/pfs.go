@@ -23,6 +23,12 @@ type IOResult struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 	MBps    float64 `json:"mb_per_s"`
+	// A write's phases: the WriteAt calls (they return once the bytes
+	// are buffered), the wait for every write in flight (Flush), and
+	// Close (the sync on every server).
+	WriteSec float64 `json:"write_s,omitempty"`
+	FlushSec float64 `json:"flush_s,omitempty"`
+	SyncSec  float64 `json:"sync_s,omitempty"`
 }
 
 // PFSIO writes (then syncs) or reads one file through the client library
@@ -48,9 +54,17 @@ func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int
 			}
 			report(min(off+record, size))
 		}
+		t1 := time.Now()
+		if err := f.Flush(); err != nil {
+			return IOResult{}, err
+		}
+		t2 := time.Now()
 		if err := f.Close(); err != nil {
 			return IOResult{}, err
 		}
+		d := time.Since(start).Seconds()
+		return IOResult{Bytes: size, Seconds: d, MBps: float64(size) / 1e6 / d, WriteSec: t1.Sub(start).Seconds(),
+			FlushSec: t2.Sub(t1).Seconds(), SyncSec: time.Since(t2).Seconds()}, nil
 	} else {
 		f, err := cl.Open(ctx, path)
 		if err != nil {
@@ -101,6 +115,9 @@ type PFSPoint struct {
 	Bound   float64 `json:"bound_mb_s"`
 	// Replicas: copies of every file (test 4).
 	Replicas int `json:"replicas,omitempty"`
+	// WriteBound (test 4): min(N·I, M·I/R, P·R/R) for R copies sent once
+	// by the client and forwarded by the servers.
+	WriteBound float64 `json:"write_bound_mb_s,omitempty"`
 }
 
 // PFSResult is the scenario's output.
@@ -220,7 +237,13 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, lines[len(lines)-1])
 		}
 		var r IOResult
-		return r, json.Unmarshal(out, &r)
+		if err := json.Unmarshal(out, &r); err != nil {
+			return r, err
+		}
+		if write {
+			logf("  %s %s: %.2f s (write calls %.2f, flush %.2f, close/sync %.2f)\n", host, path, r.Seconds, r.WriteSec, r.FlushSec, r.SyncSec)
+		}
+		return r, nil
 	}
 	// parallelIO runs jobs at once and returns aggregate MB/s (all bytes
 	// over the longest time).
