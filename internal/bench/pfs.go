@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -207,6 +208,7 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 	logf("link I at %s: %.1f MB/s\n", rate, I)
 	R := res.DiskMB
 
+	var keepLogs []string
 	startFS := func(m int) (*launch.FS, error) {
 		var listens []string
 		for i := 1; i <= m; i++ {
@@ -216,8 +218,17 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 		if err != nil {
 			return nil, err
 		}
-		return launch.StartFSWrapped(ctx, cfg.Bin, data, addr("meta")+":7400", listens, bed.Wrap)
+		fsys, err := launch.StartFSWrapped(ctx, cfg.Bin, data, addr("meta")+":7400", listens, bed.Wrap)
+		// The servers' logs outlive the scratch directory: they say what
+		// happened when a row fails.
+		keepLogs = append(keepLogs, filepath.Join(data, "logs"))
+		return fsys, err
 	}
+	defer func() {
+		for i, d := range keepLogs {
+			exec.Command("cp", "-r", d, filepath.Join(cfg.Out, fmt.Sprintf("logs-%s-%d", rate, i+1))).Run()
+		}
+	}()
 	// io runs one pfs-io process on a client host.
 	io1 := func(host, meta, path string, size, record int64, write bool, m int) (IOResult, error) {
 		args := []string{cfg.Bin, "bench", "pfs-io", "--meta", meta, "--path", path, "--size", strconv.FormatInt(size, 10),
@@ -232,9 +243,17 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			// The progress bar shares stderr: keep its last line, the error.
+			// The progress bar shares stderr: keep the error, from its
+			// first line (a joined error spans several) to the end.
 			lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), "\r", "\n")), "\n")
-			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, lines[len(lines)-1])
+			from := len(lines) - 1
+			for i, l := range lines {
+				if strings.HasPrefix(l, "corral ") {
+					from = i
+					break
+				}
+			}
+			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, strings.Join(lines[from:], " | "))
 		}
 		var r IOResult
 		if err := json.Unmarshal(out, &r); err != nil {
