@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,6 +24,12 @@ type IOResult struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
 	MBps    float64 `json:"mb_per_s"`
+	// A write's phases: the WriteAt calls (they return once the bytes
+	// are buffered), the wait for every write in flight (Flush), and
+	// Close (the sync on every server).
+	WriteSec float64 `json:"write_s,omitempty"`
+	FlushSec float64 `json:"flush_s,omitempty"`
+	SyncSec  float64 `json:"sync_s,omitempty"`
 }
 
 // PFSIO writes (then syncs) or reads one file through the client library
@@ -48,9 +55,17 @@ func PFSIO(ctx context.Context, cl *client.Client, path string, size, record int
 			}
 			report(min(off+record, size))
 		}
+		t1 := time.Now()
+		if err := f.Flush(); err != nil {
+			return IOResult{}, err
+		}
+		t2 := time.Now()
 		if err := f.Close(); err != nil {
 			return IOResult{}, err
 		}
+		d := time.Since(start).Seconds()
+		return IOResult{Bytes: size, Seconds: d, MBps: float64(size) / 1e6 / d, WriteSec: t1.Sub(start).Seconds(),
+			FlushSec: t2.Sub(t1).Seconds(), SyncSec: time.Since(t2).Seconds()}, nil
 	} else {
 		f, err := cl.Open(ctx, path)
 		if err != nil {
@@ -101,6 +116,9 @@ type PFSPoint struct {
 	Bound   float64 `json:"bound_mb_s"`
 	// Replicas: copies of every file (test 4).
 	Replicas int `json:"replicas,omitempty"`
+	// WriteBound (test 4): min(N·I, M·I/R, P·R/R) for R copies sent once
+	// by the client and forwarded by the servers.
+	WriteBound float64 `json:"write_bound_mb_s,omitempty"`
 }
 
 // PFSResult is the scenario's output.
@@ -190,6 +208,7 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 	logf("link I at %s: %.1f MB/s\n", rate, I)
 	R := res.DiskMB
 
+	var keepLogs []string
 	startFS := func(m int) (*launch.FS, error) {
 		var listens []string
 		for i := 1; i <= m; i++ {
@@ -199,8 +218,17 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 		if err != nil {
 			return nil, err
 		}
-		return launch.StartFSWrapped(ctx, cfg.Bin, data, addr("meta")+":7400", listens, bed.Wrap)
+		fsys, err := launch.StartFSWrapped(ctx, cfg.Bin, data, addr("meta")+":7400", listens, bed.Wrap)
+		// The servers' logs outlive the scratch directory: they say what
+		// happened when a row fails.
+		keepLogs = append(keepLogs, filepath.Join(data, "logs"))
+		return fsys, err
 	}
+	defer func() {
+		for i, d := range keepLogs {
+			exec.Command("cp", "-r", d, filepath.Join(cfg.Out, fmt.Sprintf("logs-%s-%d", rate, i+1))).Run()
+		}
+	}()
 	// io runs one pfs-io process on a client host.
 	io1 := func(host, meta, path string, size, record int64, write bool, m int) (IOResult, error) {
 		args := []string{cfg.Bin, "bench", "pfs-io", "--meta", meta, "--path", path, "--size", strconv.FormatInt(size, 10),
@@ -215,12 +243,26 @@ func runPFSRate(ctx context.Context, cfg PFSConfig, rate, scratch string, res *P
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			// The progress bar shares stderr: keep its last line, the error.
+			// The progress bar shares stderr: keep the error, from its
+			// first line (a joined error spans several) to the end.
 			lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(stderr.String(), "\r", "\n")), "\n")
-			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, lines[len(lines)-1])
+			from := len(lines) - 1
+			for i, l := range lines {
+				if strings.HasPrefix(l, "corral ") {
+					from = i
+					break
+				}
+			}
+			return IOResult{}, fmt.Errorf("pfs-io on %s (%s): %v: %s", host, path, err, strings.Join(lines[from:], " | "))
 		}
 		var r IOResult
-		return r, json.Unmarshal(out, &r)
+		if err := json.Unmarshal(out, &r); err != nil {
+			return r, err
+		}
+		if write {
+			logf("  %s %s: %.2f s (write calls %.2f, flush %.2f, close/sync %.2f)\n", host, path, r.Seconds, r.WriteSec, r.FlushSec, r.SyncSec)
+		}
+		return r, nil
 	}
 	// parallelIO runs jobs at once and returns aggregate MB/s (all bytes
 	// over the longest time).

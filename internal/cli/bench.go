@@ -289,7 +289,7 @@ to 10 nodes, 0.93 of linear). Writes results.json, results.md and scaling.svg.`,
 }
 
 func pfsBenchCmd() *cobra.Command {
-	var quick, others bool
+	var quick, others, profile bool
 	var replicas int
 	var out, dir string
 	c := &cobra.Command{
@@ -336,6 +336,17 @@ ratios to S and to S/R (the bound if the client sent every copy itself).`,
 			}
 			return runScenario("pfs", out, func(ctx context.Context, out string) (markdowner, error) {
 				cfg.Out = out
+				if profile {
+					// Every corral process started from here on (I/O
+					// servers, meta, the pfs-io clients) writes its
+					// profiles there when it ends.
+					d, err := filepath.Abs(filepath.Join(out, "profile"))
+					if err != nil {
+						return nil, err
+					}
+					os.Setenv(ProfileEnv, d)
+					defer os.Unsetenv(ProfileEnv)
+				}
 				return bench.RunPFS(ctx, cfg)
 			})
 		},
@@ -343,6 +354,7 @@ ratios to S and to S/R (the bound if the client sent every copy itself).`,
 	c.Flags().BoolVar(&quick, "quick", false, "tiny version (CI): 1 Gbit only, small files, up to 2 clients and 2 I/O servers")
 	c.Flags().BoolVar(&others, "others", true, "also run test 3 (or 4) on GlusterFS and MooseFS when installed (scripts/deps bench installs them)")
 	c.Flags().IntVar(&replicas, "replicas", 1, "2..5: run test 4 (replicated files) instead of tests 1-3")
+	c.Flags().BoolVar(&profile, "profile", false, "write CPU, block and mutex profiles of every I/O server, metadata server and client process into the results directory's profile/")
 	c.Flags().StringVar(&dir, "dir", ".", "scratch directory on the disk to measure")
 	c.Flags().StringVar(&out, "out", "", "results directory (default results/pfs/TIMESTAMP)")
 	return c

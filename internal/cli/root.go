@@ -38,6 +38,8 @@ var errVerbose bool
 
 // Main runs corral with args and returns the process exit status.
 func Main(args []string) int {
+	stopProfile := startProfile(args)
+	defer stopProfile()
 	root := newRoot()
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()

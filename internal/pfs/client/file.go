@@ -22,6 +22,13 @@ const (
 	WriteWindow = 64 << 20
 	// maxReq caps one request so that a 64 MiB stripe unit still pipelines.
 	maxReq = 4 << 20
+	// replPiece caps one write request of a replicated file. The head
+	// forwards a write only once all of it has arrived (store and
+	// forward), so the copies' links start that much later and the last
+	// forwards of a flush run after the client's link fell idle: smaller
+	// pieces keep every link of the chain busy to the end (docs/iod.md,
+	// "Replicated writes at the bound").
+	replPiece = 256 << 10
 )
 
 // File is an open regular file. ReadAt and WriteAt may be called
@@ -254,9 +261,13 @@ func (f *File) Pending() (size, mtime int64) {
 func (f *File) unit() int64 { return min(int64(f.lay.StripeSize), maxReq) }
 
 // boundary is the first request boundary after off: the end of its stripe
-// unit, or of its maxReq-sized piece of a larger unit.
+// unit, or of its maxReq-sized piece of a larger unit (replPiece-sized for
+// a replicated file).
 func (f *File) boundary(off int64) int64 {
 	s, u := int64(f.lay.StripeSize), f.unit()
+	if f.replicated() {
+		u = min(u, replPiece)
+	}
 	return min((off/s+1)*s, (off/u+1)*u)
 }
 

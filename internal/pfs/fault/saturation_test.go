@@ -160,7 +160,14 @@ func TestSaturatedLinksNoStale(t *testing.T) {
 	for _, p := range fsys.IODs {
 		b, _ := os.ReadFile(p.Log)
 		if n := strings.Count(string(b), "replica missed a write"); n > 0 {
-			t.Errorf("%s: %d writes a copy missed under load alone; log %s", p.Name, n, filepath.Base(p.Log))
+			// Say why, from the log (a temporary directory, gone after).
+			var why []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "replica missed a write") && len(why) < 3 {
+					why = append(why, l)
+				}
+			}
+			t.Errorf("%s: %d writes a copy missed under load alone; log %s, first: %s", p.Name, n, filepath.Base(p.Log), strings.Join(why, " | "))
 		}
 	}
 

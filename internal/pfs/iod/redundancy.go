@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,42 +118,95 @@ func (r *replState) liveness() *proto.Liveness {
 }
 
 // headedFor: after taking a client's write as head, the server refuses
-// forwards of that object from other heads for this long.
+// forwards from other heads that overlap its range for this long.
 const headedFor = 30 * time.Second
 
-// headedObjs remembers when this server last took a client's write to an
-// object as its head; bounded (old entries are dropped past maxHeaded).
+// headedObjs remembers which ranges of which objects this server lately
+// took clients' writes for as head; bounded (old entries are dropped past
+// maxHeaded). By range, not by object: a client that failed over to this
+// copy for some writes while other writes of the same object still went
+// through the old head (many writes are in flight at once) would otherwise
+// have each copy refuse every forward of the other for headedFor, and mark
+// both stale over neighbouring ranges until no current copy is left. A late
+// forward can only undo a newer write it overlaps, and every write a client
+// gave up on at the old head it resent here, so its range is noted.
 type headedObjs struct {
 	mu sync.Mutex
-	at map[objKey]time.Time
+	at map[objKey][]headedRange
+	n  int // ranges held, all objects
 }
 
-const maxHeaded = 1 << 16
+// headedRange is [lo, hi) of an object, headed last at t.
+type headedRange struct {
+	lo, hi uint64
+	t      time.Time
+}
 
-func (h *headedObjs) note(k objKey, now time.Time) {
+const (
+	maxHeaded = 1 << 16
+	// maxHeadedPerObj: past it an object's ranges fold into their hull
+	// (refusing more forwards, never fewer).
+	maxHeadedPerObj = 64
+)
+
+func (h *headedObjs) note(k objKey, lo, hi uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.at == nil {
-		h.at = map[objKey]time.Time{}
+		h.at = map[objKey][]headedRange{}
 	}
-	if len(h.at) >= maxHeaded {
-		for o, t := range h.at {
-			if now.Sub(t) > headedFor {
+	if h.n >= maxHeaded {
+		h.n = 0
+		for o, rs := range h.at {
+			rs = slices.DeleteFunc(rs, func(r headedRange) bool { return now.Sub(r.t) > headedFor })
+			if len(rs) == 0 {
 				delete(h.at, o)
+				continue
 			}
+			h.at[o] = rs
+			h.n += len(rs)
 		}
-		if len(h.at) >= maxHeaded {
+		if h.n >= maxHeaded {
 			clear(h.at) // all recent: forget them (forwards then apply as before)
+			h.n = 0
 		}
 	}
-	h.at[k] = now
+	rs := h.at[k]
+	h.n -= len(rs)
+	rs = slices.DeleteFunc(rs, func(r headedRange) bool { return now.Sub(r.t) > headedFor })
+	merged := false
+	for i := range rs {
+		if r := &rs[i]; lo <= r.hi && r.lo <= hi { // overlaps or touches
+			r.lo, r.hi, r.t = min(r.lo, lo), max(r.hi, hi), now
+			merged = true
+			break
+		}
+	}
+	if !merged {
+		rs = append(rs, headedRange{lo, hi, now})
+	}
+	if len(rs) > maxHeadedPerObj {
+		all := headedRange{rs[0].lo, rs[0].hi, now}
+		for _, r := range rs[1:] {
+			all.lo, all.hi = min(all.lo, r.lo), max(all.hi, r.hi)
+		}
+		rs = []headedRange{all}
+	}
+	h.at[k] = rs
+	h.n += len(rs)
 }
 
-func (h *headedObjs) recent(k objKey, now time.Time) bool {
+// recent reports whether this server headed a write of object k
+// overlapping [lo, hi) within headedFor (an empty range: any write of k).
+func (h *headedObjs) recent(k objKey, lo, hi uint64, now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t, ok := h.at[k]
-	return ok && now.Sub(t) < headedFor
+	for _, r := range h.at[k] {
+		if now.Sub(r.t) < headedFor && (lo == hi || (lo < r.hi && r.lo < hi)) {
+			return true
+		}
+	}
+	return false
 }
 
 // healPiece is the largest read of a heal from its source.
@@ -214,16 +268,18 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 	if err := s.checkFwd(m); err != nil {
 		return nil, err
 	}
-	if m.Head != 0 && s.r.headed.recent(k, arrived) {
-		// A forward from another head of an object this server lately
-		// headed itself: clients failed over to here, and the other head
-		// may be a stopped server going on with a write they gave up on.
-		// Applying it could lay old bytes over newer ones; refused, this
-		// copy is at worst marked stale by a writer still waiting.
-		return nil, proto.Errorf(syscall.EAGAIN, fmt.Sprintf("file %d stripe %d: a forward from server %d, but this server heads writes of it now", m.Handle, m.Index, m.Head))
+	lo, hi := m.Off, m.Off+uint64(len(m.Data))
+	if m.Head != 0 && s.r.headed.recent(k, lo, hi, arrived) {
+		// A forward from another head over bytes this server lately
+		// headed writes of itself: clients failed over to here, and the
+		// other head may be a stopped server going on with a write they
+		// gave up on. Applying it could lay old bytes over newer ones;
+		// refused, this copy is at worst marked stale by a writer still
+		// waiting.
+		return nil, proto.Errorf(syscall.EAGAIN, fmt.Sprintf("file %d stripe %d: a forward from server %d of bytes [%d, %d), but this server heads writes of them now", m.Handle, m.Index, m.Head, lo, hi))
 	}
 	if m.Head == 0 {
-		s.r.headed.note(k, arrived)
+		s.r.headed.note(k, lo, hi, arrived)
 	}
 	unlock, err := s.r.locks.lock(ctx, k, m.Off, m.Off+uint64(len(m.Data)))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -594,6 +595,32 @@ func TestLateForwardRefusedByNewHead(t *testing.T) {
 	}
 	// Another object of the same server still takes forwards.
 	call(t, pool, srv[1].addr, &proto.ReplWrite{Handle: 51, Index: 0, Head: srv[0].id, Data: newer})
+}
+
+// A copy that headed some writes of an object (a client failed over to it
+// while other writes were still in flight through the old head) refuses
+// only the forwards that overlap them: the others are not late copies of
+// anything it holds newer. Refusing them too made the two copies refuse
+// each other's forwards for headedFor and mark each other stale until a
+// write found no current copy left.
+func TestForwardRefusedOnlyOverHeadedRange(t *testing.T) {
+	srv, pool := startIods(t, 2)
+	newer := pattern(1, 8<<10)
+	call(t, pool, srv[1].addr, &proto.ReplWrite{Handle: 52, Index: 0, Data: newer})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next := pattern(2, 8<<10)
+	if _, err := pool.Call(ctx, srv[1].addr, &proto.ReplWrite{Handle: 52, Index: 0, Off: 8 << 10, Head: srv[0].id, Data: next}); err != nil {
+		t.Fatalf("forward of bytes this copy never headed: %v, want it applied", err)
+	}
+	_, err := pool.Call(ctx, srv[1].addr, &proto.ReplWrite{Handle: 52, Index: 0, Off: 4 << 10, Head: srv[0].id, Data: pattern(9, 8<<10)})
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("forward overlapping a headed range: %v, want EAGAIN", err)
+	}
+	want := append(slices.Clone(newer), next...)
+	if got := readAll(t, pool, srv[1].addr, 52, 0); !bytes.Equal(got, want) {
+		t.Fatal("the copy does not hold its headed write followed by the forwarded one")
+	}
 }
 
 // A head that froze (as a stopped server does) after a write arrived and
