@@ -59,6 +59,16 @@ type Syncer interface {
 	Sync() error
 }
 
+// DurableLog is implemented by engines whose log holds every command
+// durably before the state machine applies it and replays it after a
+// crash: their state machine may defer its own fsync (Syncer).
+type DurableLog interface {
+	LogDurable()
+}
+
+// LogDurable implements DurableLog.
+func (r *Raft) LogDurable() {}
+
 // Transport carries requests to other members.
 type Transport interface {
 	Call(ctx context.Context, addr string, req proto.Msg) (proto.Msg, error)
