@@ -48,6 +48,9 @@ const (
 	// deferLimit: past this size the store goes back to a sync per commit
 	// (a remap under the pin would wait forever).
 	deferLimit = mmapSize / 2
+	// ckptEvery: store commits between checkpoints besides the engine's
+	// (each commit copies a few pages the pin keeps from reuse).
+	ckptEvery = 1000
 )
 
 // bbolt's meta page: a 16-byte page header, then magic, version, page size,
@@ -82,6 +85,7 @@ func (m *machine) checkpoint() error {
 		m.pin.Rollback()
 	}
 	m.pin = pin
+	m.commits = 0
 	return nil
 }
 

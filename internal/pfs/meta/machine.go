@@ -36,6 +36,7 @@ type machine struct {
 	// or with mu write-held.
 	deferred bool
 	pin      *bolt.Tx
+	commits  int // commits since the last checkpoint
 }
 
 // hooks tell the Service what an applied command changed (every member).
@@ -199,6 +200,14 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 		// before bbolt has to remap under the pin.
 		if err := m.undefer(); err != nil {
 			return nil, err
+		}
+	} else if m.deferred {
+		// Pages the pin holds cannot be reused: checkpoint often enough
+		// that the file does not grow by more than a few MiB meanwhile.
+		if m.commits++; m.commits >= ckptEvery {
+			if err := m.checkpoint(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i := range changes {
