@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/client"
+	"github.com/corral-cluster/corral/internal/powercut"
 )
 
 // Metadata operations across power cuts of a Raft group whose stores do
@@ -38,7 +39,14 @@ func TestPowerCutRaftMetaOps(t *testing.T) {
 		if round%2 == 0 {
 			nodes = []*pnode{c.metas[(round/2)%len(c.metas)]}
 		}
+		var before, after powercut.Stats
+		for _, n := range nodes {
+			before = addStats(before, n.disk.Stats())
+		}
 		c.powerCut(nodes...)
+		for _, n := range nodes {
+			after = addStats(after, n.disk.Stats())
+		}
 		time.Sleep(300 * time.Millisecond)
 		stop()
 		acked, lost, wrong := c.verify()
@@ -48,8 +56,8 @@ func TestPowerCutRaftMetaOps(t *testing.T) {
 			names[i] = n.name
 		}
 		c.mu.Lock()
-		t.Logf("round %d, cut %s: %d files acknowledged (%d lost, %d wrong), %d removed or renamed-away names (%d back)",
-			round+1, strings.Join(names, "+"), acked, lost, wrong, len(gone), back)
+		t.Logf("round %d, cut %s (dropping %d KiB unsynced): %d files acknowledged (%d lost, %d wrong), %d removed or renamed-away names (%d back)",
+			round+1, strings.Join(names, "+"), (after.DroppedBytes-before.DroppedBytes)>>10, acked, lost, wrong, len(gone), back)
 		c.mu.Unlock()
 		if acked == 0 || len(gone) == 0 {
 			t.Fatal("the load acknowledged no create or no removal: it did not run")
