@@ -111,12 +111,13 @@ func (r *Raft) revokeLease(term uint64) {
 }
 
 // renewLease queues a confirmation round on the leader when none is under
-// way and the lease has less than half of its length left.
+// way and the lease was not renewed within the last half tick: a round per
+// tick, so that a slow round (a loaded machine) still renews it in time.
 func (r *Raft) renewLease() {
 	if r.lead.Load() != r.cfg.ID {
 		return
 	}
-	if g := r.lease.Load(); g != nil && g.term == r.term.Load() && g.until-time.Since(r.epoch) > r.leaseFor()/2 {
+	if g := r.lease.Load(); g != nil && g.term == r.term.Load() && g.until-time.Since(r.epoch) > r.leaseFor()-r.cfg.Tick/2 {
 		return
 	}
 	if !r.renewing.CompareAndSwap(false, true) {
