@@ -35,6 +35,7 @@ func TestRaftFlags(t *testing.T) {
 		{id: 1, peers: "0=127.0.0.2:7400"},                  // ID 0
 		{id: 1},                                             // --id alone
 		{join: true},                                        // --join without --id
+		{id: 2, peers: peers, reads: "stale"},               // unknown read mode
 	} {
 		err := f.check("127.0.0.2:7400")
 		var u usageError

@@ -318,6 +318,9 @@ type raftFlags struct {
 	// snapshot happen with few entries); hidden.
 	snapEvery uint64
 	parsed    map[uint64]string
+	// reads: lease (the leader answers alone while its lease holds) or
+	// quorum (a ReadIndex round per batch of reads, no clock assumption).
+	reads string
 }
 
 func (f *raftFlags) add(fs *pflag.FlagSet) {
@@ -328,12 +331,16 @@ func (f *raftFlags) add(fs *pflag.FlagSet) {
 	// also takes a station's URL.
 	fs.Uint64Var(&f.snapEvery, "snapshot-every", 0, "applied entries between Raft snapshots (0: the engine's default); for tests")
 	fs.MarkHidden("snapshot-every")
+	fs.StringVar(&f.reads, "reads", "lease", "how the leader makes reads linearizable: lease (no round trip while its lease holds; assumes the members' clocks run at rates within 20 % of each other) or quorum (a confirmation round with the others per batch of reads)")
 }
 
 func (f *raftFlags) replicated() bool { return f.peers != "" || f.join }
 
 // check validates the flags before anything starts: usage errors.
 func (f *raftFlags) check(listen string) error {
+	if f.reads != "" && f.reads != "lease" && f.reads != "quorum" {
+		return usageError{fmt.Errorf("--reads %q: want lease or quorum", f.reads)}
+	}
 	if !f.replicated() {
 		if f.id != 0 {
 			return usageError{errors.New("--id goes with --peers (a new group) or --join (an added member)")}
@@ -399,6 +406,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 func (f *raftFlags) engine(listen, data string, pool *proto.Pool, log *slog.Logger) func(replog.StateMachine) (replog.Engine, error) {
 	return func(sm replog.StateMachine) (replog.Engine, error) {
 		return replog.NewRaft(replog.RaftConfig{ID: f.id, Addr: listen, Peers: f.parsed, Join: f.join,
-			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log, SnapshotEvery: f.snapEvery})
+			Dir: filepath.Join(data, "raft"), SM: sm, Transport: pool, Log: log, SnapshotEvery: f.snapEvery,
+			LeaseReads: f.reads != "quorum"})
 	}
 }

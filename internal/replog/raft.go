@@ -42,6 +42,12 @@ type RaftConfig struct {
 	SnapshotEvery uint64        // 10000 applied entries between snapshots
 	KeepEntries   uint64        // 1000 entries kept behind a snapshot for slow members
 	Bound         time.Duration // 3s: longest wait for a leader or a quorum
+
+	// LeaseReads: the leader answers reads under a lease (see leaseFor)
+	// instead of confirming its leadership with a quorum round per read
+	// batch. Safe while the members' clocks tick at rates within 20 % of
+	// each other (docs/meta.md); false is the clock-free ReadIndex.
+	LeaseReads bool
 }
 
 // Syncer is an optional StateMachine method. Under the Raft engine the log
@@ -52,6 +58,16 @@ type RaftConfig struct {
 type Syncer interface {
 	Sync() error
 }
+
+// DurableLog is implemented by engines whose log holds every command
+// durably before the state machine applies it and replays it after a
+// crash: their state machine may defer its own fsync (Syncer).
+type DurableLog interface {
+	LogDurable()
+}
+
+// LogDurable implements DurableLog.
+func (r *Raft) LogDurable() {}
 
 // Transport carries requests to other members.
 type Transport interface {
@@ -130,6 +146,20 @@ type Raft struct {
 	seeded bool
 	idBase uint64
 	idNext atomic.Uint64
+
+	// Lease reads (LeaseReads): times are monotonic, since epoch.
+	epoch    time.Time
+	lease    atomic.Pointer[leaseGrant]
+	noLease  atomic.Uint64 // a term in which this leader handed its lease away
+	renewing atomic.Bool   // a renewal is queued or under way
+	// LeaseHits counts reads the lease answered without a quorum round.
+	leaseHits atomic.Uint64
+}
+
+// leaseGrant: this member may answer reads alone in term until until.
+type leaseGrant struct {
+	term  uint64
+	until time.Duration // since epoch
 }
 
 type batchWait struct {
@@ -170,6 +200,7 @@ func NewRaft(cfg RaftConfig) (*Raft, error) {
 		addrs: map[uint64]string{cfg.ID: cfg.Addr}, changed: make(chan struct{}), readyDone: make(chan struct{}), recv: map[uint64]*snapRecv{},
 		received: map[uint64]string{}, heard: map[uint64]time.Time{}, peers: map[uint64]*peerSender{}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.epoch = time.Now()
 	// Snapshot files of transfers a crash interrupted.
 	if old, _ := filepath.Glob(filepath.Join(cfg.Dir, "snap-*")); len(old) > 0 {
 		for _, f := range old {
@@ -537,6 +568,11 @@ func (r *Raft) ReadBarrier(ctx context.Context) error {
 	if err := r.awaitLeadership(ctx); err != nil {
 		return err
 	}
+	if r.cfg.LeaseReads {
+		if ok, err := r.leaseRead(ctx); ok || err != nil {
+			return err
+		}
+	}
 	ch := make(chan error, 1)
 	select {
 	case r.readq <- ch:
@@ -576,7 +612,14 @@ func (r *Raft) readLoop() {
 			}
 		}
 		n++
+		// The lease runs from before the request: the quorum's
+		// heartbeats that confirm it are sent after this instant.
+		start, term := time.Since(r.epoch), r.term.Load()
 		err := r.readIndex(n)
+		if err == nil && r.cfg.LeaseReads {
+			r.grantLease(start, term)
+		}
+		r.renewing.Store(false)
 		for _, ch := range batch {
 			ch <- err
 		}
@@ -649,6 +692,9 @@ func (r *Raft) run() {
 					}
 				}
 				r.mu.Unlock()
+			}
+			if r.cfg.LeaseReads {
+				r.renewLease()
 			}
 			if ticks%electionTicks == 0 {
 				r.expire()

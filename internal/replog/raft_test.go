@@ -112,10 +112,14 @@ type member struct {
 	srv  *proto.Server
 	pool *proto.Pool
 	cut  atomic.Bool
+	deaf atomic.Bool // drops what it receives, still sends
+	// lease: start the engine with LeaseReads.
+	lease bool
+	tick  time.Duration // 0: the default
 }
 
 func (m *member) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) {
-	if m.cut.Load() {
+	if m.cut.Load() || m.deaf.Load() {
 		return nil, errors.New("partitioned")
 	}
 	e := m.eng.Load()
@@ -172,7 +176,7 @@ func newMember(t *testing.T, id uint64) *member {
 
 func (m *member) start(t *testing.T, peers map[uint64]string, join bool, snapEvery uint64) {
 	e, err := NewRaft(RaftConfig{ID: m.id, Addr: m.addr, Peers: peers, Join: join, Dir: m.dir, SM: m.sm,
-		Transport: m, Log: testLog(t).With("m", m.id), SnapshotEvery: snapEvery, KeepEntries: 5})
+		Transport: m, Log: testLog(t).With("m", m.id), SnapshotEvery: snapEvery, KeepEntries: 5, LeaseReads: m.lease, Tick: m.tick})
 	if err != nil {
 		t.Fatalf("member %d: %v", m.id, err)
 	}
@@ -188,10 +192,15 @@ func (m *member) stop() {
 }
 
 func newCluster(t *testing.T, n int, snapEvery uint64) *cluster {
+	return newClusterOpt(t, n, snapEvery, false)
+}
+
+func newClusterOpt(t *testing.T, n int, snapEvery uint64, lease bool) *cluster {
 	c := &cluster{t: t, ms: map[uint64]*member{}}
 	peers := map[uint64]string{}
 	for i := 1; i <= n; i++ {
 		m := newMember(t, uint64(i))
+		m.lease = lease
 		c.ms[m.id] = m
 		peers[m.id] = m.addr
 	}

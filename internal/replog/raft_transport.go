@@ -65,6 +65,12 @@ func (r *Raft) send(msgs []raftpb.Message) {
 		if m.To == r.cfg.ID {
 			continue
 		}
+		if m.Type == raftpb.MsgTimeoutNow {
+			// A leadership transfer: the target's election overrides
+			// the others' refusal to vote within a leader's lease, so
+			// the lease ends before the target hears of it.
+			r.revokeLease(m.Term)
+		}
 		if m.Type == raftpb.MsgSnap {
 			r.wg.Add(1)
 			go r.sendSnapshot(m)
@@ -182,6 +188,9 @@ func (r *Raft) handleRaft(ctx context.Context, m *proto.Raft) proto.Msg {
 	for _, msg := range ms {
 		if msg.To != r.cfg.ID {
 			continue // meant for a member that had this address before
+		}
+		if r.holdVote(msg) {
+			continue
 		}
 		if err := r.node.Step(ctx, msg); err != nil {
 			break // stopped or ctx done: the sender retries through Raft

@@ -129,7 +129,7 @@ type pcluster struct {
 // newPCluster starts nMeta metadata servers (1: a single one; 3: a Raft
 // group) and nIOD I/O servers, each on a fresh harness. The cluster
 // secret is on meta's disk, durable, before the first start.
-func newPCluster(t *testing.T, nMeta, nIOD int) *pcluster {
+func newPCluster(t *testing.T, nMeta, nIOD int, metaArgs ...string) *pcluster {
 	t.Helper()
 	powercut.Need(t)
 	secret, err := os.ReadFile(secretFile)
@@ -153,6 +153,7 @@ func newPCluster(t *testing.T, nMeta, nIOD int) *pcluster {
 		if nMeta > 1 {
 			n.args = append(n.args, "--id", strconv.Itoa(i+1), "--peers", strings.Join(peers, ","))
 		}
+		n.args = append(n.args, metaArgs...)
 		n.start(t)
 	}
 	for _, n := range c.metas {

@@ -31,6 +31,12 @@ type machine struct {
 	path    string
 	applied atomic.Uint64
 	hooks   hooks
+	// deferred: commits skip fsync, pin holds the last checkpoint's
+	// pages (checkpoint.go). Changed only by the goroutine that applies,
+	// or with mu write-held.
+	deferred bool
+	pin      *bolt.Tx
+	commits  int // commits since the last checkpoint
 }
 
 // hooks tell the Service what an applied command changed (every member).
@@ -50,8 +56,23 @@ var (
 	kApplied    = []byte("applied")    // log index of the last applied command
 )
 
-func openMachine(path string) (*machine, error) {
-	db, err := openDB(path)
+// openMachine opens the store synced at every commit (one-process engine).
+func openMachine(path string) (*machine, error) { return openMachineMode(path, false) }
+
+// openMachineMode opens the store; deferred (an engine with a durable log):
+// the store goes back to its last checkpoint, which stays pinned, and
+// commits skip fsync from then on.
+func openMachineMode(path string, deferred bool) (*machine, error) {
+	mmap := 0
+	if deferred {
+		if err := rollBack(path); err != nil {
+			return nil, err
+		}
+		mmap = mmapSize
+	} else if _, err := os.Stat(path + ckptSuffix); err == nil {
+		return nil, fmt.Errorf("%s was last used by a member of a replicated group (%s exists): its latest commands may be only in that member's Raft log; start it with --id and --peers (or --join) again", path, filepath.Base(path+ckptSuffix))
+	}
+	db, err := openDB(path, mmap)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +84,14 @@ func openMachine(path string) (*machine, error) {
 	}
 	m := &machine{db: db, path: path}
 	m.applied.Store(readApplied(db))
+	if deferred {
+		// Pin the state the store was rolled back to before anything
+		// is applied over it: the checkpoint file still names it.
+		if err := m.deferSync(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	return m, nil
 }
 
@@ -80,7 +109,19 @@ func readApplied(db *bolt.DB) uint64 {
 func (m *machine) close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.db.Close()
+	var err error
+	if m.deferred {
+		// A last checkpoint: a clean stop replays nothing.
+		err = m.checkpoint()
+		if m.pin != nil {
+			m.pin.Rollback()
+			m.pin = nil
+		}
+	}
+	if cerr := m.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // view runs fn in a read transaction of the current store.
@@ -123,6 +164,7 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	last := first + uint64(len(cmds)) - 1
 	outs := make([][]byte, len(cmds))
 	changes := make([]change, len(cmds))
+	grown := false
 	err := m.db.Update(func(btx *bolt.Tx) error {
 		for i, raw := range cmds {
 			idx := first + uint64(i)
@@ -138,6 +180,9 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 		if last <= applied {
 			return nil
 		}
+		if m.deferred && btx.Size() > deferLimit {
+			grown = true
+		}
 		return btx.Bucket(bSys).Put(kApplied, u64key(last))
 	})
 	if err != nil {
@@ -149,6 +194,21 @@ func (m *machine) Apply(first uint64, cmds [][]byte) ([][]byte, error) {
 	}
 	if last > applied {
 		m.applied.Store(last)
+	}
+	if grown {
+		// Too big to stay mapped whole: back to a sync per commit
+		// before bbolt has to remap under the pin.
+		if err := m.undefer(); err != nil {
+			return nil, err
+		}
+	} else if m.deferred {
+		// Pages the pin holds cannot be reused: checkpoint often enough
+		// that the file does not grow by more than a few MiB meanwhile.
+		if m.commits++; m.commits >= ckptEvery {
+			if err := m.checkpoint(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	for i := range changes {
 		c := &changes[i]
@@ -426,7 +486,7 @@ func receiveSnapshot(path string, r io.Reader) error {
 // (every page reachable once, free pages not in use); the first problem
 // is the error.
 func checkStore(path string) error {
-	db, err := openDB(path)
+	db, err := openDB(path, 0)
 	if err != nil {
 		return err
 	}
@@ -445,25 +505,54 @@ func checkStore(path string) error {
 }
 
 func (m *machine) swap(tmp string) error {
+	// Deferred: the old store is made durable whole and its checkpoint
+	// removed first, so that a cut leaves either store, synced, and no
+	// checkpoint of one applied to the other.
+	deferred := m.deferred
+	if err := m.undefer(); err != nil {
+		return err
+	}
+	mmap := 0
+	if deferred {
+		mmap = mmapSize
+	}
+	redefer := func() error {
+		if !deferred {
+			return nil
+		}
+		m.db.NoSync = true
+		if err := m.checkpoint(); err != nil {
+			m.db.NoSync = false
+			return err
+		}
+		m.deferred = true
+		return nil
+	}
 	if err := m.db.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, m.path); err != nil {
 		// The old store is still in place: serve it again.
-		db, oerr := openDB(m.path)
+		db, oerr := openDB(m.path, mmap)
 		if oerr != nil {
 			return fmt.Errorf("%w; reopen the old store: %v", err, oerr)
 		}
 		m.db = db
+		if derr := redefer(); derr != nil {
+			return fmt.Errorf("%w; %v", err, derr)
+		}
 		return err
 	}
 	serr := durable.SyncDir(filepath.Dir(m.path))
-	db, err := openDB(m.path)
+	db, err := openDB(m.path, mmap)
 	if err != nil {
 		return err
 	}
 	m.db = db
 	m.applied.Store(readApplied(db))
+	if err := redefer(); err != nil {
+		return err
+	}
 	// Not durable, the swap could be undone by a cut after what follows
 	// it was acknowledged.
 	return serr

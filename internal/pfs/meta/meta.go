@@ -179,7 +179,9 @@ func Open(cfg Config) (*Service, error) {
 	if err := tightenData(cfg.Data); err != nil {
 		return nil, err
 	}
-	m, err := openMachine(filepath.Join(cfg.Data, "meta.db"))
+	// Under an engine with its own durable log the store skips fsync
+	// per commit (checkpoint.go); a one-process engine's store syncs.
+	m, err := openMachineMode(filepath.Join(cfg.Data, "meta.db"), cfg.Engine != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +231,17 @@ func Open(cfg Config) (*Service, error) {
 	} else if s.eng, err = cfg.Engine(m); err != nil {
 		m.close()
 		return nil, fmt.Errorf("start the metadata log: %w", err)
+	} else if _, ok := s.eng.(replog.DurableLog); !ok {
+		// Nothing applied yet (only the Raft engine applies on its
+		// own at start): this engine's Apply must be the durable one.
+		m.mu.Lock()
+		err = m.undefer()
+		m.mu.Unlock()
+		if err != nil {
+			s.eng.Close()
+			m.close()
+			return nil, err
+		}
 	}
 	// A single member leads at once: a new store gets its cluster ID and
 	// root before Open returns.

@@ -178,8 +178,15 @@ func (t tx) drop(n *inode) error {
 	return nil
 }
 
-func openDB(path string) (*bolt.DB, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true})
+// openDB opens the store; mmap > 0 maps that much of it at once.
+func openDB(path string, mmap int) (*bolt.DB, error) {
+	o := &bolt.Options{Timeout: 2 * time.Second, NoFreelistSync: true, InitialMmapSize: mmap}
+	if mmap > 0 {
+		// Deferred sync: freed pages pile up between checkpoints; the
+		// hash map freelist merges them without sorting the whole list.
+		o.FreelistType = bolt.FreelistMapType
+	}
+	db, err := bolt.Open(path, 0o600, o)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: locked by another process (is a metadata server already running on this directory?)", path)
