@@ -20,7 +20,7 @@ func manCmd(root *cobra.Command) *cobra.Command {
 		Short:   "Write a man page (section 1) for every command into DIR",
 		Hidden:  true,
 		Args:    cobra.ExactArgs(1),
-		Example: "  corral man /tmp/man && man -l /tmp/man/corral-fs-put.1",
+		Example: "  corral man /tmp/man          # then: man -l /tmp/man/corral-fs-put.1",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := os.MkdirAll(args[0], 0o755); err != nil {
 				return err
