@@ -47,14 +47,29 @@ func corralBin(t *testing.T) string {
 	return binPath
 }
 
-// buildDeb builds the package into a temporary directory.
+// buildDeb builds the package once for all the tests (compressing the
+// binary is most of a test's time).
+var (
+	debOnce sync.Once
+	debPath string
+	debErr  error
+)
+
 func buildDeb(t *testing.T) string {
 	t.Helper()
-	p, err := Build(Options{Bin: corralBin(t), Out: t.TempDir(), Arch: "amd64"})
-	if err != nil {
-		t.Fatal(err)
+	bin := corralBin(t)
+	debOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "corral-deb-")
+		if err != nil {
+			debErr = err
+			return
+		}
+		debPath, debErr = Build(Options{Bin: bin, Out: dir, Arch: "amd64"})
+	})
+	if debErr != nil {
+		t.Fatal(debErr)
 	}
-	return p
+	return debPath
 }
 
 var units = []string{"corral-mgmt.service", "corral-meta@.service", "corral-iod@.service", "corral-node@.service", "corral-director@.service"}
@@ -278,4 +293,16 @@ func skip(t *testing.T, why string) {
 		t.Fatal(why)
 	}
 	t.Skip(why)
+}
+
+// TestMain removes what the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if debPath != "" {
+		os.RemoveAll(filepath.Dir(debPath))
+	}
+	if binPath != "" && os.Getenv("CORRAL_BIN") == "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
 }
