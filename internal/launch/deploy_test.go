@@ -30,7 +30,8 @@ const (
 // TestDeployGuide follows docs/deploy.md on a test bed: each host of the
 // guide's table is a network namespace (10.95.0.0/24), every daemon runs
 // its package unit's ExecStart line expanded with the unit's
-// EnvironmentFiles, which hold what the guide's blocks say, and joins the
+// EnvironmentFiles, which hold what the guide's blocks say, as the unit's
+// unprivileged user with the unit's capabilities alone, and joins the
 // station over the bed's network with a token made as the guide makes
 // it. The site is then fetched through the VIP from a client host; a node
 // host and an I/O server host are killed (-9) and restarted with the same
@@ -73,8 +74,25 @@ func TestDeployGuide(t *testing.T) {
 	}
 	// Longest first: 10.0.0.1 must not rewrite the start of 10.0.0.10.
 	repl := addrReplacer(pairs)
-	bin := pfstest.Binary(t)
 	dir := t.TempDir()
+	// The daemons run as the units say: an unprivileged user (nobody
+	// here, corral on a real host) with the unit's capabilities alone,
+	// so the binary and the directories must be theirs to reach.
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	bin := filepath.Join(dir, "bin", "corral")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(pfstest.Binary(t)); err != nil {
+		t.Fatal(err)
+	} else if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv (util-linux) to run the units' user and capabilities with")
+	}
 	// Each host's /etc/corral and /var/lib/corral (the package's
 	// postinst makes them 0700).
 	root := func(h string) (etc, lib string) {
@@ -82,8 +100,16 @@ func TestDeployGuide(t *testing.T) {
 	}
 	for _, h := range hosts {
 		etc, lib := root(h)
+		// As the package's postinst makes them: /etc/corral readable,
+		// its tokens and /var/lib/corral the daemons' own.
+		if err := os.MkdirAll(etc, 0o755); err != nil {
+			t.Fatal(err)
+		}
 		for _, d := range []string{filepath.Join(etc, "tokens"), lib} {
 			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(d, daemonUID, daemonUID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -119,10 +145,15 @@ func TestDeployGuide(t *testing.T) {
 		}
 		_, lib := root(h)
 		for _, d := range u.stateDirs(instance) {
-			if err := os.MkdirAll(filepath.Join(lib, strings.TrimPrefix(d, "corral")), 0o700); err != nil {
+			p := filepath.Join(lib, strings.TrimPrefix(d, "corral"))
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, daemonUID, daemonUID); err != nil {
 				t.Fatal(err)
 			}
 		}
+		args = append(u.privileges(), args...)
 		cmdLines[h] = args
 		w := bed.Wrap(h)
 		p, err := launch.Start(ctx, h, w[0], filepath.Join(dir, "logs", h+".log"), append(append(w[1:], args[0]), args[1:]...)...)
@@ -141,7 +172,11 @@ func TestDeployGuide(t *testing.T) {
 	onStation := func(stdin []byte, args ...string) string {
 		t.Helper()
 		args = strings.Fields(paths("station").Replace(repl.Replace(strings.Join(args, " "))))
-		cmd, err := bed.Command(ctx, "station", append([]string{bin}, args[1:]...)...)
+		run := append([]string{bin}, args[1:]...)
+		if args[0] == "sudo" { // sudo -u corral corral ...: as the daemons' user
+			run = append([]string{"setpriv", "--reuid", fmt.Sprint(daemonUID), "--regid", fmt.Sprint(daemonUID), "--clear-groups", bin}, args[4:]...)
+		}
+		cmd, err := bed.Command(ctx, "station", run...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,10 +215,34 @@ func TestDeployGuide(t *testing.T) {
 			t.Fatalf("token create printed %q, want ID.SECRET.CAHASH", tok)
 		}
 		etc, _ := root(m.host)
-		if err := os.WriteFile(filepath.Join(etc, "tokens", m.role+m.n+".token"), []byte(tok+"\n"), 0o600); err != nil {
+		tf := filepath.Join(etc, "tokens", m.role+m.n+".token")
+		if err := os.WriteFile(tf, []byte(tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(tf, daemonUID, daemonUID); err != nil {
 			t.Fatal(err)
 		}
 		start(m.host, "corral-"+m.role+"@.service", m.n)
+	}
+	// Each daemon is the unit's user, with the unit's capabilities only.
+	for h, p := range procs {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid, capEff := "", ""
+		for _, l := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(l, "Uid:"); ok {
+				uid = strings.Fields(v)[1] // effective
+			}
+			if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+				capEff = strings.TrimSpace(v)
+			}
+		}
+		noCaps := capEff == "0000000000000000"
+		if uid != fmt.Sprint(daemonUID) || noCaps != (h != "director") {
+			t.Errorf("%s runs as uid %s with capabilities %s", h, uid, capEff)
+		}
 	}
 	// The site, put as the guide puts it.
 	page := []byte("<h1>deployed by the guide</h1>\n")
@@ -297,12 +356,11 @@ func (g *guide) need(t *testing.T, s string) []string {
 				c = c[:i]
 			}
 			f := strings.Fields(c)
-			// From the corral that is the command ("sudo -u corral
-			// corral ..." names the user first).
-			for i := range f {
-				if f[i] == "corral" && (i+1 == len(f) || f[i+1] != "corral") {
-					return f[i:]
-				}
+			if len(f) > 3 && slices.Equal(f[:4], []string{"sudo", "-u", "corral", "corral"}) {
+				return f
+			}
+			if i := slices.Index(f, "corral"); i >= 0 {
+				return f[i:]
 			}
 			return f
 		}
@@ -400,12 +458,37 @@ func (r *regexpReplacer) Replace(s string) string {
 	})
 }
 
+// daemonUID stands for the package's corral user: nobody.
+const daemonUID = 65534
+
 // unitFile is what the test reads of a systemd unit.
 type unitFile struct {
 	name      string
 	execStart string
 	envFiles  []string
 	stateDir  []string
+	user      string
+	caps      []string // AmbientCapabilities
+	bounding  []string // CapabilityBoundingSet
+	noNewPriv bool
+}
+
+// privileges is the setpriv prefix that gives the command the unit's
+// user (nobody standing for corral), its capabilities and nothing more.
+func (u *unitFile) privileges() []string {
+	set := func(caps []string) string {
+		s := "-all"
+		for _, c := range caps {
+			s += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
+		}
+		return s
+	}
+	p := []string{"setpriv", "--reuid", fmt.Sprint(daemonUID), "--regid", fmt.Sprint(daemonUID), "--clear-groups",
+		"--inh-caps", set(u.caps), "--ambient-caps", set(u.caps), "--bounding-set", set(u.bounding)}
+	if u.noNewPriv {
+		p = append(p, "--no-new-privs")
+	}
+	return p
 }
 
 func readUnits(t *testing.T) map[string]*unitFile {
@@ -433,10 +516,18 @@ func readUnits(t *testing.T) map[string]*unitFile {
 				u.envFiles = append(u.envFiles, v)
 			case "StateDirectory":
 				u.stateDir = strings.Fields(v)
+			case "User":
+				u.user = v
+			case "AmbientCapabilities":
+				u.caps = strings.Fields(v)
+			case "CapabilityBoundingSet":
+				u.bounding = strings.Fields(v)
+			case "NoNewPrivileges":
+				u.noNewPriv = v == "yes"
 			}
 		}
-		if u.execStart == "" {
-			t.Fatalf("%s has no ExecStart", f)
+		if u.execStart == "" || u.user != "corral" {
+			t.Fatalf("%s: ExecStart %q, User %q: want a command run as corral", f, u.execStart, u.user)
 		}
 		out[u.name] = u
 	}
