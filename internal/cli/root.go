@@ -90,6 +90,12 @@ Start everything on this machine with 'corral up', then try 'corral fs' and
 	root.PersistentFlags().BoolVar(&errVerbose, "verbose", false, "errors with internal detail (inode numbers)")
 	root.AddCommand(metaCmd(), iodCmd(), fsCmd(), mountCmd(), directorCmd(), nodeCmd(), ctlCmd(), upCmd(), testbedCmd(), benchCmd(), fsxCmd(), versionCmd(),
 		mgmtCmd(), cfgCmd())
+	// 'corral --version' as well as 'corral version'; completion scripts
+	// are for packages (corral completion bash|zsh), not the command list.
+	root.Version = fullVersion()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.CompletionOptions.HiddenDefaultCmd = true
+	root.AddCommand(manCmd(root))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w%s", err, flagSuggestion(c, err))}
 	})

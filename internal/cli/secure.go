@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -101,7 +102,7 @@ func (l *limitFlags) limits() (proto.Limits, error) {
 // secretCmd prints the credential of --secret-file, or with --read-only the
 // read-only credential derived from it (for web nodes and other readers).
 func secretCmd(sf *secFlags) *cobra.Command {
-	var readOnly bool
+	var readOnly, fresh bool
 	var out string
 	c := &cobra.Command{
 		Use:   "secret --read-only [--secret-file META_DATA/cluster.secret] --out FILE",
@@ -112,11 +113,19 @@ from the cluster secret; its holder can look up, list, stat and read, never
 change anything (servers refuse with EROFS). Servers derive it from the
 secret themselves, so it needs no distribution to them. Without --read-only
 the credential of --secret-file is written as is. Without --out it goes to
-standard output; a regular file there is set to mode 0600 first.`,
+standard output; a regular file there is set to mode 0600 first.
+
+With --new: a new cluster secret (32 random bytes) written to --out, which
+must not exist yet: the management station's, on a new cluster
+(docs/deploy.md); every member gets it from the station when it joins.`,
 		Example: `  corral fs secret --read-only --secret-file /var/lib/corral/meta/cluster.secret --out ro.secret
-  corral node --secret-file ro.secret ...`,
+  corral node --secret-file ro.secret ...
+  corral fs secret --new --out /var/lib/corral/cluster.secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fresh {
+				return newSecretFile(out, readOnly)
+			}
 			sec, err := sf.security(false)
 			if err != nil {
 				return err
@@ -144,5 +153,38 @@ standard output; a regular file there is set to mode 0600 first.`,
 	}
 	c.Flags().StringVar(&out, "out", "", "write the credential to this file (mode 0600, atomically) instead of standard output")
 	c.Flags().BoolVar(&readOnly, "read-only", false, "derive the read-only credential")
+	c.Flags().BoolVar(&fresh, "new", false, "make a new cluster secret in --out (which must not exist)")
 	return c
+}
+
+// newSecretFile writes a fresh cluster secret to out, never over an
+// existing file: that would cut the cluster's members off from each other.
+func newSecretFile(out string, readOnly bool) error {
+	if out == "" {
+		return usageError{errors.New("--new needs --out FILE (a secret is not printed)")}
+	}
+	if readOnly {
+		return usageError{errors.New("--new makes the cluster secret: derive the read-only one from it afterwards")}
+	}
+	if _, err := os.Lstat(out); err == nil {
+		return fmt.Errorf("--out %s: exists already; a cluster keeps the secret it has (remove the file only if no member uses it)", out)
+	}
+	c, err := proto.NewSecret()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if _, err := f.Write(c.Marshal()); err != nil {
+		f.Close()
+		os.Remove(out)
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("--out: %w", err)
+	}
+	return f.Close()
 }

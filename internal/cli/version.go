@@ -9,7 +9,8 @@ import (
 )
 
 // Version overrides the module version read from the build information:
-// go build -ldflags "-X github.com/corral-cluster/corral/internal/cli.Version=v1.2.3".
+// go build -ldflags "-X github.com/corral-cluster/corral/internal/cli.Version=$(git describe --tags --dirty)"
+// (scripts/package does); 'corral version' and 'corral --version' print it.
 var Version string
 
 func versionCmd() *cobra.Command {
@@ -19,11 +20,29 @@ func versionCmd() *cobra.Command {
 		Args:    cobra.NoArgs,
 		Example: `  corral version`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			info, _ := debug.ReadBuildInfo()
-			fmt.Fprintln(cmd.OutOrStdout(), versionText(info, Version))
+			fmt.Fprintln(cmd.OutOrStdout(), fullVersion())
 			return nil
 		},
 	}
+}
+
+// fullVersion is versionText of this build.
+func fullVersion() string {
+	info, _ := debug.ReadBuildInfo()
+	return versionText(info, Version)
+}
+
+// releaseVersion is the version alone: the tag scripts/package and
+// scripts/test give with -ldflags -X (git describe), else the module
+// version the build recorded.
+func releaseVersion() string {
+	if Version != "" {
+		return Version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
 }
 
 // versionText renders "corral VERSION (REVISION[+dirty], TIME) GO"; parts
