@@ -164,8 +164,9 @@ func (c *Client) fill(ctx context.Context, parent uint64, name string, a proto.A
 	return a, nil
 }
 
-// writeAhead writes data at 0 of reserved inode a's objects and makes it
-// durable on every copy, without telling meta anything (the create does).
+// writeAhead writes data at 0 of reserved inode a's objects, durable on
+// every copy when answered (one round per column), without telling meta
+// anything (the create does).
 func (c *Client) writeAhead(ctx context.Context, a proto.Attr, data []byte) error {
 	a.Size = 0
 	f, err := c.OpenAttr(ctx, a)
@@ -176,15 +177,15 @@ func (c *Client) writeAhead(ctx context.Context, a proto.Attr, data []byte) erro
 		f.closed.Store(true)
 		c.release(f.wstate)
 	}()
+	f.mu.Lock()
+	f.syncWrites = true // each copy syncs before it answers: no Sync round
+	f.mu.Unlock()
 	if _, err := f.WriteAt(data, 0); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.drain(); err != nil {
-		return err
-	}
-	err = f.syncObjects(ctx)
+	err = f.drain()
 	f.dirty = false // nothing for meta: the create carries the size
 	return err
 }

@@ -317,6 +317,9 @@ func (c *pcluster) rounds(r, least int, pick func(round int) []*pnode) {
 		time.Sleep(300 * time.Millisecond) // a little load after the restart too
 		stop()
 		acked, lost, wrong := c.verify()
+		if c.small {
+			wrong += c.verifyCopies()
+		}
 		names := make([]string, len(nodes))
 		for i, n := range nodes {
 			names[i] = n.name

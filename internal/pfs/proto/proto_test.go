@@ -66,6 +66,9 @@ func TestRoundTrip(t *testing.T) {
 			if r, ok := m.(*Read); ok && r.Held != 0 && i == 24 {
 				continue // a Read without Held: the older form, valid
 			}
+			if w, ok := m.(*ReplWrite); ok && w.Sync && i == len(payload)-1 {
+				continue // without the sync flag: valid
+			}
 			if c, ok := m.(*Create); ok && c.Reserved != 0 && (i == len(payload)-8 || c.Size != 0 && i == len(payload)-16) {
 				continue // without the optional trailing fields: valid
 			}
@@ -282,6 +285,13 @@ func TestOptionalFieldExplicitZeroRefused(t *testing.T) {
 		}
 		if _, err := Decode(m.Op(), e.B); err != nil {
 			t.Errorf("%T without Held (the older form): %v", m, err)
+		}
+	}
+	var e Enc
+	(&ReplWrite{Handle: 1, Data: []byte("x")}).Encode(&e)
+	for _, flag := range []byte{0, 2} {
+		if _, err := Decode(OpReplWrite, append(append([]byte(nil), e.B...), flag)); err == nil {
+			t.Errorf("ReplWrite with sync flag %d decoded", flag)
 		}
 	}
 }
