@@ -208,3 +208,69 @@ func TestReservedObjectsReclaimed(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestCreateFileServerDown: with one of two copies' servers down, small
+// files are still made whole on the other (the copy that missed them is
+// marked stale), heal fills it once the server is back, and then the files
+// read back from that server alone.
+func TestCreateFileServerDown(t *testing.T) {
+	fsys := pfstest.Start(t, 2)
+	cl := client.New(fsys.Meta.Addr)
+	defer cl.Close()
+	ctx := ctxT(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	down := fsys.IODs[1]
+	down.Kill()
+	want := map[string][]byte{}
+	for i := range 10 {
+		name := fmt.Sprintf("f%d", i)
+		data := randBytes(r, 1+r.IntN(16<<10))
+		a, err := cl.CreateFile(ctx, 1, name, 0o644, data, client.CreateOpts{})
+		if err != nil {
+			t.Fatalf("%s with a server down: %v", name, err)
+		}
+		if a.Replicas != 2 {
+			t.Fatalf("%s: %d copies, want 2", name, a.Replicas)
+		}
+		want["/"+name] = data
+	}
+	for p, data := range want {
+		a, err := cl.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Stale == 0 {
+			t.Fatalf("%s: no stale record, but one copy's server was down", p)
+		}
+		if got := readFile(t, cl, p, r); !bytes.Equal(got, data) {
+			t.Fatalf("%s reads back other bytes with a server down", p)
+		}
+	}
+	back, err := fsys.StartIOD(ctx, 1, down.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.IODs[1] = back
+	deadline := time.Now().Add(90 * time.Second)
+	for p := range want {
+		for {
+			a, err := cl.Stat(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Stale == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still has %d stale records 90 s after its server came back", p, a.Stale)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	fsys.IODs[0].Kill()
+	for p, data := range want {
+		if got := readFile(t, cl, p, r); !bytes.Equal(got, data) {
+			t.Fatalf("%s: the healed copy reads back other bytes", p)
+		}
+	}
+}
