@@ -540,6 +540,11 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 			if err := measure("lib", n, MetaWorkerConfig{Dir: "/bench-meta", Meta: c.Meta}, c.Env, prof); err != nil {
 				return err
 			}
+			// The same library, a create as three steps in turn (create,
+			// write, close: two commits around the data write).
+			if err := measure("lib-serial", n, MetaWorkerConfig{Dir: "/bench-meta", Meta: c.Meta}, c.Env); err != nil {
+				return err
+			}
 			if fuse {
 				mnt := filepath.Join(scratch, fmt.Sprintf("mnt%d", n))
 				unmount, err := mountFS(ctx, cfg.Bin, c.Meta, mnt, filepath.Join(logDir, fmt.Sprintf("mount%d.log", n)), c.Env)

@@ -255,7 +255,7 @@ func TestRunMetaQuick(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int{"local": 2, "local+fsync": 2, "lib": 2}
+	want := map[string]int{"local": 2, "local+fsync": 2, "lib": 2, "lib-serial": 2}
 	if etcdBuilt {
 		want["etcd"] = 2
 	}

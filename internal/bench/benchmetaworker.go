@@ -23,7 +23,7 @@ var metaPhases = []string{"create", "stat", "read", "delete"}
 
 // MetaWorkerConfig is one worker process of `corral bench meta`.
 type MetaWorkerConfig struct {
-	Target  string // local, local+fsync, fuse (plain files under Dir), lib, etcd
+	Target  string // local, local+fsync, fuse (plain files under Dir), lib, lib-serial, etcd
 	ID      int    // worker number: names its files and its private directory
 	Files   int    // files per worker
 	Size    int    // bytes written at create and read back
@@ -77,7 +77,7 @@ func newMetaOps(ctx context.Context, c MetaWorkerConfig) (metaOps, error) {
 			return nil, fmt.Errorf("worker %d: %w", c.ID, err)
 		}
 		return &fileOps{c: c, dir: dir, sync: c.Target == "local+fsync"}, nil
-	case "lib":
+	case "lib", "lib-serial":
 		cl := client.New(c.Meta)
 		dir := strings.TrimSuffix(c.Dir, "/") + "/" + c.subdir()
 		if err := cl.MkdirAll(ctx, dir, 0o755); err != nil {
@@ -89,11 +89,11 @@ func newMetaOps(ctx context.Context, c MetaWorkerConfig) (metaOps, error) {
 			cl.Close()
 			return nil, fmt.Errorf("worker %d: stat %s on %s: %w", c.ID, dir, c.Meta, err)
 		}
-		return &libOps{c: c, cl: cl, dir: a.Ino}, nil
+		return &libOps{c: c, cl: cl, dir: a.Ino, serial: c.Target == "lib-serial"}, nil
 	case "etcd":
 		return newEtcdOps(c)
 	}
-	return nil, fmt.Errorf("worker %d: unknown target %q (want local, local+fsync, fuse, lib or etcd)", c.ID, c.Target)
+	return nil, fmt.Errorf("worker %d: unknown target %q (want local, local+fsync, fuse, lib, lib-serial or etcd)", c.ID, c.Target)
 }
 
 // fileOps does the phases with plain system calls: the local baselines, and
@@ -143,14 +143,21 @@ func (o *fileOps) remove(_ context.Context, i int) error { return os.Remove(o.pa
 func (o *fileOps) close()                                {}
 
 // libOps does them through the client library, as a web node does: the
-// directory is known, each file costs one name lookup or create.
+// directory is known, each file costs one name lookup or create. A create
+// is CreateFile (a small file: one commit, its bytes written beside it);
+// lib-serial does create, write and close in turn, as before CreateFile.
 type libOps struct {
-	c   MetaWorkerConfig
-	cl  *client.Client
-	dir uint64
+	c      MetaWorkerConfig
+	cl     *client.Client
+	dir    uint64
+	serial bool
 }
 
 func (o *libOps) create(ctx context.Context, i int, data []byte) error {
+	if !o.serial {
+		_, err := o.cl.CreateFile(ctx, o.dir, o.c.fileName(i), 0o644, data, client.CreateOpts{})
+		return err
+	}
 	a, _, err := o.cl.Create(ctx, o.dir, o.c.fileName(i), 0o644, client.CreateOpts{})
 	if err != nil || len(data) == 0 {
 		return err // an empty file is one metadata operation

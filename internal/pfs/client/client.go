@@ -41,6 +41,7 @@ type Client struct {
 	live      *proto.Liveness     // signs of life of the I/O servers: slow or gone (replica.go)
 	probes    *proto.Pool         // liveness probes only: never queued behind bulk data
 	probing   map[uint32]bool     // servers a goroutine probes while they are down (replica.go)
+	res       reservations        // inodes meta reserved for CreateFile (small.go)
 	closed    chan struct{}       // closed by Close: probes end
 	closeOnce sync.Once
 }

@@ -74,8 +74,11 @@ type wstate struct {
 	inflight []*span // write requests not yet acknowledged, oldest first
 	flying   int64   // bytes in flight
 	werr     error
-	gen      uint64 // bumped by every write and truncate: read-ahead older than it is stale
-	ctime    int64  // the newest change time meta has told us: older attributes are stale
+	// syncWrites: every write is durable on its copies when answered
+	// (ReplWrite's Sync): CreateFile's bytes written ahead, no Sync after.
+	syncWrites bool
+	gen        uint64 // bumped by every write and truncate: read-ahead older than it is stale
+	ctime      int64  // the newest change time meta has told us: older attributes are stale
 	// wtime is when the latest write not yet published happened (unix ns;
 	// 0: none, or a later explicit mtime or truncate superseded it). Sync
 	// publishes it as the mtime: a file's mtime is its last write's, not
@@ -367,7 +370,12 @@ func (f *wstate) send(sp *span, k int, objOff int64, data []byte) {
 		err = f.sendRepl(k, objOff, data)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
-		_, err = f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data})
+		if f.syncWrites {
+			// One copy: a replicated write with none to forward to.
+			_, err = f.c.pool.Call(ctx, f.addrs[k], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data, Sync: true})
+		} else {
+			_, err = f.c.pool.Call(ctx, f.addrs[k], &proto.Write{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Data: data})
+		}
 		cancel()
 		if err != nil {
 			err = fmt.Errorf("write to %s: %w", f.addrs[k], err)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,18 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint
 		base = base[:200] // the temporary name must fit 255 bytes too
 	}
 	tmp := path.Join(path.Dir(q), fmt.Sprintf(".%s.corral-put-%d", base, time.Now().UnixNano()))
+	if o.StripeSize == 0 && o.StripeCount == 0 && o.Replicas == 0 {
+		// A small file is created with its bytes in one commit.
+		head := make([]byte, SmallFileMax+1)
+		n, rerr := io.ReadFull(r, head)
+		switch {
+		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
+			return c.writeSmall(ctx, p, tmp, head[:n], mode, o, progress)
+		case rerr != nil:
+			return rerr
+		}
+		r = io.MultiReader(bytes.NewReader(head), r)
+	}
 	noReplace := o.Excl
 	o.Excl = true
 	f, err := c.CreatePath(ctx, tmp, mode, o)
@@ -100,4 +113,43 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, mode uint
 		return err
 	}
 	return pathErr("rename", p, c.Rename(ctx, dir, tname, dir, path.Base(q), flags))
+}
+
+// writeSmall is WriteFile of data, at most SmallFileMax bytes: an exclusive
+// one is created under p with its bytes (one commit: p appears whole or not
+// at all); a replacing one under the temporary name tmp, renamed over p.
+func (c *Client) writeSmall(ctx context.Context, p, tmp string, data []byte, mode uint32, o CreateOpts, progress func(int64)) error {
+	dir, name, err := c.parent(ctx, "create", p)
+	if err != nil {
+		return err
+	}
+	if o.Excl {
+		if _, err := c.CreateFile(ctx, dir, name, mode, data, o); err != nil {
+			return pathErr("create", p, err)
+		}
+	} else {
+		tname := path.Base(tmp)
+		if _, err := c.CreateFile(ctx, dir, tname, mode, data, o); err != nil {
+			if ctx.Err() != nil {
+				// Cancelled while the create was in flight: meta may
+				// have made it all the same.
+				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				c.Unlink(cctx, dir, tname)
+				cancel()
+			}
+			return pathErr("create", p, err)
+		}
+		if err := c.Rename(ctx, dir, tname, dir, name, 0); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if rerr := c.Unlink(cctx, dir, tname); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w (and the copy %s could not be removed: %v)", err, tmp, rerr)
+			}
+			return pathErr("rename", p, err)
+		}
+	}
+	if progress != nil {
+		progress(int64(len(data)))
+	}
+	return nil
 }

@@ -493,7 +493,7 @@ func (f *wstate) sendRepl(k int, objOff int64, data []byte) error {
 			}
 			queued := f.c.busyAdd(addrs[h], len(data), 1)
 			hctx, hcancel := f.c.replicaCtx(ctx, addrs[h], queued, hi == len(heads)-1)
-			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data})
+			r, err := f.c.pool.Call(hctx, addrs[h], &proto.ReplWrite{Handle: f.ino, Index: uint32(k), Off: uint64(objOff), Fwd: fwd, Data: data, Sync: f.syncWrites})
 			err = proto.Why(hctx, err)
 			hcancel()
 			f.c.hear(addrs[h], err)

@@ -124,6 +124,10 @@ type pcluster struct {
 	mu    sync.Mutex
 	files map[string][]byte // acknowledged contents by path
 	seq   int
+	// small: the writers make files of at most client.SmallFileMax bytes
+	// with CreateFile (one commit, the bytes written beside it), their
+	// copies as the root directory's policy says (smallLayout).
+	small bool
 }
 
 // newPCluster starts nMeta metadata servers (1: a single one; 3: a Raft
@@ -174,6 +178,14 @@ func newPCluster(t *testing.T, nMeta, nIOD int, metaArgs ...string) *pcluster {
 func (c *pcluster) load(r int) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cl := client.New(c.list)
+	if c.small {
+		lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.smallLayout(lctx, cl, r)
+		lcancel()
+		if err != nil {
+			c.t.Fatalf("setting %d copies on the root directory: %v", r, err)
+		}
+	}
 	var wg sync.WaitGroup
 	for g := range 3 {
 		wg.Add(1)
@@ -184,10 +196,19 @@ func (c *pcluster) load(r int) (stop func()) {
 				c.seq++
 				p := fmt.Sprintf("/f%d-%d", g, c.seq)
 				c.mu.Unlock()
-				data := make([]byte, 1+mrand.IntN(600<<10))
+				size := 1 + mrand.IntN(600<<10)
+				if c.small {
+					size = mrand.IntN(client.SmallFileMax + 1)
+				}
+				data := make([]byte, size)
 				rand.Read(data)
 				wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
-				err := cl.WriteFile(wctx, p, bytes.NewReader(data), 0o644, client.CreateOpts{Replicas: uint32(r)}, nil)
+				var err error
+				if c.small {
+					_, err = cl.CreateFile(wctx, 1, p[1:], 0o644, data, client.CreateOpts{})
+				} else {
+					err = cl.WriteFile(wctx, p, bytes.NewReader(data), 0o644, client.CreateOpts{Replicas: uint32(r)}, nil)
+				}
 				wcancel()
 				if err == nil {
 					c.mu.Lock()
@@ -297,6 +318,9 @@ func (c *pcluster) rounds(r, least int, pick func(round int) []*pnode) {
 		time.Sleep(300 * time.Millisecond) // a little load after the restart too
 		stop()
 		acked, lost, wrong := c.verify()
+		if c.small {
+			wrong += c.verifyCopies()
+		}
 		names := make([]string, len(nodes))
 		for i, n := range nodes {
 			names[i] = n.name

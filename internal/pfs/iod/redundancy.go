@@ -295,8 +295,16 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 		return nil, err
 	}
 	rep := &proto.ReplReply{}
+	// Sync: this copy's fsync runs beside the forwards (each copy syncs
+	// its own before answering).
+	synced := make(chan error, 1)
+	if m.Sync {
+		go func() { synced <- s.sync(k) }()
+	} else {
+		synced <- nil
+	}
 	if len(m.Fwd) == 0 {
-		return rep, nil
+		return rep, <-synced
 	}
 	self, _ := s.identity()
 	if d := time.Since(arrived); d > forwardBudget && s.r.clock.frozeSince(arrived) || d > forwardLimit {
@@ -304,9 +312,10 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 		// forwardLimit), so the client may have given this head up; a
 		// forward now could reach a copy after the newer write the client
 		// sent through another head.
+		<-synced
 		return nil, proto.Errorf(syscall.ETIMEDOUT, fmt.Sprintf("file %d stripe %d: not forwarded, %v after it arrived (this server froze or waited too long)", m.Handle, m.Index, d.Round(time.Millisecond)))
 	}
-	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Head: self.id, Data: m.Data}
+	fwd := &proto.ReplWrite{Handle: m.Handle, Index: m.Index, Off: m.Off, Head: self.id, Data: m.Data, Sync: m.Sync}
 	errs := make([]error, len(m.Fwd))
 	var wg sync.WaitGroup
 	for i, p := range m.Fwd {
@@ -326,6 +335,9 @@ func (s *Store) replWrite(ctx context.Context, m *proto.ReplWrite) (*proto.ReplR
 		}()
 	}
 	wg.Wait()
+	if err := <-synced; err != nil {
+		return nil, err
+	}
 	for i, err := range errs {
 		if err != nil {
 			s.r.fwdErr.Add(1)

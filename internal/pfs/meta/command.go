@@ -108,7 +108,7 @@ func decodeCommand(b []byte) (*command, error) {
 		return nil, fmt.Errorf("metadata command of version %d: this server knows versions up to %d (a newer member wrote it? upgrade this one)", v, commandVersion)
 	}
 	c := &command{Kind: cmdKind(d.U8())}
-	if (c.Kind < cmdReq || c.Kind > cmdExpire) && !redundancyKind(c.Kind) {
+	if (c.Kind < cmdReq || c.Kind > cmdUnreserve) && !redundancyKind(c.Kind) {
 		return nil, fmt.Errorf("metadata command of unknown kind %d (a newer member wrote it? upgrade this one)", c.Kind)
 	}
 	c.Now = d.I64()
@@ -189,6 +189,8 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 		return nil, nil
 	case cmdExpire:
 		return nil, t.expireClients(c.Cut, c.Inos)
+	case cmdUnreserve:
+		return nil, t.applyUnreserve(c.Inos)
 	case cmdClearStale:
 		if len(c.Left) != 2 {
 			return nil, fmt.Errorf("clear-stale command of inode %d names %d values, want index and server", c.Ino, len(c.Left))
@@ -206,6 +208,8 @@ func (t tx) applyReq(c *command) (proto.Msg, error) {
 		return t.setattr(m)
 	case *proto.Create:
 		return t.create(c, m)
+	case *proto.Reserve:
+		return t.reserve(c, m)
 	case *proto.Mkdir:
 		return t.mknode(m.Parent, m.Name, func(ino uint64) *inode {
 			return &inode{Attr: proto.Attr{Ino: ino, Mode: sIFDIR | m.Mode&0o7777, Uid: m.Uid, Gid: m.Gid, Nlink: 2,

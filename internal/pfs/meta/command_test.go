@@ -17,6 +17,11 @@ func commandSamples() []*command {
 		{Kind: cmdReclaim, Ino: 9, Left: []uint32{0, 4}, Pending: true},
 		{Kind: cmdReap, Cut: -5, Inos: []uint64{1, 2}},
 		{Kind: cmdInit, Cluster: "0123456789abcdef"},
+		{Kind: cmdReq, Now: 43, Client: 7, Seq: 4, Done: 2, Picked: []uint32{1, 2}, Registered: 2,
+			Req: &proto.Create{Parent: 1, Name: "g", Mode: 0o644, Excl: true, Reserved: 12, Size: 4096}},
+		{Kind: cmdReq, Now: 44, Client: 7, Seq: 5, Done: 2, Picked: []uint32{2, 1}, Registered: 2, Zones: []string{"", ""}, Whole: []uint32{1, 2},
+			Req: &proto.Reserve{Parent: 1, Count: 64}},
+		{Kind: cmdUnreserve, Now: 45, Inos: []uint64{12, 13}},
 	}
 }
 

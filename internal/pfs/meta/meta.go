@@ -429,6 +429,8 @@ func (s *Service) Handle(ctx context.Context, req proto.Msg) (proto.Msg, error) 
 		return s.proposeReq(ctx, req, nil)
 	case *proto.Create:
 		return s.create(ctx, m)
+	case *proto.Reserve:
+		return s.reserveInos(ctx, m)
 	case *proto.Mkdir, *proto.Link, *proto.Unlink, *proto.Rmdir:
 		return s.proposeReq(ctx, req, nil)
 	case *proto.Symlink:
@@ -656,6 +658,9 @@ func (s *Service) create(ctx context.Context, m *proto.Create) (proto.Msg, error
 	if err := checkReplicas(m.Replicas, "create "+m.Name); err != nil {
 		return nil, err
 	}
+	if m.Size != 0 && m.Reserved == 0 {
+		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("create %s: a size needs a reserved inode", m.Name))
+	}
 	if err := s.notLeader(ctx); err != nil {
 		return nil, err
 	}
@@ -671,6 +676,12 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m.Reserved != 0 {
+		return t.createReserved(c, p, m)
+	}
+	if m.Size != 0 {
+		return nil, proto.Errorf(syscall.EINVAL, fmt.Sprintf("create %s: a size needs a reserved inode", m.Name))
+	}
 	if ino, ok := t.child(m.Parent, m.Name); ok {
 		if m.Excl {
 			return nil, exists(m.Name)
@@ -684,24 +695,7 @@ func (t tx) create(c *command, m *proto.Create) (proto.Msg, error) {
 		}
 		return attrReply(n), nil
 	}
-	pol, err := t.policy(p)
-	if err != nil {
-		return nil, err
-	}
-	size, count := cmp.Or(m.StripeSize, pol.size), cmp.Or(m.StripeCount, pol.count)
-	if size == 0 {
-		size = c.DefSize
-		if v := t.Bucket(bSys).Get(kDefSize); len(v) == 4 {
-			size = binary.BigEndian.Uint32(v)
-		}
-	}
-	replicas := int(cmp.Or(m.Replicas, pol.replicas))
-	if replicas == 0 {
-		replicas = defaultReplicas(len(c.Picked))
-	}
-	// Whole placement: one column, unless the request asks for a count.
-	whole := pol.placement == proto.PlaceWhole && m.StripeCount == 0
-	servers, extra, err := c.place(int(count), replicas, whole)
+	size, servers, extra, replicas, err := t.newLayout(c, p, m.StripeSize, m.StripeCount, m.Replicas)
 	if err != nil {
 		return nil, err
 	}

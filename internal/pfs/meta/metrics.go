@@ -15,7 +15,7 @@ var metaOps = []proto.Op{proto.OpLookup, proto.OpWalk, proto.OpGetAttr, proto.Op
 	proto.OpSymlink, proto.OpLink, proto.OpUnlink, proto.OpRmdir, proto.OpRename, proto.OpReaddir, proto.OpReadlink,
 	proto.OpSetLayout, proto.OpStatfs, proto.OpRegister, proto.OpServers, proto.OpMknod, proto.OpSetXattr, proto.OpGetXattr,
 	proto.OpListXattr, proto.OpRemoveXattr, proto.OpUnlinkOpen, proto.OpReleaseOrphan, proto.OpRenewOrphans, proto.OpReplace,
-	proto.OpRefCheck, proto.OpMarkStale, proto.OpGetStale, proto.OpLoseServer}
+	proto.OpRefCheck, proto.OpMarkStale, proto.OpGetStale, proto.OpLoseServer, proto.OpReserve}
 
 // observed counts and times every request of the handler it wraps.
 type observed struct {

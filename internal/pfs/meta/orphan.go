@@ -207,6 +207,7 @@ func (s *Service) startPosix() {
 			}
 			s.sweepXattrs(ctx)
 			s.expireClients(ctx, time.Now().Add(-ClientIdle).UnixNano())
+			s.sweepReservations(ctx)
 			cancel()
 		}
 	}()

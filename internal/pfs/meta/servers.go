@@ -324,7 +324,16 @@ func (s *Service) refCheck(m *proto.RefCheck) (proto.Msg, error) {
 			if err != nil {
 				var re *proto.RemoteError
 				if errors.As(err, &re) && re.Errno == syscall.ENOENT {
-					continue // no such file: unreferenced
+					// No such file: unreferenced, unless reserved (its
+					// client may have written it ahead of the create).
+					rv, rerr := t.reservation(o.Ino)
+					if rerr != nil {
+						return rerr
+					}
+					if rv != nil {
+						r.Used[i] = holds(&inode{Attr: rv.attr}, m.Server, o.Index)
+					}
+					continue
 				}
 				return err // a record we cannot read: say nothing is garbage
 			}

@@ -196,7 +196,7 @@ func openDB(path string, mmap int) (*bolt.DB, error) {
 	err = db.Update(func(btx *bolt.Tx) error {
 		// Buckets only: the root directory and the cluster ID come from
 		// the log (cmdInit), so that every member holds the same ones.
-		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan, bClient, bClientSeen, bStale} {
+		for _, name := range [][]byte{bInode, bDirent, bSys, bIOD, bReclaim, bXattr, bOrphan, bClient, bClientSeen, bStale, bReserved} {
 			if _, err := btx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

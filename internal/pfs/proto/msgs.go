@@ -141,6 +141,9 @@ func New(op Op) Msg {
 	if m := newRedundancy(op); m != nil {
 		return m
 	}
+	if m := newReserve(op); m != nil {
+		return m
+	}
 	return newPosix(op)
 }
 
@@ -510,6 +513,12 @@ type Create struct {
 	StripeSize  uint32
 	StripeCount uint32
 	Replicas    uint32 // 0: as the directory's policy
+	// Reserved (optional, not 0): create the file as this inode, reserved
+	// by this client in Parent (Reserve), with its reserved layout, and
+	// Size (optional, not 0; only with Reserved) as its size: the client
+	// wrote the bytes to its I/O servers beside this create.
+	Reserved uint64
+	Size     uint64
 }
 
 func (*Create) Op() Op { return OpCreate }
@@ -523,10 +532,19 @@ func (m *Create) Encode(e *Enc) {
 	e.U32(m.StripeSize)
 	e.U32(m.StripeCount)
 	e.U32(m.Replicas)
+	if m.Reserved != 0 {
+		e.U64(m.Reserved)
+		if m.Size != 0 {
+			e.U64(m.Size)
+		}
+	}
 }
 func (m *Create) Decode(d *Dec) {
 	m.Parent, m.Name, m.Mode, m.Uid, m.Gid = d.U64(), d.Str(), d.U32(), d.U32(), d.U32()
 	m.Excl, m.StripeSize, m.StripeCount, m.Replicas = d.Bool(), d.U32(), d.U32(), d.U32()
+	if m.Reserved = d.OptU64(); m.Reserved != 0 {
+		m.Size = d.OptU64()
+	}
 }
 
 type Mkdir struct {

@@ -61,7 +61,7 @@ func Mutating(op Op) bool {
 	switch op {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename, OpSetLayout,
 		OpMknod, OpSetXattr, OpRemoveXattr, OpUnlinkOpen, OpReleaseOrphan, OpRenewOrphans,
-		OpMarkStale, OpLoseServer:
+		OpMarkStale, OpLoseServer, OpReserve:
 		return true
 	}
 	return false

@@ -1,6 +1,9 @@
 package proto
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // Data redundancy (docs/pfs-protocol.md, "Replicas"): ops 80-89.
 //
@@ -63,6 +66,10 @@ type ReplWrite struct {
 	Head   uint32
 	Fwd    []Peer
 	Data   []byte
+	// Sync (optional trailing flag, written only when set): every copy
+	// makes the write durable (as Sync would) before it answers, and the
+	// head forwards with it: a new small file's bytes in one round.
+	Sync bool
 }
 
 func (*ReplWrite) Op() Op { return OpReplWrite }
@@ -73,11 +80,21 @@ func (m *ReplWrite) Encode(e *Enc) {
 	e.U32(m.Head)
 	encPeers(e, m.Fwd)
 	e.Bytes(m.Data)
+	if m.Sync {
+		e.U8(1)
+	}
 }
 func (m *ReplWrite) Decode(d *Dec) {
 	m.Handle, m.Index, m.Off, m.Head = d.U64(), d.U32(), d.U64(), d.U32()
 	m.Fwd = decPeers(d)
 	m.Data = d.Bytes()
+	if d.err == nil && len(d.B) > 0 {
+		// One encoding per message: the flag is absent or 1.
+		if d.U8() != 1 && d.err == nil {
+			d.err = errors.New("replicated write: sync flag present but not 1")
+		}
+		m.Sync = d.err == nil
+	}
 }
 
 // ReplReply: Failed are the IDs of Fwd replicas that did not apply the
@@ -315,6 +332,7 @@ func newRedundancy(op Op) Msg {
 func redundancySamples() []Msg {
 	return []Msg{
 		&ReplWrite{Handle: 7, Index: 1, Off: 4096, Head: 3, Fwd: []Peer{{2, "127.0.0.1:2"}}, Data: []byte("abc")},
+		&ReplWrite{Handle: 7, Index: 1, Off: 4096, Fwd: []Peer{{2, "127.0.0.1:2"}}, Data: []byte("abc"), Sync: true},
 		&ReplReply{Failed: []uint32{2}, Why: []string{"timeout"}},
 		&Scrub{Handle: 7, Index: 1},
 		&ScrubReply{Size: 9, Exists: true, Bad: []Extent{{0, 65536}}},

@@ -29,7 +29,8 @@ func init() {
 var moreOpNames = map[Op]string{OpReplace: "replace", OpRefCheck: "refcheck", OpList: "list-objects", OpIdentify: "identify", OpIdem: "idem",
 	OpWatch: "watch", OpUnwatch: "unwatch", OpChanges: "changes",
 	OpReplWrite: "repl-write", OpReplReply: "repl-reply", OpScrub: "scrub", OpScrubReply: "scrub-reply", OpHeal: "heal",
-	OpHealReply: "heal-reply", OpMarkStale: "mark-stale", OpGetStale: "get-stale", OpStaleReply: "stale", OpLoseServer: "lose-server"}
+	OpHealReply: "heal-reply", OpMarkStale: "mark-stale", OpGetStale: "get-stale", OpStaleReply: "stale", OpLoseServer: "lose-server",
+	OpReserve: "reserve", OpReserveR: "reserved"}
 
 // ErrnoOf is the errno a handler's error goes on the wire as (EIO when it
 // has none); 0 for nil.

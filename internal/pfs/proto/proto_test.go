@@ -26,7 +26,9 @@ func samples() []Msg {
 		&ServersReply{Servers: []ServerInfo{{1, "127.0.0.1:1", 5, 6, 7, ServerLost, 12, "z1", 8, 9, 10}}, Cluster: "c1"},
 		&DataReply{Data: []byte("hello")}, &SizeReply{Size: 9},
 		&Lookup{1, "n"}, &Walk{"/a/b"}, &GetAttr{3}, &SetAttr{1, SetSize | SetMode, 0o755, 1, 2, 3, 4, 5},
-		&Create{1, "f", 0o644, 1, 2, true, 65536, 2, 3}, &Mkdir{1, "d", 0o755, 0, 0},
+		&Create{1, "f", 0o644, 1, 2, true, 65536, 2, 3, 0, 0}, &Create{Parent: 1, Name: "g", Excl: true, Reserved: 9, Size: 4096}, &Create{Parent: 1, Name: "h", Reserved: 9},
+		&Reserve{Parent: 1, Count: 64}, &ReserveReply{Until: 5, Files: []Attr{a, {Ino: 8, Mode: 0o100000, Servers: []uint32{2}, Extra: []uint32{}}}}, &ReserveReply{},
+		&Mkdir{1, "d", 0o755, 0, 0},
 		&Symlink{1, "l", "/t", 0, 0}, &Link{5, 1, "h"}, &Unlink{1, "u"}, &Rmdir{1, "r"},
 		&Rename{1, "a", 2, "b", RenameNoReplace}, &Readdir{1, "m", 100}, &Readlink{4},
 		&SetLayout{1, 1 << 20, 4, 2, PlaceWhole}, &Statfs{}, &Register{1, "127.0.0.11:7410", 100, 50, "c1", true, "z", 5}, &Servers{},
@@ -63,6 +65,12 @@ func TestRoundTrip(t *testing.T) {
 		for i := 0; i < len(payload); i++ {
 			if r, ok := m.(*Read); ok && r.Held != 0 && i == 24 {
 				continue // a Read without Held: the older form, valid
+			}
+			if w, ok := m.(*ReplWrite); ok && w.Sync && i == len(payload)-1 {
+				continue // without the sync flag: valid
+			}
+			if c, ok := m.(*Create); ok && c.Reserved != 0 && (i == len(payload)-8 || c.Size != 0 && i == len(payload)-16) {
+				continue // without the optional trailing fields: valid
 			}
 			if _, err := Decode(op, payload[:i]); err == nil && len(payload) > 0 {
 				t.Errorf("%T: prefix of %d/%d bytes decoded", m, i, len(payload))
@@ -268,7 +276,7 @@ func FuzzDecode(f *testing.F) {
 // zero is a second encoding of the same message: the decoder refuses it
 // (the fuzzer found Read and Heal re-encoding shorter than they decoded).
 func TestOptionalFieldExplicitZeroRefused(t *testing.T) {
-	for _, m := range []Msg{&Read{Handle: 1, Off: 2, Len: 3}, &Heal{Handle: 1, Index: 2}} {
+	for _, m := range []Msg{&Read{Handle: 1, Off: 2, Len: 3}, &Heal{Handle: 1, Index: 2}, &Create{Parent: 1, Name: "f"}, &Create{Parent: 1, Name: "f", Reserved: 3}} {
 		var e Enc
 		m.Encode(&e)
 		b := append(append([]byte(nil), e.B...), make([]byte, 8)...)
@@ -277,6 +285,13 @@ func TestOptionalFieldExplicitZeroRefused(t *testing.T) {
 		}
 		if _, err := Decode(m.Op(), e.B); err != nil {
 			t.Errorf("%T without Held (the older form): %v", m, err)
+		}
+	}
+	var e Enc
+	(&ReplWrite{Handle: 1, Data: []byte("x")}).Encode(&e)
+	for _, flag := range []byte{0, 2} {
+		if _, err := Decode(OpReplWrite, append(append([]byte(nil), e.B...), flag)); err == nil {
+			t.Errorf("ReplWrite with sync flag %d decoded", flag)
 		}
 	}
 }
