@@ -542,7 +542,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 			}
 			// The same library, a create as three steps in turn (create,
 			// write, close: two commits around the data write).
-			if err := measure("lib-serial", n, MetaWorkerConfig{Dir: "/bench-meta", Meta: c.Meta}, c.Env); err != nil {
+			if err := measure("lib-serial", n, MetaWorkerConfig{Dir: "/bench-meta", Meta: c.Meta}, c.Env, nil); err != nil {
 				return err
 			}
 			if fuse {
