@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -19,11 +20,11 @@ import (
 //     change to meta (so before the writer's call returns): an inode
 //     notification without pages takes no kernel lock, and it also makes
 //     the kernel discard any older reply still on its way;
-//   - names and pages in a worker: an entry notification locks the
-//     directory, which the kernel may hold across a request of this mount
-//     that waits (through meta) for this very acknowledgement. The loop
-//     waits for the worker up to entryWait, unless a change of this mount
-//     is in flight.
+//   - names and pages in a worker (see drop): an entry notification locks
+//     the directory, which the kernel may hold across a request of this
+//     mount that waits (through meta) for this very acknowledgement. The
+//     loop waits for the worker up to entryWait, unless a change of this
+//     mount is in flight.
 //
 // Negative entries are never cached: a name that appears changes no inode
 // the kernel knows, so no callback could drop its absence. Every other
@@ -147,17 +148,47 @@ func (k *kcache) worker() {
 		inos, all, waiters := k.pending, k.all, k.waiters
 		k.pending, k.all, k.waiters = nil, false, nil
 		k.wmu.Unlock()
-		for _, n := range k.lookup(inos, all) {
-			if n.StableAttr().Mode == syscall.S_IFREG {
-				n.NotifyContent(0, 0)
-			}
-			if name, p := n.Parent(); p != nil {
-				p.NotifyEntry(name)
-			}
-		}
+		k.drop(inos, all)
 		for _, w := range waiters {
 			close(w)
 		}
+	}
+}
+
+// drop drops the kernel's names and pages of the changed inodes that may
+// be out of date. Dropping too much costs more than a lookup: a file whose
+// last name the kernel forgets is evicted with its pages. So:
+//   - pages only of files open here: for a closed file, its next open
+//     compares attributes (openFlags);
+//   - a name (D, n) naming X only if D changed too (every change to a
+//     directory entry changes its directory) and D no longer names X by
+//     n: the lookup asks meta (the client's cache of D was just dropped).
+func (k *kcache) drop(inos []uint64, all bool) {
+	nodes := k.lookup(inos, all)
+	changed := make(map[uint64]bool, len(inos))
+	for _, ino := range inos {
+		changed[ino] = true
+	}
+	for _, n := range nodes {
+		if n.StableAttr().Mode == syscall.S_IFREG && n.openRefs() > 0 {
+			n.NotifyContent(0, 0)
+		}
+		name, p := n.Parent()
+		if p == nil {
+			continue
+		}
+		if !all {
+			if !changed[p.StableAttr().Ino] {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), proto.DefaultTimeout)
+			a, err := n.fsys.c.Lookup(ctx, p.StableAttr().Ino, name)
+			cancel()
+			if err == nil && a.Ino == n.ino() {
+				continue
+			}
+		}
+		p.NotifyEntry(name)
 	}
 }
 

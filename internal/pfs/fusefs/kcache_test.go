@@ -91,6 +91,32 @@ func TestKernelCache(t *testing.T) {
 		t.Fatalf("the kernel asked the mount: lookups %v -> %v, getattrs %v -> %v, reads %v -> %v", lookups, l, getattrs, g, reads, r)
 	}
 
+	// What B wrote and closed itself, then read, it reads again from its
+	// pages.
+	own := filepath.Join(b, "own")
+	data := make([]byte, 3*4096+100)
+	for i := range data {
+		data[i] = byte(i % 251)
+	}
+	if err := os.WriteFile(own, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		reads = opsOf(reg, "read")
+		if got, err := os.ReadFile(own); err != nil || string(got) != string(data) {
+			t.Fatalf("B reads back %d bytes, %v", len(got), err)
+		}
+		if r := opsOf(reg, "read"); i == 1 && r != reads {
+			t.Fatalf("B's re-read of an unchanged file went to the mount: reads %v -> %v", reads, r)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(a, "own"), []byte("then on A"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(own); err != nil || string(got) != "then on A" {
+		t.Fatalf("B reads %q %v after A rewrote its file", got, err)
+	}
+
 	// Through mount A: B sees the new size and bytes once A's close returned.
 	if err := os.WriteFile(filepath.Join(a, "f"), []byte("hello, world"), 0o644); err != nil {
 		t.Fatal(err)
