@@ -558,7 +558,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return h, n.openFlags(&a), 0
+	fl := n.openFlags(&a)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// Its close has nothing to publish: the kernel need not ask
+		// (a writing descriptor's own close publishes its writes).
+		fl |= fuse.FOPEN_NOFLUSH
+	}
+	return h, fl, 0
 }
 
 // openRefs is the number of open descriptors.

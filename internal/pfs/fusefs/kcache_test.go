@@ -78,7 +78,7 @@ func TestKernelCache(t *testing.T) {
 	// (The first answers came before the client's watch ran: the kernel
 	// got them with timeout 0.)
 	os.Stat(bf)
-	lookups, getattrs, reads := opsOf(reg, "lookup"), opsOf(reg, "getattr"), opsOf(reg, "read")
+	lookups, getattrs, reads, flushes := opsOf(reg, "lookup"), opsOf(reg, "getattr"), opsOf(reg, "read"), opsOf(reg, "flush")
 	for range 50 {
 		if fi, err := os.Stat(bf); err != nil || fi.Size() != 3 {
 			t.Fatalf("stat on B: %v %v", fi, err)
@@ -89,6 +89,10 @@ func TestKernelCache(t *testing.T) {
 	}
 	if l, g, r := opsOf(reg, "lookup"), opsOf(reg, "getattr"), opsOf(reg, "read"); l != lookups || g != getattrs || r != reads {
 		t.Fatalf("the kernel asked the mount: lookups %v -> %v, getattrs %v -> %v, reads %v -> %v", lookups, l, getattrs, g, reads, r)
+	}
+	// A read-only close has nothing to publish: no flush.
+	if f := opsOf(reg, "flush"); f != flushes {
+		t.Fatalf("a read-only close flushed: %v -> %v", flushes, f)
 	}
 
 	// What B wrote and closed itself, then read, it reads again from its
