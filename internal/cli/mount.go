@@ -61,8 +61,8 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 				readOnly = true // the servers would refuse every change anyway
 			}
 			// The client caches metadata, kept coherent by meta (docs/meta.md,
-			// "Client cache"): with --attr-timeout 0 the kernel asks on every
-			// stat and the cache answers without a round trip.
+			// "Client cache"), and the kernel caches too, dropped by the same
+			// callbacks (docs/mount.md, "Kernel cache").
 			cl := client.New(metaAddr, client.WithSecurity(sec), client.WithCache())
 			defer cl.Close()
 			ctx, stop := signalContext()
@@ -109,7 +109,7 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
-	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
+	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache what no callback drops: absent names, and answers given while the client cache's lease is not running (0: ask every time)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	sf.add(c.Flags(), true)
 	c.Flags().StringVar(&httpFlag, "http", "", "address of /metrics and /healthz, e.g. 127.0.0.1:9500 (default: none)")

@@ -110,8 +110,10 @@ type mcache struct {
 	// pool: the watch's own connection. On the client's connections a
 	// poll could queue behind mutations that wait for its answer (the
 	// server handles a bounded number of requests per connection).
-	pool         *proto.Pool
-	leader       string // the leader a member named, "" for the client's meta
+	pool   *proto.Pool
+	leader string // the leader a member named, "" for the client's meta
+	// onChange: see OnCacheChange. Set before the first cached read.
+	onChange     func(inos []uint64, all bool)
 	id           uint64
 	since, epoch uint64
 	stop         context.CancelFunc
@@ -257,6 +259,41 @@ func (cc *mcache) trusted() bool {
 	return time.Now().Before(cc.leaseEnd)
 }
 
+// OnCacheChange makes the watch loop call f with the inodes meta reports
+// changed (all: every inode may have, after a Reset or when the lease
+// ends), before the loop acknowledges them to meta: the writer's call
+// returns only after f did. f must not wait for a metadata change (nil:
+// no hook). It reports false for a client without a cache.
+func (c *Client) OnCacheChange(f func(inos []uint64, all bool)) bool {
+	if c.cache == nil {
+		return false
+	}
+	c.cache.mu.Lock()
+	c.cache.onChange = f
+	c.cache.mu.Unlock()
+	return true
+}
+
+func (cc *mcache) changeHook() func([]uint64, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.onChange
+}
+
+// CacheEpoch reports whether the cache's lease runs, and a count that
+// grows each time the whole cache is dropped (a Reset, a lease that
+// ended): a caller that saw the lease running with the same count before
+// and after a read knows meta reported every change since to this client.
+func (c *Client) CacheEpoch() (epoch uint64, trusted bool) {
+	cc := c.cache
+	if cc == nil {
+		return 0, false
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.resets, time.Now().Before(cc.leaseEnd)
+}
+
 // cached returns the cache, its watch loop started.
 func (c *Client) cached() *mcache {
 	cc := c.cache
@@ -278,6 +315,9 @@ func (c *Client) startWatch() {
 		for ctx.Err() == nil {
 			if err := c.watchOnce(ctx); err != nil {
 				cc.expire()
+				if f := cc.changeHook(); f != nil {
+					f(nil, true)
+				}
 				t := time.NewTimer(backoff)
 				select {
 				case <-t.C:
@@ -316,6 +356,9 @@ func (c *Client) watchOnce(ctx context.Context) error {
 	// MarkStale's reply until then): open files re-read their stale
 	// records before their next read.
 	c.staleChanged(cr.Inos, cr.Reset)
+	if f := cc.changeHook(); f != nil && (cr.Reset || len(cr.Inos) > 0) {
+		f(cr.Inos, cr.Reset)
+	}
 	cc.hold.Unlock()
 	return nil
 }

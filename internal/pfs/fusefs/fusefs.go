@@ -3,7 +3,10 @@
 //
 // Consistency is close-to-open, as NFS: close(2) (FUSE flush) pushes the
 // data to the I/O servers, syncs it and publishes the size; open revalidates
-// attributes (timeouts default to 0) and drops the kernel's cached pages.
+// attributes and drops the kernel's cached pages unless the file is
+// unchanged since its last open here. With a caching client the kernel
+// keeps attributes, names and pages, dropped by meta's callbacks (see
+// kcache.go); without one, timeouts default to 0.
 // All open descriptors of one inode share one client.File, so their writes
 // and sizes agree. A file unlinked while open becomes an orphan on the
 // metadata server (nlink 0, in no directory) that this mount frees at its
@@ -32,8 +35,12 @@ import (
 type Options struct {
 	ReadOnly bool
 	// AttrTimeout is how long the kernel may cache attributes and names
-	// (0: ask the metadata server every time; strict close-to-open).
+	// when no callback can drop them (0: ask the client every time).
 	AttrTimeout time.Duration
+	// KernelCache is how long the kernel may cache attributes, names and
+	// pages that a caching client's callbacks drop when they change (0:
+	// DefaultKernelCache; negative: off). Unused without a client cache.
+	KernelCache time.Duration
 	Debug       bool
 	Log         *slog.Logger
 	Metrics     *Metrics // nil: none
@@ -45,7 +52,23 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	root := &node{fsys: &filesystem{c: c, opts: o}}
+	fsys := &filesystem{c: c, opts: o}
+	if o.KernelCache >= 0 {
+		ttl := o.KernelCache
+		if ttl == 0 {
+			ttl = DefaultKernelCache
+		}
+		kc := newKcache(ttl)
+		if c.OnCacheChange(kc.changed) {
+			fsys.kc = kc
+		} else {
+			kc.stop()
+		}
+	}
+	root := &node{fsys: fsys}
+	if fsys.kc != nil {
+		fsys.kc.nodes[1] = root
+	}
 	t := o.AttrTimeout
 	mo := fuse.MountOptions{
 		FsName:        "corral:" + c.Meta(),
@@ -55,7 +78,7 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		MaxBackground: 64,
 		// Without this the kernel asks for attributes on every read(2)
 		// to spot changes; close-to-open only needs them at open, which
-		// drops cached pages anyway (no FOPEN_KEEP_CACHE).
+		// drops cached pages unless they are known current (keep-cache).
 		ExplicitDataCacheControl: true,
 		// Reads answer from memory, never from a file descriptor, so
 		// go-fuse's splice path cannot apply: it would only fill a pipe
@@ -85,6 +108,13 @@ func Mount(dir string, c *client.Client, o Options) (*fuse.Server, error) {
 		// 0644/0755 and let every user read it.
 		NullPermissions: true,
 	}, o.Metrics)
+	if err != nil && fsys.kc != nil {
+		c.OnCacheChange(nil)
+		fsys.kc.stop()
+	}
+	if err == nil && fsys.kc != nil {
+		go func() { srv.Wait(); c.OnCacheChange(nil); fsys.kc.stop() }()
+	}
 	if err == nil {
 		raiseReadAhead(dir, o.Log)
 		go root.fsys.renewOrphans(srv)
@@ -113,6 +143,8 @@ type filesystem struct {
 
 	orphansMu sync.Mutex
 	orphans   map[uint64]bool // orphans this mount holds open
+
+	kc *kcache // nil: the kernel caches only for AttrTimeout
 }
 
 // node is one inode of the file system.
@@ -131,25 +163,27 @@ type node struct {
 	mu     sync.Mutex
 	file   *client.File // shared by every open descriptor
 	refs   int
-	orphan bool  // unlinked while open: freed at the last close
-	caps   *caps // security.capability while open (see posix.go)
+	orphan bool    // unlinked while open: freed at the last close
+	caps   *caps   // security.capability while open (see posix.go)
+	kept   keepKey // the attributes at the last open (see openFlags)
 }
 
 var (
-	_ fs.NodeLookuper   = (*node)(nil)
-	_ fs.NodeGetattrer  = (*node)(nil)
-	_ fs.NodeSetattrer  = (*node)(nil)
-	_ fs.NodeReaddirer  = (*node)(nil)
-	_ fs.NodeMkdirer    = (*node)(nil)
-	_ fs.NodeRmdirer    = (*node)(nil)
-	_ fs.NodeUnlinker   = (*node)(nil)
-	_ fs.NodeRenamer    = (*node)(nil)
-	_ fs.NodeCreater    = (*node)(nil)
-	_ fs.NodeOpener     = (*node)(nil)
-	_ fs.NodeSymlinker  = (*node)(nil)
-	_ fs.NodeReadlinker = (*node)(nil)
-	_ fs.NodeLinker     = (*node)(nil)
-	_ fs.NodeStatfser   = (*node)(nil)
+	_ fs.NodeLookuper    = (*node)(nil)
+	_ fs.NodeGetattrer   = (*node)(nil)
+	_ fs.NodeSetattrer   = (*node)(nil)
+	_ fs.NodeReaddirer   = (*node)(nil)
+	_ fs.NodeMkdirer     = (*node)(nil)
+	_ fs.NodeRmdirer     = (*node)(nil)
+	_ fs.NodeUnlinker    = (*node)(nil)
+	_ fs.NodeRenamer     = (*node)(nil)
+	_ fs.NodeCreater     = (*node)(nil)
+	_ fs.NodeOpener      = (*node)(nil)
+	_ fs.NodeSymlinker   = (*node)(nil)
+	_ fs.NodeReadlinker  = (*node)(nil)
+	_ fs.NodeLinker      = (*node)(nil)
+	_ fs.NodeStatfser    = (*node)(nil)
+	_ fs.NodeOnForgetter = (*node)(nil)
 )
 
 // detachNote: every operation runs to completion even when the kernel
@@ -195,7 +229,11 @@ func fillAttr(a *proto.Attr, out *fuse.Attr) {
 // child wraps a looked-up or created inode.
 func (n *node) child(ctx context.Context, a *proto.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino})
+	if cn, ok := ch.Operations().(*node); ok && n.fsys.kc != nil {
+		n.fsys.kc.add(cn)
+	}
+	return ch
 }
 
 // withOpenSize adds what an open file's writes not yet published changed:
@@ -221,6 +259,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if tooLong(name) {
 		return nil, syscall.ENAMETOOLONG
 	}
+	epoch, trusted := n.fsys.begin()
 	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("lookup", err)
@@ -230,17 +269,20 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		cn.withOpenSize(&a)
 		fillAttr(&a, &out.Attr)
 	}
+	n.fsys.entryTimeouts(epoch, trusted, out)
 	return ch, 0
 }
 
 func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx = context.WithoutCancel(ctx) // see detachNote
+	epoch, trusted := n.fsys.begin()
 	a, err := n.fsys.c.GetAttr(ctx, n.ino())
 	if err != nil {
-		return n.errno("getattr", err)
+		return n.errno("getattr", gone(err, n.fsys.kc != nil))
 	}
 	n.withOpenSize(&a)
 	fillAttr(&a, &out.Attr)
+	n.fsys.attrTimeout(epoch, trusted, out)
 	return 0
 }
 
@@ -249,6 +291,8 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	if n.rofs() {
 		return syscall.EROFS
 	}
+	defer n.fsys.changing()()
+	epoch, trusted := n.fsys.begin()
 	if size, ok := in.GetSize(); ok {
 		if err := n.truncate(ctx, int64(size)); err != 0 {
 			return err
@@ -287,6 +331,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	n.withOpenSize(&a)
 	fillAttr(&a, &out.Attr)
+	n.fsys.attrTimeout(epoch, trusted, out)
 	return 0
 }
 
@@ -335,12 +380,16 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if tooLong(name) {
 		return nil, syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
+	epoch, trusted := n.fsys.begin()
 	uid, gid := caller(ctx)
 	a, err := n.fsys.c.AttrCall(ctx, &proto.Mkdir{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid})
 	if err != nil {
 		return nil, n.errno("mkdir", err)
 	}
-	return n.child(ctx, &a, out), 0
+	ch := n.child(ctx, &a, out)
+	n.fsys.entryTimeouts(epoch, trusted, out)
+	return ch, 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -351,6 +400,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if tooLong(name) {
 		return syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
 	return n.errno("rmdir", n.fsys.c.Rmdir(ctx, n.ino(), name))
 }
 
@@ -362,6 +412,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if tooLong(name) {
 		return syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
 	if cn := childNode(&n.Inode, name); cn != nil {
 		// life is held across the call so that an open and a last
 		// close cannot slip in between the check and the unlink.
@@ -382,6 +433,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if tooLong(name) || tooLong(newName) {
 		return syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
 	np := newParent.EmbeddedInode().StableAttr().Ino
 	src, victim := childNode(&n.Inode, name), childNode(newParent.EmbeddedInode(), newName)
 	if flags == 0 && src != nil && victim != nil && src != victim &&
@@ -405,12 +457,16 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if tooLong(name) {
 		return nil, syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
+	epoch, trusted := n.fsys.begin()
 	uid, gid := caller(ctx)
 	a, err := n.fsys.c.AttrCall(ctx, &proto.Symlink{Parent: n.ino(), Name: name, Target: target, Uid: uid, Gid: gid})
 	if err != nil {
 		return nil, n.errno("symlink", err)
 	}
-	return n.child(ctx, &a, out), 0
+	ch := n.child(ctx, &a, out)
+	n.fsys.entryTimeouts(epoch, trusted, out)
+	return ch, 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -430,11 +486,15 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if tooLong(name) {
 		return nil, syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
+	epoch, trusted := n.fsys.begin()
 	a, err := n.fsys.c.Link(ctx, target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("link", err)
 	}
-	return n.child(ctx, &a, out), 0
+	ch := n.child(ctx, &a, out)
+	n.fsys.entryTimeouts(epoch, trusted, out)
+	return ch, 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
@@ -460,6 +520,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if tooLong(name) {
 		return nil, nil, 0, syscall.ENAMETOOLONG
 	}
+	defer n.fsys.changing()()
+	epoch, trusted := n.fsys.begin()
 	uid, gid := caller(ctx)
 	r, err := n.fsys.c.Call(ctx, &proto.Create{Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid, Excl: flags&syscall.O_EXCL != 0})
 	ar, ok := r.(*proto.AttrReply)
@@ -479,6 +541,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		}
 		out.Attr.Size = 0
 	}
+	n.fsys.entryTimeouts(epoch, trusted, out)
 	return ch, h, 0, 0
 }
 
@@ -489,10 +552,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	a, err := n.fsys.c.GetAttr(ctx, n.ino())
 	if err != nil {
-		return nil, 0, n.errno("open", err)
+		return nil, 0, n.errno("open", gone(err, n.fsys.kc != nil))
 	}
 	h, errno := n.open(ctx, &a)
-	return h, 0, errno
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	fl := n.openFlags(&a)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		// Its close has nothing to publish: the kernel need not ask
+		// (a writing descriptor's own close publishes its writes).
+		fl |= fuse.FOPEN_NOFLUSH
+	}
+	return h, fl, 0
 }
 
 // openRefs is the number of open descriptors.
@@ -552,6 +624,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if h.n.rofs() {
 		return 0, syscall.EROFS
 	}
+	defer h.n.fsys.changing()()
 	n, err := h.f.WriteAt(data, off)
 	return uint32(n), h.n.errno("write", err)
 }
@@ -559,17 +632,20 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // Flush runs on every close(2): publish the data (close-to-open).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = context.WithoutCancel(ctx) // see detachNote
+	defer h.n.fsys.changing()()
 	return h.n.errno("flush", h.f.Sync(ctx))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	ctx = context.WithoutCancel(ctx) // see detachNote
+	defer h.n.fsys.changing()()
 	return h.n.errno("fsync", h.f.Sync(ctx))
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = context.WithoutCancel(ctx) // see detachNote
 	n := h.n
+	defer n.fsys.changing()()
 	n.life.Lock()
 	defer n.life.Unlock()
 	n.mu.Lock()

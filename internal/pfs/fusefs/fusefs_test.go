@@ -205,26 +205,36 @@ func TestTools(t *testing.T) {
 }
 
 // TestCloseToOpen: what one mount (or the library) wrote and closed, another
-// mount sees on its next open.
+// mount sees on its next open; also with caching clients, whose kernels
+// keep attributes, names and pages until a callback drops them.
 func TestCloseToOpen(t *testing.T) {
 	needFUSE(t)
 	fsys := pfstest.Start(t, 2)
-	a := mount(t, fsys.Meta.Addr, fusefs.Options{})
-	b := mount(t, fsys.Meta.Addr, fusefs.Options{})
+	t.Run("uncached", func(t *testing.T) {
+		testCloseToOpen(t, fsys.Meta.Addr, "u", mount(t, fsys.Meta.Addr, fusefs.Options{}), mount(t, fsys.Meta.Addr, fusefs.Options{}))
+	})
+	t.Run("kernel-cache", func(t *testing.T) {
+		a, _ := mountCached(t, fsys.Meta.Addr, fusefs.Options{})
+		b, _ := mountCached(t, fsys.Meta.Addr, fusefs.Options{})
+		testCloseToOpen(t, fsys.Meta.Addr, "k", a, b)
+	})
+}
+
+func testCloseToOpen(t *testing.T, meta, p, a, b string) {
 	for i := 0; i < 5; i++ {
 		want := strings.Repeat(fmt.Sprint(i), 1000*(i+1))
-		if err := os.WriteFile(filepath.Join(a, "shared"), []byte(want), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(a, p+"shared"), []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(filepath.Join(b, "shared"))
+		got, err := os.ReadFile(filepath.Join(b, p+"shared"))
 		if err != nil || string(got) != want {
 			t.Fatalf("round %d: mount b read %d bytes (%v), want %d", i, len(got), err, len(want))
 		}
 	}
-	cl := client.New(fsys.Meta.Addr)
+	cl := client.New(meta)
 	defer cl.Close()
 	ctx := context.Background()
-	f, err := cl.CreatePath(ctx, "/from-lib", 0o644, client.CreateOpts{})
+	f, err := cl.CreatePath(ctx, "/"+p+"from-lib", 0o644, client.CreateOpts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,11 +242,11 @@ func TestCloseToOpen(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := os.ReadFile(filepath.Join(b, "from-lib")); string(got) != "library data" {
+	if got, _ := os.ReadFile(filepath.Join(b, p+"from-lib")); string(got) != "library data" {
 		t.Fatalf("mount read %q", got)
 	}
-	os.WriteFile(filepath.Join(a, "to-lib"), []byte("mount data"), 0o600)
-	g, err := cl.Open(ctx, "/to-lib")
+	os.WriteFile(filepath.Join(a, p+"to-lib"), []byte("mount data"), 0o600)
+	g, err := cl.Open(ctx, "/"+p+"to-lib")
 	if err != nil {
 		t.Fatal(err)
 	}

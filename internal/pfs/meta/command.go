@@ -18,7 +18,7 @@ const (
 	cmdReq     cmdKind = 1 // a client request (Req)
 	cmdInit    cmdKind = 2 // a new store: cluster ID and root directory
 	cmdServer  cmdKind = 3 // store an I/O server record (Server, NewID, Base)
-	cmdReclaim cmdKind = 4 // reclaim progress of a removed file (Ino, Left)
+	cmdReclaim cmdKind = 4 // reclaim progress of a removed file (Ino, Left; done: also Inos)
 	cmdReap    cmdKind = 5 // free orphans Inos not renewed since Cut
 	cmdSweep   cmdKind = 6 // drop extended attributes of removed inodes Inos
 	cmdExpire  cmdKind = 7 // forget request IDs of clients Inos idle since Cut
@@ -167,7 +167,18 @@ func (t tx) apply(c *command) (proto.Msg, error) {
 		return t.putServer(c)
 	case cmdReclaim:
 		if !c.Pending {
-			return nil, t.Bucket(bReclaim).Delete(u64key(c.Ino))
+			// Every object of Ino, and of each of Inos (a batch, one
+			// commit per reclaim pass; a member that predates batches
+			// drops only Ino's record, and the next pass asks again).
+			if err := t.Bucket(bReclaim).Delete(u64key(c.Ino)); err != nil {
+				return nil, err
+			}
+			for _, ino := range c.Inos {
+				if err := t.Bucket(bReclaim).Delete(u64key(ino)); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
 		}
 		// Left has the record's positions; its column count stays.
 		_, cols := decodeReclaim(t.Bucket(bReclaim).Get(u64key(c.Ino)))

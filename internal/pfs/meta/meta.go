@@ -1081,19 +1081,35 @@ func (s *Service) reclaimer() {
 	}
 }
 
+// reclaimBatch bounds the files one reclaim pass handles, and the inodes
+// one done-command carries.
+const (
+	reclaimBatch    = 4096
+	reclaimParallel = 16 // Remove calls in flight
+)
+
+// reclaimOnce asks the servers to remove the objects of queued files, many
+// at once, then records the files done in one command: a pass costs one
+// commit, not one per file, so deletes do not share the log with as many
+// reclaim commits. A record goes only after its objects are gone; a crash
+// in between leaves it queued, and Remove of a missing object succeeds.
 func (s *Service) reclaimOnce() {
 	type job struct {
 		ino     uint64
 		servers []uint32
 		cols    uint32
+		left    []uint32
+		done    int
+		pending int
 	}
-	var jobs []job
+	var jobs []*job
 	s.view(func(t tx) error {
-		return t.Bucket(bReclaim).ForEach(func(k, v []byte) error {
+		c := t.Bucket(bReclaim).Cursor()
+		for k, v := c.First(); k != nil && len(jobs) < reclaimBatch; k, v = c.Next() {
 			servers, cols := decodeReclaim(v)
-			jobs = append(jobs, job{binary.BigEndian.Uint64(k), servers, cols})
-			return nil
-		})
+			jobs = append(jobs, &job{ino: binary.BigEndian.Uint64(k), servers: servers, cols: cols})
+		}
+		return nil
 	})
 	if len(jobs) == 0 {
 		return
@@ -1104,32 +1120,59 @@ func (s *Service) reclaimOnce() {
 	}
 	ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 	defer cancel()
+	work := make(chan *job)
+	var wg sync.WaitGroup
+	for range min(reclaimParallel, len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				// The list keeps layout positions (the stripe index
+				// names the object); a server done with its object
+				// becomes 0.
+				j.left = make([]uint32, len(j.servers))
+				for k, id := range j.servers {
+					if id == 0 {
+						continue
+					}
+					addr, ok := addrs[id]
+					if !ok {
+						j.done++
+						continue // server forgotten: nothing to ask
+					}
+					if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: reclaimIndex(k, len(j.servers), j.cols)}); err != nil {
+						j.left[k] = id
+						j.pending++
+						continue
+					}
+					j.done++
+				}
+			}
+		}()
+	}
 	for _, j := range jobs {
-		// The list keeps layout positions (the stripe index names the
-		// object); a server done with its object becomes 0.
-		left := make([]uint32, len(j.servers))
-		done, pending := 0, 0
-		for k, id := range j.servers {
-			if id == 0 {
-				continue
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	var finished []uint64
+	for _, j := range jobs {
+		switch {
+		case j.pending == 0:
+			finished = append(finished, j.ino)
+		case j.done > 0:
+			if _, err := s.propose(ctx, &command{Kind: cmdReclaim, Ino: j.ino, Left: j.left, Pending: true}); err != nil {
+				s.log.Warn("record reclaim progress", "ino", j.ino, "err", err)
+				return
 			}
-			addr, ok := addrs[id]
-			if !ok {
-				done++
-				continue // server forgotten: nothing to ask
-			}
-			if _, err := s.pool.Call(ctx, addr, &proto.Remove{Handle: j.ino, Index: reclaimIndex(k, len(j.servers), j.cols)}); err != nil {
-				left[k] = id
-				pending++
-				continue
-			}
-			done++
 		}
-		if done == 0 && pending > 0 {
-			continue
-		}
-		if _, err := s.propose(ctx, &command{Kind: cmdReclaim, Ino: j.ino, Left: left, Pending: pending > 0}); err != nil {
-			s.log.Warn("record reclaim progress", "ino", j.ino, "err", err)
+	}
+	for len(finished) > 0 {
+		n := min(len(finished), reclaimBatch)
+		batch := finished[:n]
+		finished = finished[n:]
+		if _, err := s.propose(ctx, &command{Kind: cmdReclaim, Ino: batch[0], Inos: batch[1:]}); err != nil {
+			s.log.Warn("record reclaim progress", "files", len(batch), "err", err)
 			return
 		}
 	}

@@ -2,12 +2,14 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -257,5 +259,40 @@ func TestLayoutInheritedBySubdirectories(t *testing.T) {
 		errno(t, s, &proto.SetLayout{Ino: www, StripeCount: 99}, syscall.EINVAL)
 		errno(t, s, &proto.SetLayout{Ino: www, StripeCount: 4}, syscall.EINVAL)
 		call[*proto.AttrReply](t, s, &proto.SetLayout{Ino: www, StripeCount: 3})
+	})
+}
+
+// A reclaim pass records every file it finished in one command: the
+// command drops the queue records of Ino and of each of Inos, and leaves
+// the others queued.
+func TestReclaimBatchCommand(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, o opener) {
+		s := open(t, o)
+		var inos []uint64
+		for i := range 5 {
+			f := call[*proto.AttrReply](t, s, &proto.Create{Parent: RootIno, Name: fmt.Sprint("f", i), Mode: 0o644}).Attr
+			inos = append(inos, f.Ino)
+			call[*proto.OK](t, s, &proto.Unlink{Parent: RootIno, Name: fmt.Sprint("f", i)})
+		}
+		queued := func() (left []uint64) {
+			s.view(func(t tx) error {
+				return t.Bucket(bReclaim).ForEach(func(k, _ []byte) error {
+					left = append(left, binary.BigEndian.Uint64(k))
+					return nil
+				})
+			})
+			return left
+		}
+		if q := queued(); len(q) != 5 {
+			t.Fatalf("queued %v, want the 5 removed files", q)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := s.propose(ctx, &command{Kind: cmdReclaim, Ino: inos[0], Inos: inos[1:4]}); err != nil {
+			t.Fatal(err)
+		}
+		if q := queued(); len(q) != 1 || q[0] != inos[4] {
+			t.Fatalf("queued after the batch: %v, want only %d", q, inos[4])
+		}
 	})
 }
