@@ -166,6 +166,9 @@ func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, 
 	defer d.Close()
 	d.SetSizeSource(func(meta string) director.SizeSource { return fsSizes{newSizeClient(meta, insecure)} })
 	d.SetInsecureSync(insecure)
+	if err := d.SetOverridesFile(director.OverridesFile(tokenFile)); err != nil {
+		return err
+	}
 	o.Addr = admin
 	o.Metrics = "http://" + admin + "/metrics"
 	o.Apply = func(_ context.Context, cfg *clustercfg.Config, version int64, drained []string) error {
@@ -544,7 +547,20 @@ server) addresses.`,
 				}
 				cx, cancel := ctx()
 				defer cancel()
-				return a.SetServer(cx, args[0], args[1], action, w)
+				if err := a.SetServer(cx, args[0], args[1], action, w); err != nil {
+					return err
+				}
+				// Say what happened and that it lasts: the director keeps
+				// it across restarts (director.OverridesFile).
+				switch action {
+				case "drain":
+					fmt.Printf("%s %s: drained (no new connections); kept across director restarts until 'corral ctl enable %s %s'\n", args[0], args[1], args[0], args[1])
+				case "weight":
+					fmt.Printf("%s %s: weight %d; kept across director restarts until 'corral ctl enable %s %s'\n", args[0], args[1], w, args[0], args[1])
+				default:
+					fmt.Printf("%s %s: back to its configured weight\n", args[0], args[1])
+				}
+				return nil
 			}}
 	}
 	var addWeight int
