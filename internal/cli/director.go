@@ -10,13 +10,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
@@ -450,8 +450,8 @@ director in a high-availability group (docs/ha.md).`,
   corral ctl feedback
   corral ctl --token-file /etc/corral/admin.token drain www 127.0.0.21:8080`,
 	}
-	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
-	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token)")
+	c.PersistentFlags().StringVar(&admin, "admin", clientcfg.DirectorAdmin.Value(), "director admin API address (env CORRAL_ADMIN; else the client configuration's director-admin, which corral up writes)")
+	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token, else the client configuration's director-token-file)")
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print listings as JSON")
 	// cl is the admin API client. An unreadable token is an error for
 	// changes (need) or when --token-file names it; listings go without
@@ -459,6 +459,12 @@ director in a high-availability group (docs/ha.md).`,
 	cl := func(need bool) (director.Client, error) {
 		tf := ctlTokenFile(tokenFile)
 		cl := director.Client{Base: "http://" + admin, TokenFile: tf}
+		if tf == "" {
+			if need {
+				return cl, clientcfg.DirectorToken.Missing()
+			}
+			return cl, nil
+		}
 		tok, err := director.LoadToken(tf)
 		switch {
 		case err == nil:
@@ -615,16 +621,13 @@ configuration file, like 'add'.`,
 }
 
 // ctlTokenFile is where ctl reads the admin token: the flag, else the one
-// 'corral up' makes in ./corral-data, else ./admin.token.
+// 'corral up' makes in ./corral-data, else ./admin.token, else the client
+// configuration's; "" if none.
 func ctlTokenFile(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	up := filepath.Join("corral-data", director.TokenFileName)
-	if _, err := os.Stat(up); err == nil {
-		return up
-	}
-	return director.TokenFileName
+	return clientcfg.DirectorToken.Value()
 }
 
 func printServices(st []director.ServiceStatus) error {

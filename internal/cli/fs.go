@@ -43,8 +43,9 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
   corral fs stat /www/example.org/index.html
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
-	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
+	c.PersistentFlags().StringVar(&metaAddr, "meta", metaClientDefault(), metaClientHelp)
 	var sf secFlags
+	sf.client = true
 	sf.add(c.PersistentFlags(), true)
 	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
 	// run gives a subcommand a client; Main prints its error after the

@@ -106,11 +106,12 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
+	c.Flags().StringVar(&metaAddr, "meta", metaClientDefault(), metaClientHelp)
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache attributes and names (0: strict close-to-open)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	sf.client = true
 	sf.add(c.Flags(), true)
 	c.Flags().StringVar(&httpFlag, "http", "", "address of /metrics and /healthz, e.g. 127.0.0.1:9500 (default: none)")
 	return c

@@ -60,6 +60,10 @@ type Started struct {
 	// Imported is the director.conf imported into it ("" if none); it
 	// was renamed to Imported+".imported".
 	Imported string
+	// Services are the services of the configuration the cluster runs
+	// (a second start runs the stored one, not the flags'); nil if it
+	// could not be read.
+	Services []clustercfg.Service
 }
 
 // Start starts the cluster cfg describes under a station.
@@ -212,6 +216,9 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 		return fmt.Errorf("station: current configuration: %w", err)
 	}
 	st.Version = cur.Version
+	if cc, err := clustercfg.Parse("station", []byte(cur.YAML)); err == nil && cur.Version > 0 {
+		st.Services = cc.Services
+	}
 	first := cur.Version == 0
 	if first || opt.Reset {
 		conf := filepath.Join(c.Data, "director.conf")
@@ -247,6 +254,7 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 			return fmt.Errorf("station: apply the first configuration: %w", err)
 		}
 		st.Version, st.Applied = rep.Version, !rep.Unchanged
+		st.Services = cc.Services
 		if st.Imported != "" {
 			if err := os.Rename(conf, conf+".imported"); err != nil {
 				return err
