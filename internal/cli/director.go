@@ -434,8 +434,11 @@ func ctlCmd() *cobra.Command {
 Listings (services, conns) are open on loopback; changes (drain, weight,
 enable, add, remove) send the director's admin token, which it writes on first
 start beside its configuration as admin.token (mode 0600). ctl reads it from
---token-file, else ./corral-data/admin.token (the one 'corral up' makes), else
-./admin.token. Every listing takes --json. 'ha' and 'handover' are for a
+--token-file, else $CORRAL_ADMIN_TOKEN_FILE, else ./corral-data/admin.token
+(the one 'corral up' makes), else ./admin.token, else the client
+configuration's (~/.config/corral/client.yaml, which 'corral up' writes: ctl
+then works from any directory; docs/client.md). drain and weight last until
+enable, across director restarts. Every listing takes --json. 'ha' and 'handover' are for a
 director in a high-availability group (docs/ha.md).`,
 		Example: `  corral ctl services
   corral ctl services --json
