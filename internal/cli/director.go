@@ -633,13 +633,21 @@ func ctlTokenFile(flag string) string {
 	return clientcfg.DirectorToken.Value()
 }
 
+// printServices prints the live table in at most 100 columns for the
+// usual addresses: the service's protocol beside its name, bytes and
+// byte rates as IN/OUT pairs in short units, a down server's check error
+// below the table.
 func printServices(st []director.ServiceStatus) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	var notes []string // below the table: one line per xdp service
-	fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes\tConn/s\tInB/s\tOutB/s")
+	var notes []string // below the table: xdp, l4 limits, check errors
+	fmt.Fprintln(tw, "Service / Server\tWeight\tHealth\tAct\tInAct\tConns\tReqs\tIn/Out\tConn/s\tIn/Out/s")
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\t%s\t%s\t%s\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns,
-			rate(s.Rate.CPS), humanRate(s.Rate.InBPS), outRate(s.XDP != nil, s.Rate.OutBPS))
+		vip := s.VIP
+		if s.Protocol != "" && s.Protocol != "tcp" {
+			vip += "/" + s.Protocol // tcp is the usual: said only otherwise
+		}
+		fmt.Fprintf(tw, "%s %s\t%s %s\t\t\t\t%s\t\t\t%s\t%s/%s\n", s.Name, vip, s.Scheduler, s.Dataplane, count(int64(s.NewConns)),
+			rate(s.Rate.CPS), short(int64(s.Rate.InBPS+0.5)), outShort(s.XDP != nil, s.Rate.OutBPS))
 		if x := s.XDP; x != nil {
 			// Direct routing: replies go from the servers to the
 			// clients, so the director counts only what comes in.
@@ -655,23 +663,23 @@ func printServices(st []director.ServiceStatus) error {
 			if !r.Healthy {
 				h = "DOWN"
 				if r.LastError != "" {
-					h += " (" + r.LastError + ")"
+					notes = append(notes, fmt.Sprintf("%s %s DOWN: %s", s.Name, r.Addr, r.LastError))
 				}
 			} else if r.Override == 0 {
 				h = "drained"
 			}
 			w := strconv.Itoa(r.Weight)
 			if r.Override >= 0 && r.Override != r.ConfigWeight {
-				w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+				w += fmt.Sprintf(" (cfg %d)", r.ConfigWeight)
 			} else if r.Override < 0 && r.Feedback >= 0 {
-				w += fmt.Sprintf(" (feedback; config %d)", r.ConfigWeight)
+				w += fmt.Sprintf(" (fb %d)", r.ConfigWeight)
 			}
-			out := human(r.BytesOut)
+			out := short(r.BytesOut)
 			if s.XDP != nil {
 				out = "-" // not seen: replies bypass the director
 			}
-			fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out,
-				rate(r.Rate.CPS), humanRate(r.Rate.InBPS), outRate(s.XDP != nil, r.Rate.OutBPS))
+			fmt.Fprintf(tw, "  -> %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s/%s\n", r.Addr, w, h, count(r.Active), count(r.Inactive), count(r.Connections), count(r.Requests), short(r.BytesIn), out,
+				rate(r.Rate.CPS), short(int64(r.Rate.InBPS+0.5)), outShort(s.XDP != nil, r.Rate.OutBPS))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -681,6 +689,48 @@ func printServices(st []director.ServiceStatus) error {
 		fmt.Println(n)
 	}
 	return nil
+}
+
+// short is a byte count in at most 5 characters: 999, 1.5K, 12M, 3.2G
+// (powers of 1024).
+func short(n int64) string {
+	if n < 1000 {
+		return strconv.FormatInt(n, 10)
+	}
+	f := float64(n)
+	for _, u := range "KMGTPE" {
+		f /= 1024
+		if f < 999.5 {
+			if f < 9.95 {
+				return strconv.FormatFloat(f, 'f', 1, 64) + string(u)
+			}
+			return strconv.FormatFloat(f, 'f', 0, 64) + string(u)
+		}
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "E"
+}
+
+// count is a count in at most 5 characters: 9999, 12K, 123M (powers of
+// 1000).
+func count(n int64) string {
+	if n < 10000 {
+		return strconv.FormatInt(n, 10)
+	}
+	f := float64(n)
+	for _, u := range "KMGTPE" {
+		f /= 1000
+		if f < 999.5 {
+			return strconv.FormatFloat(f, 'f', 0, 64) + string(u)
+		}
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "E"
+}
+
+func outShort(xdp bool, v float64) string {
+	if xdp {
+		return "-"
+	}
+	return short(int64(v + 0.5))
 }
 
 // l4Notes are an l4 service's lines below the table: its flows against
@@ -710,7 +760,7 @@ func rate(v float64) string {
 	if v < 10 {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
+	return count(int64(v + 0.5))
 }
 
 func humanRate(v float64) string { return human(int64(v + 0.5)) }
