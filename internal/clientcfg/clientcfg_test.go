@@ -30,7 +30,11 @@ func TestOrder(t *testing.T) {
 		t.Errorf("meta with nothing set: %q, want the default", v)
 	}
 
-	p, err := Update(func(c *Config) { c.SecretFile = "/abs/secret"; c.Meta = "10.0.0.1:7400"; c.DirectorTokenFile = "rel.token" })
+	p, err := Update(func(c *Config) {
+		c.SecretFile = "/abs/secret"
+		c.Meta = "10.0.0.1:7400"
+		c.DirectorTokenFile = "rel.token"
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
