@@ -121,6 +121,14 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 func forceUnmount(dir string) error {
 	if syscall.Geteuid() == 0 {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			// The kernel's EINVAL: nothing is mounted there (or it is not
+			// a mount point): say that, and what is.
+			if errors.Is(err, syscall.EINVAL) {
+				if _, serr := os.Lstat(dir); serr != nil {
+					return fmt.Errorf("unmount %s: %v", dir, serr)
+				}
+				return fmt.Errorf("unmount %s: nothing is mounted there ('grep fuse /proc/mounts' lists the mounts)", dir)
+			}
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 		return nil

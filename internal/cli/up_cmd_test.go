@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,18 @@ func TestUpUserCommand(t *testing.T) {
 	}
 	if got := userCommand("/usr/local/bin/corral"); got != "/usr/local/bin/corral" {
 		t.Errorf("an installed binary: %q", got)
+	}
+}
+
+// TestUnmountNotMounted: `corral mount --unmount` of a directory with
+// nothing mounted says so (the kernel's answer is "invalid argument").
+func TestUnmountNotMounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the unmount path without fusermount runs as root")
+	}
+	dir := t.TempDir()
+	code, _, errs := corral(t, "", "mount", "--unmount", dir)
+	if code == 0 || !strings.Contains(errs, "nothing is mounted") || strings.Contains(errs, "invalid argument") {
+		t.Errorf("unmount of %s (not mounted): %d %q, want it to say nothing is mounted there", dir, code, errs)
 	}
 }
