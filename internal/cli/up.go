@@ -193,15 +193,19 @@ for a director's feedback block (docs/feedback.md).`,
 					}
 					return p
 				}
+				login := ""
+				if started.AdminPassword != "" {
+					login = "\n            dashboard login: user admin, password in " + started.AdminPassword
+				}
 				fmt.Printf(`
   station   %[1]s/   (dashboard; configuration version %[2]d)
-            admin token %[3]s, CA %[4]s
+            admin token %[3]s, CA %[4]s%[7]s
   roles run DATA/bin/ROLE/corral (rolling upgrades swap one at a time)
 
   %[5]s cfg get%[6]s > cluster.yaml      # the configuration, "# version N" first
   %[5]s cfg apply%[6]s cluster.yaml      # edit, apply: every member applies it live
   %[5]s cfg status%[6]s                  # each member's applied version
-`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), self, stFlags)
+`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), self, stFlags, login)
 				if abs != mustAbs("corral-data") && ccPath == "" {
 					fmt.Printf("  (run them with --token-file %s --ca %s, or from the directory above %s)\n", cl.AdminTokenFile(), cl.StationCA(), abs)
 				}

@@ -69,6 +69,22 @@ func TestUpFromAnyDirectory(t *testing.T) {
 		t.Fatalf("ctl drain from another directory: ok=%v %q %s", ok, out, stderr)
 	}
 
+	// The dashboard's login: up gave user admin a password, in a 0600
+	// file its banner names; a login with it records the station for
+	// every directory (another user's client configuration here).
+	pw := filepath.Join(m.data, "mgmt", "admin.password")
+	if fi, err := os.Stat(pw); err != nil || fi.Mode().Perm() != 0o600 || !strings.Contains(m.out.String(), pw) {
+		t.Fatalf("admin password %s: %v (banner names it: %v), want a 0600 file the banner names", pw, err, strings.Contains(m.out.String(), pw))
+	}
+	xdg2 := filepath.Join(elsewhere, "other-user")
+	if _, stderr, ok := runIn(m.bin, elsewhere, clientEnv(xdg2), "mgmt", "login", "--user", "admin", "--password-file", pw,
+		"--station", m.stationURL(), "--ca", filepath.Join(m.data, "mgmt", "tls", "ca.pem")); !ok {
+		t.Fatalf("mgmt login as admin with up's password: %s", stderr)
+	}
+	if out, stderr, ok := runIn(m.bin, elsewhere, clientEnv(xdg2), "cfg", "get"); !ok || !strings.Contains(out, "version") {
+		t.Errorf("cfg get after mgmt login, no flags: ok=%v %q %s", ok, out, stderr)
+	}
+
 	// Without the client configuration: each names where it looked and
 	// what to run.
 	bare := clientEnv(filepath.Join(elsewhere, "no-config"))
