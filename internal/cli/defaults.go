@@ -2,6 +2,8 @@ package cli
 
 import (
 	"os"
+
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"path/filepath"
 
 	"github.com/corral-cluster/corral/internal/pfs/proto"
@@ -23,6 +25,15 @@ func metaFlagDefault() string { return envOr("CORRAL_META", defaultMetaMembers) 
 
 // metaFlagHelp is the help of every --meta flag.
 const metaFlagHelp = "comma-separated list of metadata members (env CORRAL_META)"
+
+// metaClientDefault is the default of a client's --meta (fs, mount):
+// $CORRAL_META, else the client configuration's (corral up records its
+// members there), else defaultMetaMembers. Daemons do not read the
+// per-user client configuration (metaFlagDefault).
+func metaClientDefault() string { return clientcfg.Meta.Value() }
+
+// metaClientHelp is the help of a client's --meta flag.
+const metaClientHelp = "comma-separated list of metadata members (env CORRAL_META; else the client configuration's meta, which corral up writes)"
 
 // upSecretFile is where `corral up` (with its default --data) keeps the
 // cluster secret.

@@ -10,13 +10,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/clustercfg"
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
@@ -166,6 +166,9 @@ func directorJoined(cmd *cobra.Command, jf *joinFlags, admin, tokenFile string, 
 	defer d.Close()
 	d.SetSizeSource(func(meta string) director.SizeSource { return fsSizes{newSizeClient(meta, insecure)} })
 	d.SetInsecureSync(insecure)
+	if err := d.SetOverridesFile(director.OverridesFile(tokenFile)); err != nil {
+		return err
+	}
 	o.Addr = admin
 	o.Metrics = "http://" + admin + "/metrics"
 	o.Apply = func(_ context.Context, cfg *clustercfg.Config, version int64, drained []string) error {
@@ -431,8 +434,11 @@ func ctlCmd() *cobra.Command {
 Listings (services, conns) are open on loopback; changes (drain, weight,
 enable, add, remove) send the director's admin token, which it writes on first
 start beside its configuration as admin.token (mode 0600). ctl reads it from
---token-file, else ./corral-data/admin.token (the one 'corral up' makes), else
-./admin.token. Every listing takes --json. 'ha' and 'handover' are for a
+--token-file, else $CORRAL_ADMIN_TOKEN_FILE, else ./corral-data/admin.token
+(the one 'corral up' makes), else ./admin.token, else the client
+configuration's (~/.config/corral/client.yaml, which 'corral up' writes: ctl
+then works from any directory; docs/client.md). drain and weight last until
+enable, across director restarts. Every listing takes --json. 'ha' and 'handover' are for a
 director in a high-availability group (docs/ha.md).`,
 		Example: `  corral ctl services
   corral ctl services --json
@@ -447,8 +453,8 @@ director in a high-availability group (docs/ha.md).`,
   corral ctl feedback
   corral ctl --token-file /etc/corral/admin.token drain www 127.0.0.21:8080`,
 	}
-	c.PersistentFlags().StringVar(&admin, "admin", envOr("CORRAL_ADMIN", "127.0.0.1:7500"), "director admin API address (env CORRAL_ADMIN)")
-	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token)")
+	c.PersistentFlags().StringVar(&admin, "admin", clientcfg.DirectorAdmin.Value(), "director admin API address (env CORRAL_ADMIN; else the client configuration's director-admin, which corral up writes)")
+	c.PersistentFlags().StringVar(&tokenFile, "token-file", os.Getenv("CORRAL_ADMIN_TOKEN_FILE"), "the director's admin token (env CORRAL_ADMIN_TOKEN_FILE; default ./corral-data/admin.token if it exists, else ./admin.token, else the client configuration's director-token-file)")
 	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print listings as JSON")
 	// cl is the admin API client. An unreadable token is an error for
 	// changes (need) or when --token-file names it; listings go without
@@ -456,6 +462,12 @@ director in a high-availability group (docs/ha.md).`,
 	cl := func(need bool) (director.Client, error) {
 		tf := ctlTokenFile(tokenFile)
 		cl := director.Client{Base: "http://" + admin, TokenFile: tf}
+		if tf == "" {
+			if need {
+				return cl, clientcfg.DirectorToken.Missing()
+			}
+			return cl, nil
+		}
 		tok, err := director.LoadToken(tf)
 		switch {
 		case err == nil:
@@ -544,7 +556,20 @@ server) addresses.`,
 				}
 				cx, cancel := ctx()
 				defer cancel()
-				return a.SetServer(cx, args[0], args[1], action, w)
+				if err := a.SetServer(cx, args[0], args[1], action, w); err != nil {
+					return err
+				}
+				// Say what happened and that it lasts: the director keeps
+				// it across restarts (director.OverridesFile).
+				switch action {
+				case "drain":
+					fmt.Printf("%s %s: drained (no new connections); kept across director restarts until 'corral ctl enable %s %s'\n", args[0], args[1], args[0], args[1])
+				case "weight":
+					fmt.Printf("%s %s: weight %d; kept across director restarts until 'corral ctl enable %s %s'\n", args[0], args[1], w, args[0], args[1])
+				default:
+					fmt.Printf("%s %s: back to its configured weight\n", args[0], args[1])
+				}
+				return nil
 			}}
 	}
 	var addWeight int
@@ -599,25 +624,30 @@ configuration file, like 'add'.`,
 }
 
 // ctlTokenFile is where ctl reads the admin token: the flag, else the one
-// 'corral up' makes in ./corral-data, else ./admin.token.
+// 'corral up' makes in ./corral-data, else ./admin.token, else the client
+// configuration's; "" if none.
 func ctlTokenFile(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	up := filepath.Join("corral-data", director.TokenFileName)
-	if _, err := os.Stat(up); err == nil {
-		return up
-	}
-	return director.TokenFileName
+	return clientcfg.DirectorToken.Value()
 }
 
+// printServices prints the live table in at most 100 columns for the
+// usual addresses: the service's protocol beside its name, bytes and
+// byte rates as IN/OUT pairs in short units, a down server's check error
+// below the table.
 func printServices(st []director.ServiceStatus) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	var notes []string // below the table: one line per xdp service
-	fmt.Fprintln(tw, "Prot\tLocalAddress:Port / RemoteAddress:Port\tScheduler / Weight\tHealth\tActiveConn\tInActConn\tConns\tRequests\tInBytes\tOutBytes\tConn/s\tInB/s\tOutB/s")
+	var notes []string // below the table: xdp, l4 limits, check errors
+	fmt.Fprintln(tw, "Service / Server\tWeight\tHealth\tAct\tInAct\tConns\tReqs\tIn/Out\tConn/s\tIn/Out/s")
 	for _, s := range st {
-		fmt.Fprintf(tw, "%s\t%s %s\t%s %s\t\t\t\t%d\t\t\t\t%s\t%s\t%s\n", s.Protocol, s.Name, s.VIP, s.Scheduler, s.Dataplane, s.NewConns,
-			rate(s.Rate.CPS), humanRate(s.Rate.InBPS), outRate(s.XDP != nil, s.Rate.OutBPS))
+		vip := s.VIP
+		if s.Protocol != "" && s.Protocol != "tcp" {
+			vip += "/" + s.Protocol // tcp is the usual: said only otherwise
+		}
+		fmt.Fprintf(tw, "%s %s\t%s %s\t\t\t\t%s\t\t\t%s\t%s/%s\n", s.Name, vip, s.Scheduler, s.Dataplane, count(int64(s.NewConns)),
+			rate(s.Rate.CPS), short(int64(s.Rate.InBPS+0.5)), outShort(s.XDP != nil, s.Rate.OutBPS))
 		if x := s.XDP; x != nil {
 			// Direct routing: replies go from the servers to the
 			// clients, so the director counts only what comes in.
@@ -633,23 +663,23 @@ func printServices(st []director.ServiceStatus) error {
 			if !r.Healthy {
 				h = "DOWN"
 				if r.LastError != "" {
-					h += " (" + r.LastError + ")"
+					notes = append(notes, fmt.Sprintf("%s %s DOWN: %s", s.Name, r.Addr, r.LastError))
 				}
 			} else if r.Override == 0 {
 				h = "drained"
 			}
 			w := strconv.Itoa(r.Weight)
 			if r.Override >= 0 && r.Override != r.ConfigWeight {
-				w += fmt.Sprintf(" (config %d)", r.ConfigWeight)
+				w += fmt.Sprintf(" (cfg %d)", r.ConfigWeight)
 			} else if r.Override < 0 && r.Feedback >= 0 {
-				w += fmt.Sprintf(" (feedback; config %d)", r.ConfigWeight)
+				w += fmt.Sprintf(" (fb %d)", r.ConfigWeight)
 			}
-			out := human(r.BytesOut)
+			out := short(r.BytesOut)
 			if s.XDP != nil {
 				out = "-" // not seen: replies bypass the director
 			}
-			fmt.Fprintf(tw, "\t  -> %s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Addr, w, h, r.Active, r.Inactive, r.Connections, r.Requests, human(r.BytesIn), out,
-				rate(r.Rate.CPS), humanRate(r.Rate.InBPS), outRate(s.XDP != nil, r.Rate.OutBPS))
+			fmt.Fprintf(tw, "  -> %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s/%s\n", r.Addr, w, h, count(r.Active), count(r.Inactive), count(r.Connections), count(r.Requests), short(r.BytesIn), out,
+				rate(r.Rate.CPS), short(int64(r.Rate.InBPS+0.5)), outShort(s.XDP != nil, r.Rate.OutBPS))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -659,6 +689,48 @@ func printServices(st []director.ServiceStatus) error {
 		fmt.Println(n)
 	}
 	return nil
+}
+
+// short is a byte count in at most 5 characters: 999, 1.5K, 12M, 3.2G
+// (powers of 1024).
+func short(n int64) string {
+	if n < 1000 {
+		return strconv.FormatInt(n, 10)
+	}
+	f := float64(n)
+	for _, u := range "KMGTPE" {
+		f /= 1024
+		if f < 999.5 {
+			if f < 9.95 {
+				return strconv.FormatFloat(f, 'f', 1, 64) + string(u)
+			}
+			return strconv.FormatFloat(f, 'f', 0, 64) + string(u)
+		}
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "E"
+}
+
+// count is a count in at most 5 characters: 9999, 12K, 123M (powers of
+// 1000).
+func count(n int64) string {
+	if n < 10000 {
+		return strconv.FormatInt(n, 10)
+	}
+	f := float64(n)
+	for _, u := range "KMGTPE" {
+		f /= 1000
+		if f < 999.5 {
+			return strconv.FormatFloat(f, 'f', 0, 64) + string(u)
+		}
+	}
+	return strconv.FormatFloat(f, 'f', 0, 64) + "E"
+}
+
+func outShort(xdp bool, v float64) string {
+	if xdp {
+		return "-"
+	}
+	return short(int64(v + 0.5))
 }
 
 // l4Notes are an l4 service's lines below the table: its flows against
@@ -688,7 +760,7 @@ func rate(v float64) string {
 	if v < 10 {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
-	return strconv.FormatFloat(v, 'f', 0, 64)
+	return count(int64(v + 0.5))
 }
 
 func humanRate(v float64) string { return human(int64(v + 0.5)) }

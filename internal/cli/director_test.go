@@ -108,3 +108,47 @@ func TestPrintServicesL4(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintServicesWidth: the live table of a corral up cluster, with
+// large counters, a drained, an overridden, a fed-back and a down server,
+// fits 100 columns; a down server's check error is below the table.
+func TestPrintServicesWidth(t *testing.T) {
+	srv := func(addr string, w, cfg, override, fb int, healthy bool) director.ServerStatus {
+		s := director.ServerStatus{Addr: addr, Weight: w, ConfigWeight: cfg, Override: override, Feedback: fb, Healthy: healthy,
+			Active: 12345, Inactive: 1234, Connections: 12345678, Requests: 12345678, BytesIn: 123 << 30, BytesOut: 987 << 30}
+		s.Rate.CPS, s.Rate.InBPS, s.Rate.OutBPS = 12345, 900<<20, 999<<20
+		if !healthy {
+			s.LastError = "dial tcp 127.0.0.23:8080: connect: connection refused"
+		}
+		return s
+	}
+	servers := []director.ServerStatus{
+		srv("127.0.0.21:8080", 0, 1, 0, -1, true),
+		srv("127.0.0.22:8080", 3, 1, 3, -1, true),
+		srv("127.0.0.23:8080", 0, 1, -1, -1, false),
+		srv("127.0.0.24:8080", 12, 100, -1, 12, true),
+	}
+	st := []director.ServiceStatus{
+		{Name: "www", Protocol: "tcp", Dataplane: "l4", Scheduler: "wlc", VIP: "127.0.0.100:8080", NewConns: 123456789, Servers: servers},
+		{Name: "www-l7", Protocol: "tcp", Dataplane: "l7", Scheduler: "mwlc", VIP: "127.0.0.100:8081", NewConns: 123456789, Servers: servers},
+	}
+	out, _ := capture(t, func() {
+		if err := printServices(st); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		if strings.Contains(l, "DOWN:") {
+			continue // a note below the table: the error as the check saw it
+		}
+		if len(l) > 100 {
+			t.Errorf("%d columns: %q", len(l), l)
+		}
+	}
+	for _, want := range []string{"Conn/s", "drained", "DOWN", "connection refused", "127.0.0.24:8080"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	t.Logf("\n%s", out)
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -43,8 +44,9 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
   corral fs stat /www/example.org/index.html
   corral fs layout set /big --stripe-size 1M --stripe-count 3`,
 	}
-	c.PersistentFlags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
+	c.PersistentFlags().StringVar(&metaAddr, "meta", metaClientDefault(), metaClientHelp)
 	var sf secFlags
+	sf.client = true
 	sf.add(c.PersistentFlags(), true)
 	c.PersistentFlags().BoolVarP(&progressQuiet, "quiet", "q", false, "no progress bars (drawn on standard error when it is a terminal)")
 	// run gives a subcommand a client; Main prints its error after the
@@ -61,9 +63,9 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 			cl.Uid, cl.Gid = uint32(os.Getuid()), uint32(os.Getgid())
 			defer cl.Close()
 			if err := reachMeta(ctx, cl); err != nil {
-				return err
+				return interrupted(ctx, err)
 			}
-			return f(ctx, cl, args)
+			return interrupted(ctx, f(ctx, cl, args))
 		}
 	}
 	var parents bool
@@ -86,10 +88,15 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 		})}
 	mkdir.Flags().BoolVarP(&parents, "parents", "p", false, "make parent directories as needed; no error if existing")
 
-	var long bool
-	ls := &cobra.Command{Use: "ls [-l] [PATH...]", Short: "List directory contents",
+	var long, all bool
+	ls := &cobra.Command{Use: "ls [-l] [-a] [PATH...]", Short: "List directory contents",
+		Long: `List directories (the root without PATH), as ls does: names starting with
+'.' only with -a; -l: mode, links, owner, group, size, time of the last
+change (the year instead of the time for one over 6 months old or in the
+future).`,
 		Example: `  corral fs ls
-  corral fs ls -l /www/example.org`, Args: cobra.ArbitraryArgs,
+  corral fs ls -l /www/example.org
+  corral fs ls -la /www`, Args: cobra.ArbitraryArgs,
 		RunE: run(func(ctx context.Context, cl *client.Client, args []string) error {
 			if len(args) == 0 {
 				args = []string{"/"}
@@ -101,13 +108,14 @@ corral up runs them); requests go to whichever member leads. Sizes accept units:
 					}
 					fmt.Printf("%s:\n", p)
 				}
-				if err := list(ctx, cl, p, long); err != nil {
+				if err := list(ctx, cl, p, long, all); err != nil {
 					return err
 				}
 			}
 			return nil
 		})}
 	ls.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, size, time")
+	ls.Flags().BoolVarP(&all, "all", "a", false, "also names starting with '.' (as ls -A: without . and ..)")
 
 	stat := &cobra.Command{Use: "stat PATH...", Short: "Show attributes and layout: where each stripe lives",
 		Example: `  corral fs stat /www/example.org/index.html`, Args: cobra.MinimumNArgs(1),
@@ -631,7 +639,7 @@ func modeString(m uint32) string {
 	return s
 }
 
-func list(ctx context.Context, cl *client.Client, p string, long bool) error {
+func list(ctx context.Context, cl *client.Client, p string, long, all bool) error {
 	a, err := cl.Stat(ctx, p)
 	if err != nil {
 		return err
@@ -640,6 +648,9 @@ func list(ctx context.Context, cl *client.Client, p string, long bool) error {
 	if a.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		if ents, err = cl.Readdir(ctx, a.Ino); err != nil {
 			return &fs.PathError{Op: "ls", Path: p, Err: err}
+		}
+		if !all {
+			ents = slices.DeleteFunc(ents, func(e proto.Entry) bool { return strings.HasPrefix(e.Name, ".") })
 		}
 	}
 	if !long {
@@ -657,9 +668,44 @@ func list(ctx context.Context, cl *client.Client, p string, long bool) error {
 			}
 		}
 		fmt.Fprintf(tw, "%s\t %d\t %d\t %d\t %d\t %s\t %s\n", modeString(e.Attr.Mode), e.Attr.Nlink, e.Attr.Uid, e.Attr.Gid,
-			e.Attr.Size, time.Unix(0, e.Attr.Mtime).Format("Jan _2 15:04"), name)
+			e.Attr.Size, lsTime(time.Unix(0, e.Attr.Mtime), time.Now()), name)
 	}
 	return tw.Flush()
+}
+
+// ctxReader reads r through a pipe that ends with ctx: a read of standard
+// input blocked in the kernel is not interrupted by a signal, and Ctrl-C
+// must end the put (its temporary file removed) all the same.
+func ctxReader(ctx context.Context, r io.Reader) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := io.Copy(pw, r)
+		pw.CloseWithError(err)
+	}()
+	go func() {
+		<-ctx.Done()
+		pw.CloseWithError(ctx.Err())
+	}()
+	return pr
+}
+
+// lsTime is a file's time as ls -l shows it: the time of day within
+// the last 6 months, else (older, or in the future) the year.
+func lsTime(t, now time.Time) string {
+	if t.After(now.Add(-183*24*time.Hour)) && !t.After(now.Add(time.Hour)) {
+		return t.Format("Jan _2 15:04")
+	}
+	return t.Format("Jan _2  2006")
+}
+
+// interrupted turns the error of a command a signal (Ctrl-C) ended into
+// "interrupted" (exit status 130, as a shell reports SIGINT) instead of
+// the "context canceled" the cancelled calls return.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return errInterrupted
+	}
+	return err
 }
 
 func statPath(ctx context.Context, cl *client.Client, p string) error {
@@ -727,7 +773,7 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 			return err
 		}
 		if fi.IsDir() {
-			return &fs.PathError{Op: "put", Path: local, Err: syscall.EISDIR}
+			return &fs.PathError{Op: "put", Path: local, Err: fmt.Errorf("is a directory: fs put copies one file; for a tree: tar c %s | corral fs put - %s.tar, or corral mount and cp -r", local, path.Join("/"+remote, filepath.Base(local)))}
 		}
 		src, size, mode = f, fi.Size(), uint32(fi.Mode().Perm())
 	}
@@ -743,6 +789,16 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 			err = &fs.PathError{Op: "put", Path: remote, Err: syscall.ENOTDIR}
 		}
 		return err
+	}
+	// The directory it goes in: a missing one is said with what to run
+	// (the write would say only "no such file or directory").
+	if dir := path.Dir("/" + remote); dir != "/" {
+		switch a, err := cl.Stat(ctx, dir); {
+		case errors.Is(err, fs.ErrNotExist):
+			return &fs.PathError{Op: "put", Path: remote, Err: fmt.Errorf("no such directory %s (corral fs mkdir -p %s first)", dir, dir)}
+		case err == nil && a.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+			return &fs.PathError{Op: "put", Path: remote, Err: fmt.Errorf("%s is not a directory", dir)}
+		}
 	}
 	// Whatever holds the name counts, a dangling symbolic link too: the
 	// rename below would replace it.
@@ -761,7 +817,11 @@ func putFile(ctx context.Context, cl *client.Client, local, remote string, o cli
 	// WriteFile writes under a temporary name, renamed over remote when on
 	// disk: a failed put leaves neither a partial file nor its objects.
 	bar := newProgress("put "+filepath.Base(local), size)
-	if err := cl.WriteFile(ctx, remote, src, mode, o, bar.set); err != nil {
+	var r io.Reader = src
+	if local == "-" {
+		r = ctxReader(ctx, src)
+	}
+	if err := cl.WriteFile(ctx, remote, r, mode, o, bar.set); err != nil {
 		if !force && errors.Is(err, fs.ErrExist) {
 			return errPutExists(remote)
 		}

@@ -133,7 +133,7 @@ func metaRun(f func(ctx context.Context, cl *client.Client, args []string) error
 	return func(cmd *cobra.Command, args []string) error {
 		get := func(name string) string { v, _ := cmd.Flags().GetString(name); return v }
 		insecure, _ := cmd.Flags().GetBool("insecure")
-		sf := secFlags{secretFile: get("secret-file"), cert: get("tls-cert"), key: get("tls-key"), ca: get("tls-ca"), insecure: insecure}
+		sf := secFlags{secretFile: get("secret-file"), cert: get("tls-cert"), key: get("tls-key"), ca: get("tls-ca"), insecure: insecure, client: true}
 		sec, err := sf.security(false)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -523,9 +524,11 @@ func loginCmd() *cobra.Command {
 		Use:   "login --user NAME [--password-file F] [--save FILE]",
 		Short: "Trade a user's password for an API token, saved for the other commands",
 		Long: `Trade a user's password for an API token and save it (mode 0600) in
-$XDG_CONFIG_HOME/corral/token (~/.config/corral/token), or --save FILE.
-The client commands (corral cfg, corral mgmt ...) use it when no
---token-file is given and there is no ./corral-data/mgmt/admin.token.
+$XDG_CONFIG_HOME/corral/token (~/.config/corral/token), or --save FILE,
+and record the station's URL, its CA and the token's file in the client
+configuration, $XDG_CONFIG_HOME/corral/client.yaml: the client commands
+(corral cfg, corral mgmt ..., from any directory) use them when no flag or
+CORRAL_* variable is given and there is no ./corral-data/mgmt.
 The password is the first line of --password-file or standard input.`,
 		Example: `  corral mgmt login --user alice
   corral mgmt login --user alice --password-file alice.pw --station https://10.0.0.5:7600`,
@@ -566,7 +569,24 @@ The password is the first line of --password-file or standard input.`,
 			if err := writeFileAtomic(save, []byte(rep.Token+"\n"), 0o600); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "logged in as %s until %s; token saved in %s\n", user, rep.Expires.Local().Format(time.RFC3339), save)
+			// Recorded for every directory: the station, its CA and the
+			// token (absolute paths), in the client configuration.
+			abs := func(p string) string {
+				if p == "" {
+					return ""
+				}
+				return mustAbs(p)
+			}
+			cc, err := clientcfg.Update(func(c *clientcfg.Config) {
+				c.Station, c.StationTokenFile = sf.station, abs(save)
+				if ca := abs(sf.caPath()); ca != "" {
+					c.StationCA = ca
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("logged in, token saved in %s, but the client configuration was not written: %v", save, err)
+			}
+			fmt.Fprintf(os.Stderr, "logged in as %s until %s; token saved in %s; station, CA and token recorded in %s\n", user, rep.Expires.Local().Format(time.RFC3339), save, cc)
 			return nil
 		},
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/pflag"
@@ -31,14 +32,13 @@ import (
 // Where the station's client flags look when none is given: what `corral
 // mgmt` (and `corral up`) write under ./corral-data/mgmt.
 const (
-	defaultStation     = "https://127.0.0.1:7600"
-	defaultMgmtData    = "corral-data/mgmt"
-	envStation         = "CORRAL_STATION"
-	envMgmtTokenFile   = "CORRAL_MGMT_TOKEN_FILE"
-	envStationCA       = "CORRAL_STATION_CA"
-	mgmtCallTimeout    = 30 * time.Second
-	exitConflict       = 3 // a stale base version (409)
-	loginTokenFileName = "token"
+	defaultStation   = "https://127.0.0.1:7600"
+	defaultMgmtData  = "corral-data/mgmt"
+	envStation       = "CORRAL_STATION"
+	envMgmtTokenFile = "CORRAL_MGMT_TOKEN_FILE"
+	envStationCA     = "CORRAL_STATION_CA"
+	mgmtCallTimeout  = 30 * time.Second
+	exitConflict     = 3 // a stale base version (409)
 )
 
 // netDialer bounds the dial that finds the station CA.
@@ -48,6 +48,7 @@ var netDialer = net.Dialer{Timeout: 10 * time.Second}
 // station: cfg, the mgmt subcommands, ctl status.
 type stationFlags struct {
 	station, tokenFile, ca string
+	tokenFlag              string // the token file flag's name, for messages
 }
 
 // add registers --station, --token-file and --ca under the given names
@@ -55,9 +56,10 @@ type stationFlags struct {
 func (f *stationFlags) add(fs *pflag.FlagSet) { f.addNamed(fs, "station", "token-file", "ca") }
 
 func (f *stationFlags) addNamed(fs *pflag.FlagSet, station, tokenFile, ca string) {
-	fs.StringVar(&f.station, station, envOr(envStation, defaultStation), "station API URL; several, comma-separated, are tried in order (env "+envStation+")")
-	fs.StringVar(&f.tokenFile, tokenFile, os.Getenv(envMgmtTokenFile), "API token file (env "+envMgmtTokenFile+"; default ./"+defaultMgmtData+"/admin.token if it exists, else the one 'corral mgmt login' saved)")
-	fs.StringVar(&f.ca, ca, os.Getenv(envStationCA), "station CA certificate, PEM (env "+envStationCA+"; default ./"+defaultMgmtData+"/tls/ca.pem if it exists, else the system's CAs)")
+	fs.StringVar(&f.station, station, clientcfg.Station.Value(), "station API URL; several, comma-separated, are tried in order (env "+envStation+"; else the client configuration's station)")
+	fs.StringVar(&f.tokenFile, tokenFile, os.Getenv(envMgmtTokenFile), "API token file (env "+envMgmtTokenFile+"; default ./"+defaultMgmtData+"/admin.token if it exists, else the client configuration's station-token-file, which corral up and 'corral mgmt login' write)")
+	fs.StringVar(&f.ca, ca, os.Getenv(envStationCA), "station CA certificate, PEM (env "+envStationCA+"; default ./"+defaultMgmtData+"/tls/ca.pem if it exists, else the client configuration's station-ca, else the system's CAs)")
+	f.tokenFlag = tokenFile
 }
 
 // stations is the --station list.
@@ -82,41 +84,30 @@ func (f *stationFlags) stations() ([]string, error) {
 // loginTokenPath is where `corral mgmt login` keeps the API token:
 // $XDG_CONFIG_HOME/corral/token (~/.config/corral/token).
 func loginTokenPath() (string, error) {
-	dir, err := os.UserConfigDir()
+	dir, err := clientcfg.Dir()
 	if err != nil {
-		return "", fmt.Errorf("no configuration directory to keep the login token in (%v): give --save FILE", err)
+		return "", fmt.Errorf("%v: give --save FILE", err)
 	}
-	return filepath.Join(dir, "corral", loginTokenFileName), nil
+	return filepath.Join(dir, clientcfg.LoginTokenName), nil
 }
 
-// tokenPath picks the token file: the flag, else the station's bootstrap
-// admin token under ./corral-data/mgmt, else the login token; "" if none.
+// tokenPath picks the token file: the flag, else clientcfg's places (the
+// station's bootstrap admin token under ./corral-data/mgmt, the client
+// configuration, the token 'corral mgmt login' saved); "" if none.
 func (f *stationFlags) tokenPath() string {
 	if f.tokenFile != "" {
 		return f.tokenFile
 	}
-	admin := filepath.Join(defaultMgmtData, "admin.token")
-	if _, err := os.Stat(admin); err == nil {
-		return admin
-	}
-	if p, err := loginTokenPath(); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
+	return clientcfg.StationToken.Value()
 }
 
-// caPath picks the CA file: the flag, else ./corral-data/mgmt/tls/ca.pem.
+// caPath picks the CA file: the flag, else ./corral-data/mgmt/tls/ca.pem,
+// else the client configuration's.
 func (f *stationFlags) caPath() string {
 	if f.ca != "" {
 		return f.ca
 	}
-	def := filepath.Join(defaultMgmtData, "tls", "ca.pem")
-	if _, err := os.Stat(def); err == nil {
-		return def
-	}
-	return ""
+	return clientcfg.StationCA.Value()
 }
 
 // client makes the station client; needToken says the call is refused
@@ -137,7 +128,11 @@ func (f *stationFlags) client(needToken bool) (*api.Client, error) {
 			return nil, fmt.Errorf("API token %s is empty", p)
 		}
 	} else if needToken {
-		return nil, errors.New("no API token: give --token-file (the station's DATA/admin.token), or run 'corral mgmt login --user NAME' first")
+		st := clientcfg.StationToken
+		if f.tokenFlag != "" {
+			st.Flag = "--" + f.tokenFlag
+		}
+		return nil, st.Missing()
 	}
 	var ca []byte
 	if p := f.caPath(); p != "" {

@@ -106,11 +106,12 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			return nil
 		},
 	}
-	c.Flags().StringVar(&metaAddr, "meta", metaFlagDefault(), metaFlagHelp)
+	c.Flags().StringVar(&metaAddr, "meta", metaClientDefault(), metaClientHelp)
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only")
 	c.Flags().BoolVar(&unmount, "unmount", false, "unmount MOUNTPOINT (also a dead one left by a killed mount) and exit")
 	c.Flags().DurationVar(&attrTimeout, "attr-timeout", 0, "how long the kernel may cache what no callback drops: absent names, and answers given while the client cache's lease is not running (0: ask every time)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	sf.client = true
 	sf.add(c.Flags(), true)
 	c.Flags().StringVar(&httpFlag, "http", "", "address of /metrics and /healthz, e.g. 127.0.0.1:9500 (default: none)")
 	return c
@@ -120,6 +121,14 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 func forceUnmount(dir string) error {
 	if syscall.Geteuid() == 0 {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			// The kernel's EINVAL: nothing is mounted there (or it is not
+			// a mount point): say that, and what is.
+			if errors.Is(err, syscall.EINVAL) {
+				if _, serr := os.Lstat(dir); serr != nil {
+					return fmt.Errorf("unmount %s: %v", dir, serr)
+				}
+				return fmt.Errorf("unmount %s: nothing is mounted there ('grep fuse /proc/mounts' lists the mounts)", dir)
+			}
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/spf13/cobra"
@@ -22,30 +23,15 @@ type roStation struct {
 	station, tokenFile, ca string
 }
 
-func roEnvOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-// existing is p if it exists, else "".
-func roExisting(p string) string {
-	if _, err := os.Stat(p); err == nil {
-		return p
-	}
-	return ""
-}
-
 func (s *roStation) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&s.station, "station", roEnvOr("CORRAL_STATION", "https://127.0.0.1:7600"), "station API URL(s), comma-separated (env CORRAL_STATION)")
-	cmd.Flags().StringVar(&s.tokenFile, "token-file", roEnvOr("CORRAL_MGMT_TOKEN_FILE", roExisting("corral-data/mgmt/admin.token")), "file holding your API token (env CORRAL_MGMT_TOKEN_FILE)")
-	cmd.Flags().StringVar(&s.ca, "ca", roEnvOr("CORRAL_STATION_CA", roExisting("corral-data/mgmt/tls/ca.pem")), "the station's CA certificate (env CORRAL_STATION_CA)")
+	cmd.Flags().StringVar(&s.station, "station", clientcfg.Station.Value(), "station API URL(s), comma-separated (env CORRAL_STATION; else the client configuration's station)")
+	cmd.Flags().StringVar(&s.tokenFile, "token-file", clientcfg.StationToken.Value(), "file holding your API token (env CORRAL_MGMT_TOKEN_FILE; else ./corral-data/mgmt/admin.token, else the client configuration's station-token-file)")
+	cmd.Flags().StringVar(&s.ca, "ca", clientcfg.StationCA.Value(), "the station's CA certificate (env CORRAL_STATION_CA; else ./corral-data/mgmt/tls/ca.pem, else the client configuration's station-ca)")
 }
 
 func (s *roStation) client() (*api.Client, error) {
 	if s.tokenFile == "" {
-		return nil, errors.New("no API token: give --token-file FILE (the station's DATA/admin.token, or your token)")
+		return nil, clientcfg.StationToken.Missing()
 	}
 	b, err := safefile.ReadSecret(s.tokenFile)
 	if err != nil {

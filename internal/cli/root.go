@@ -24,6 +24,10 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// errInterrupted: a signal (Ctrl-C) ended the command; said so, not as the
+// "context canceled" of the calls it cut short.
+var errInterrupted = errors.New("interrupted")
+
 // usageError is a command line the user got wrong (unknown command or flag,
 // bad flag value, wrong number of arguments): exit status 2, as getopt
 // programs do.
@@ -60,6 +64,10 @@ func exitStatus(who string, err error) int {
 	var ee exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if errors.Is(err, errInterrupted) {
+		fmt.Fprintf(os.Stderr, "%s: interrupted\n", who)
+		return 130 // as a shell reports SIGINT
 	}
 	if errors.As(err, new(usageError)) {
 		fmt.Fprintf(os.Stderr, "%s: %s\n", who, err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/mgmt/agent"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 	"github.com/spf13/cobra"
@@ -18,12 +19,20 @@ import (
 type secFlags struct {
 	secretFile, cert, key, ca string
 	insecure                  bool
+	// client: a client command (fs, mount), whose --secret-file also
+	// comes from the per-user client configuration (clientcfg); set
+	// before add.
+	client bool
 }
 
 // add registers the flags; withSecret is false for meta, whose secret is
 // DATA/cluster.secret.
 func (s *secFlags) add(fs *pflag.FlagSet, withSecret bool) {
-	if withSecret {
+	switch {
+	case withSecret && s.client:
+		fs.StringVar(&s.secretFile, "secret-file", clientcfg.Secret.Value(),
+			"cluster secret or read-only credential (meta's DATA/"+proto.SecretFileName+"; env "+proto.SecretEnv+"; else ./"+upSecretFile+" when it exists; else the client configuration's secret-file, which corral up writes)")
+	case withSecret:
 		fs.StringVar(&s.secretFile, "secret-file", secretFileDefault(),
 			"cluster secret or read-only credential (meta's DATA/"+proto.SecretFileName+"; env "+proto.SecretEnv+"; else ./"+upSecretFile+" when it exists)")
 	}
@@ -44,6 +53,8 @@ func (s *secFlags) security(optional bool) (proto.Security, error) {
 		if sec.Cred, err = proto.LoadCredential(s.secretFile); err != nil {
 			return sec, err
 		}
+	} else if !optional && s.client {
+		return sec, clientcfg.Secret.Missing()
 	} else if !optional {
 		return sec, fmt.Errorf("no cluster secret: give --secret-file META_DATA/%s (or set %s)", proto.SecretFileName, proto.SecretEnv)
 	}

@@ -1,15 +1,19 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/clientcfg"
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
+	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/launch/managed"
 	"github.com/corral-cluster/corral/internal/sched"
@@ -20,7 +24,7 @@ import (
 func upCmd() *cobra.Command {
 	var data, vip, dataplane, scheduler, rate, netFlag string
 	var iods, nodes, metaMembers int
-	var onTestbed, reset, noStation bool
+	var onTestbed, reset, noStation, writeClient bool
 	c := &cobra.Command{
 		Use:   "up [--data DIR] [--meta-members 1|3|5] [--nodes N] [--iods M] [--dataplane l4|l7|xdp] [--vip HOST:PORT] [--reset] [--testbed [--rate 100mbit]]",
 		Short: "Run a whole Corral cluster on this machine",
@@ -151,6 +155,29 @@ for a director's feedback block (docs/feedback.md).`,
 			if err != nil {
 				return err
 			}
+			// What the user types: bin itself is go run's temporary build,
+			// gone once up exits.
+			self := userCommand(bin)
+			// The services the cluster runs: a second start runs the
+			// stored configuration, not the flags'.
+			if managedUp && started != nil {
+				for _, sv := range started.Services {
+					if sv.Name == "www" {
+						vip, dataplane, scheduler = sv.VIP, cmp.Or(sv.Dataplane, "l4"), cmp.Or(sv.Scheduler, "wlc")
+					} else if sv.Name == "www-l7" || sv.Name == "www-l4" {
+						other = sv.VIP
+					}
+				}
+				cfg.VIP = vip
+			}
+			var ccPath string
+			if writeClient && bed == nil {
+				p, err := recordClient(cl, cfg.Admin, managedUp)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "corral up: the client configuration was not written (commands find this cluster only from %s): %v\n", filepath.Dir(abs), err)
+				}
+				ccPath = p
+			}
 			fmt.Printf("corral is up (data and logs in %s)\n\n", abs)
 			for _, p := range cl.Procs() {
 				fmt.Printf("  %-9s %-20s log %s\n", p.Name, p.Addr, p.Log)
@@ -166,16 +193,20 @@ for a director's feedback block (docs/feedback.md).`,
 					}
 					return p
 				}
+				login := ""
+				if started.AdminPassword != "" {
+					login = "\n            dashboard login: user admin, password in " + started.AdminPassword
+				}
 				fmt.Printf(`
   station   %[1]s/   (dashboard; configuration version %[2]d)
-            admin token %[3]s, CA %[4]s
+            admin token %[3]s, CA %[4]s%[7]s
   roles run DATA/bin/ROLE/corral (rolling upgrades swap one at a time)
 
   %[5]s cfg get%[6]s > cluster.yaml      # the configuration, "# version N" first
   %[5]s cfg apply%[6]s cluster.yaml      # edit, apply: every member applies it live
   %[5]s cfg status%[6]s                  # each member's applied version
-`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), bin, stFlags)
-				if abs != mustAbs("corral-data") {
+`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), self, stFlags, login)
+				if abs != mustAbs("corral-data") && ccPath == "" {
 					fmt.Printf("  (run them with --token-file %s --ca %s, or from the directory above %s)\n", cl.AdminTokenFile(), cl.StationCA(), abs)
 				}
 			} else if cl.ConfKept {
@@ -209,7 +240,7 @@ Try:
   %[3]s testbed status
 
 Ctrl-C stops everything and removes the test bed.
-`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, scheduler)
+`, bed.Name, orDefault(rate, "unshaped"), self, cfg.VIP, scheduler)
 			} else if bed != nil {
 				fmt.Printf(`
   VIP       http://%[4]s/ on host director (%[5]s, %[6]s); http://%[7]s/ the other dataplane
@@ -221,13 +252,19 @@ Try:
   %[3]s testbed status
 
 Ctrl-C stops everything and removes the test bed.
-`, bed.Name, orDefault(rate, "unshaped"), bin, cfg.VIP, dataplane, scheduler, other)
+`, bed.Name, orDefault(rate, "unshaped"), self, cfg.VIP, dataplane, scheduler, other)
 			} else {
+				if ccPath != "" {
+					// The client configuration finds the cluster from any
+					// directory: no flags or variables needed.
+					fsFlags, ctlFlags, env = "", "", ""
+					fmt.Printf("\n  client    %s: the commands below find this cluster from any directory\n", ccPath)
+				}
 				fmt.Printf(`
   VIP       http://%[1]s/   (%[4]s, %[5]s; virtual domain %[6]s)
             http://%[7]s/   (the other dataplane)
 
-Try, in another terminal (from this directory):
+Try, in another terminal:
 %[8]s  curl http://%[1]s/
   curl -H 'Host: %[6]s' -r 0-99 http://%[1]s/big.bin | wc -c
   %[2]s ctl%[9]s services
@@ -236,7 +273,7 @@ Try, in another terminal (from this directory):
   mkdir -p /tmp/corral && %[2]s mount%[3]s /tmp/corral   # FUSE; needs /dev/fuse
 
 A role that dies is restarted. Ctrl-C stops everything.
-`, cfg.VIP, bin, fsFlags, dataplane, scheduler, launch.SampleDomain, other, env, ctlFlags)
+`, cfg.VIP, self, fsFlags, dataplane, scheduler, launch.SampleDomain, other, env, ctlFlags)
 			}
 			go func() {
 				<-ctx.Done()
@@ -258,6 +295,7 @@ A role that dies is restarted. Ctrl-C stops everything.
 	c.Flags().StringVar(&scheduler, "scheduler", "wlc", "scheduler: "+strings.Join(sched.For("l7"), " ")+" (mwlc: l7 only)")
 	c.Flags().BoolVar(&reset, "reset", false, "apply the flags' configuration to the station as a new version (--no-station: write DATA/director.conf anew); keeps the file system's data, secrets and logs")
 	c.Flags().BoolVar(&noStation, "no-station", false, "run no management station: the director reads DATA/director.conf, the nodes take flags (as --testbed does)")
+	c.Flags().BoolVar(&writeClient, "client-config", true, "record where this cluster is (station, CA, tokens, meta members, secret, director) in the per-user client configuration, $XDG_CONFIG_HOME/corral/client.yaml, so the client commands find it from any directory (--client-config=false: leave it alone)")
 	c.Flags().BoolVar(&onTestbed, "testbed", false, "run each role on its own host of a test bed (root)")
 	c.Flags().StringVar(&rate, "rate", "", "with --testbed: every host's link speed (e.g. 100mbit; empty: unshaped)")
 	c.Flags().StringVar(&netFlag, "net", "127.0.0.0/24", "loopback /24 the roles take addresses in (meta .1:7400, iods .11.., nodes .21.., VIP .100:8080); another one runs a second cluster beside the first")
@@ -388,4 +426,35 @@ func privateDir(dir string) error {
 		return os.Chmod(dir, 0o700)
 	}
 	return nil
+}
+
+// userCommand is how the user runs this binary: bin itself, unless it is
+// go run's temporary build (removed when go run exits), then "go run
+// ./cmd/corral" from the module's directory, else a corral on the PATH.
+func userCommand(bin string) string {
+	if !strings.Contains(bin, string(filepath.Separator)+"go-build") {
+		return bin
+	}
+	if _, err := os.Stat(filepath.Join("cmd", "corral", "main.go")); err == nil {
+		return "go run ./cmd/corral"
+	}
+	if p, err := exec.LookPath("corral"); err == nil {
+		return p
+	}
+	return "go run github.com/corral-cluster/corral/cmd/corral"
+}
+
+// recordClient writes where cl is into the per-user client
+// configuration (clientcfg): the commands then find it from any
+// directory. It returns the file.
+func recordClient(cl *launch.Cluster, admin string, managed bool) (string, error) {
+	return clientcfg.Update(func(c *clientcfg.Config) {
+		*c = clientcfg.Config{Meta: cl.MetaAddr(), SecretFile: cl.SecretFile, DirectorAdmin: admin}
+		if managed {
+			c.Station, c.StationCA, c.StationTokenFile = cl.StationURL(), cl.StationCA(), cl.AdminTokenFile()
+			c.DirectorTokenFile = filepath.Join(cl.Data, director.TokenFileName)
+		} else {
+			c.DirectorTokenFile = director.DefaultTokenFile(cl.ConfPath)
+		}
+	})
 }

@@ -108,19 +108,23 @@ func (d *Director) SetServer(service, addr, action string, w int) error {
 		if r.addr != addr {
 			continue
 		}
+		o := -1 // enable: back to the configured weight
 		switch action {
 		case "weight":
 			if w < 0 || w > 65535 {
 				return fmt.Errorf("weight %d: want 0..65535", w)
 			}
-			r.override.Store(int64(w))
+			o = w
 		case "drain":
-			r.override.Store(0)
+			o = 0
 		case "enable":
-			r.override.Store(-1)
 		default:
 			return fmt.Errorf("unknown action %q (want weight, drain or enable)", action)
 		}
+		if err := d.ovr.record(service, addr, o); err != nil {
+			return err
+		}
+		r.override.Store(int64(o))
 		d.log.Info("real server changed", "service", service, "server", addr, "action", action, "weight", r.weight())
 		d.pokeXDP()
 		return nil
@@ -270,6 +274,9 @@ func Run(ctx context.Context, path string, log *slog.Logger, ready func(admin st
 		d.SetSizeSource(ro.sizes)
 	}
 	d.SetInsecureSync(ro.insecure)
+	if err := d.SetOverridesFile(OverridesFile(ro.tokenFile)); err != nil {
+		return err
+	}
 	if err := d.Apply(cfg); err != nil {
 		d.Close()
 		return err

@@ -69,6 +69,8 @@ type Director struct {
 	// sfb holds the weights the management station publishes, for a
 	// director it feeds (feedback_station.go).
 	sfb stationFeedback
+	// ovr: run-time weights kept across restarts (overrides.go).
+	ovr overrides
 }
 
 // SizeSource tells the size of a file in the shared file system: mwlc
@@ -313,6 +315,7 @@ func (d *Director) applyLocked(cfg *config.Director) error {
 	}
 	d.cfg.Store(cfg)
 	d.services.Store(&next)
+	d.ovr.apply(next)
 	for _, s := range going {
 		if !slices.Contains(paused, s) {
 			s.closePlane()

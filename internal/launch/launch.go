@@ -60,6 +60,8 @@ type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// logStart is the log's size when the process started.
+	logStart int64
 }
 
 // Start runs bin with args, sending its output to logPath, and waits (at most
@@ -72,6 +74,12 @@ func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Pro
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
+	}
+	// Where this process's output starts: the log holds the role's
+	// earlier processes too, whose lines are not this one's last words.
+	var logStart int64
+	if fi, err := logf.Stat(); err == nil {
+		logStart = fi.Size()
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = logf
@@ -90,7 +98,7 @@ func Start(ctx context.Context, name, bin, logPath string, args ...string) (*Pro
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, Log: logPath, Args: args, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Log: logPath, Args: args, cmd: cmd, done: make(chan struct{}), logStart: logStart}
 	addrc := make(chan string, 1)
 	go func() {
 		br := bufio.NewReader(out)

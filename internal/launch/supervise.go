@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -66,8 +68,8 @@ type Event struct {
 	Addr   string
 	Err    error
 	Log    string
-	// Last is the last line of the log of a role that exited by itself
-	// (died), usually why.
+	// Last is what the process that exited by itself (died) wrote
+	// about why: lastWords.
 	Last string
 }
 
@@ -169,7 +171,7 @@ func supervise(ctx context.Context, s slot, b Backoff, report func(Event)) {
 		d := b.Next(time.Since(started))
 		ev := Event{Role: name, Kind: "died", Status: p.ExitStatus(), Delay: d, Log: p.Log}
 		if !strings.HasPrefix(ev.Status, "killed") {
-			ev.Last = Tail(p.Log, 1)
+			ev.Last = p.lastWords()
 		}
 		report(ev)
 		for {
@@ -224,4 +226,64 @@ func (c *Cluster) Proc(role string) *Proc {
 		}
 	}
 	return nil
+}
+
+// lastWords is what p wrote about why it ended: from its own part of the
+// log (not an earlier process's of the same role), a Go panic's line, else
+// the command's error it exited with, else its last error records (at
+// most 2), else its last line other than its readiness line; "" if it
+// wrote nothing more.
+func (p *Proc) lastWords() string {
+	f, err := os.Open(p.Log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const window = 64 << 10 // the end of a long log suffices
+	start := p.logStart
+	if fi, err := f.Stat(); err == nil && fi.Size()-start > window {
+		start = fi.Size() - window
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, start, window))
+	if err != nil {
+		return ""
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && readyAddr(l) == "" {
+			lines = append(lines, l)
+		}
+	}
+	clip := func(s string) string {
+		if len(s) > 300 {
+			return s[:300] + "..."
+		}
+		return s
+	}
+	for _, l := range lines {
+		if strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ") {
+			return clip(l)
+		}
+	}
+	// The command's own error, printed last as it exits ("corral iod:
+	// ..."), is why; a log record last is not necessarily.
+	if n := len(lines); n > 0 && strings.HasPrefix(lines[n-1], "corral ") {
+		return clip(lines[n-1])
+	}
+	var errs []string
+	for _, l := range lines {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=error") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) > 2 {
+		errs = errs[len(errs)-2:]
+	}
+	if len(errs) > 0 {
+		return clip(strings.Join(errs, " | "))
+	}
+	if len(lines) > 0 {
+		return clip(lines[len(lines)-1])
+	}
+	return ""
 }

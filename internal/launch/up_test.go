@@ -78,6 +78,9 @@ func startUp(t *testing.T, bin, dir, net string, args ...string) *upRun {
 	u := &upRun{net: net, out: &lockedBuf{}, errb: &lockedBuf{}, done: make(chan struct{})}
 	u.cmd = exec.Command(bin, append([]string{"up", "--net", net + ".0/24"}, args...)...)
 	u.cmd.Dir = dir
+	// up records the cluster in the per-user client configuration: the
+	// test's (DIR/.config), never that of the user running the tests.
+	u.cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, ".config"))
 	u.cmd.Stderr = u.errb
 	u.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	pr, err := u.cmd.StdoutPipe()

@@ -365,6 +365,10 @@ func TestDashChromiumReadOnly(t *testing.T) {
 	runBounded(t, ctx, "log out", chromedp.Click(chromedp.ID("logout")))
 	runBounded(t, ctx, "bad token", chromedp.Steps(chromedp.SetValue(chromedp.ID("login-token"), "nonsense"), chromedp.Click(chromedp.ID("login-submit"))))
 	waitPage(t, ctx, "the login error", `document.getElementById('login-error').textContent.includes('token refused') && !document.getElementById('login').hidden`)
+	// The form says where a login is: corral up's admin password file,
+	// the bootstrap token, how to make a user and a token.
+	waitPage(t, ctx, "the login help", `(() => { const h = document.getElementById('login-help');
+		return h && h.offsetParent !== null && ['admin.password', 'admin.token', 'corral mgmt user add', 'corral mgmt login'].every(s => h.textContent.includes(s)); })()`)
 }
 
 // Strings members and errors bring (names, messages) are shown as text,

@@ -41,6 +41,7 @@ func TestDashChromiumCluster(t *testing.T) {
 	data := filepath.Join(dir, "d")
 	up := exec.Command(bin, "up", "--net", clusterNet+".0/24", "--data", data, "--meta-members", "1", "--iods", "1", "--nodes", "2")
 	up.Dir = dir
+	up.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(dir, ".config")) // not the user's client configuration
 	up.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := up.StdoutPipe()
 	if err != nil {

@@ -8,6 +8,8 @@ package managed
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base32"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +23,7 @@ import (
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
+	"github.com/corral-cluster/corral/internal/safefile"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -60,6 +63,13 @@ type Started struct {
 	// Imported is the director.conf imported into it ("" if none); it
 	// was renamed to Imported+".imported".
 	Imported string
+	// Services are the services of the configuration the cluster runs
+	// (a second start runs the stored one, not the flags'); nil if it
+	// could not be read.
+	Services []clustercfg.Service
+	// AdminPassword is the file holding the password of the dashboard's
+	// user admin that up made ("" if the user set their own).
+	AdminPassword string
 }
 
 // Start starts the cluster cfg describes under a station.
@@ -212,6 +222,9 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 		return fmt.Errorf("station: current configuration: %w", err)
 	}
 	st.Version = cur.Version
+	if cc, err := clustercfg.Parse("station", []byte(cur.YAML)); err == nil && cur.Version > 0 {
+		st.Services = cc.Services
+	}
 	first := cur.Version == 0
 	if first || opt.Reset {
 		conf := filepath.Join(c.Data, "director.conf")
@@ -247,6 +260,7 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 			return fmt.Errorf("station: apply the first configuration: %w", err)
 		}
 		st.Version, st.Applied = rep.Version, !rep.Unchanged
+		st.Services = cc.Services
 		if st.Imported != "" {
 			if err := os.Rename(conf, conf+".imported"); err != nil {
 				return err
@@ -255,6 +269,9 @@ func prepare(ctx context.Context, c *launch.Cluster, opt Options, st *Started) e
 		} else if st.Applied {
 			opt.Log("configuration version %d applied from the flags", rep.Version)
 		}
+	}
+	if st.AdminPassword, err = adminPassword(ctx, cl, c, first); err != nil {
+		return err
 	}
 	ca, err := os.ReadFile(c.StationCA())
 	if err != nil {
@@ -373,4 +390,39 @@ func Complete(c *clustercfg.Config, cfg launch.ClusterConfig) {
 	if c.FileSystem.Docroot == "" {
 		c.FileSystem.Docroot = "/www"
 	}
+}
+
+// AdminPasswordFile is where up keeps the password it gave the station's
+// user admin: DATA/mgmt/admin.password (0600).
+func AdminPasswordFile(c *launch.Cluster) string {
+	return filepath.Join(c.StationDir(), "admin.password")
+}
+
+// adminPassword gives the station's user admin a random password when
+// the station is new (first), so that the dashboard has a login (the
+// bootstrap token is not one a person types), and keeps it in
+// AdminPasswordFile. An older station's admin may have a password of the
+// user's own, which is never replaced: "" then, unless the file is there.
+func adminPassword(ctx context.Context, cl *api.Client, c *launch.Cluster, first bool) (string, error) {
+	file := AdminPasswordFile(c)
+	if _, err := os.Stat(file); err == nil {
+		return file, nil
+	}
+	if !first {
+		return "", nil
+	}
+	var b [15]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	pw := strings.ToLower(base32.StdEncoding.EncodeToString(b[:])) // 24 characters, 120 bits
+	// Set, then written: a file is never left naming a password the
+	// station does not have.
+	if err := cl.Do(ctx, http.MethodPost, api.RouteUsers, api.UserRequest{User: api.User{Name: "admin", Role: api.RoleAdmin}, Password: pw}, nil); err != nil {
+		return "", fmt.Errorf("station: the dashboard's admin password: %w", err)
+	}
+	if err := safefile.WriteSecret(file, []byte(pw+"\n")); err != nil {
+		return "", err
+	}
+	return file, nil
 }
