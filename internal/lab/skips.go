@@ -18,10 +18,11 @@ type Skip struct {
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
-	Action  string
-	Package string
-	Test    string
-	Output  string
+	Action     string
+	Package    string
+	ImportPath string // build-output and build-fail name the package so
+	Test       string
+	Output     string
 }
 
 // Filter reads `go test -json` from r and writes to w what plain `go test`
@@ -41,6 +42,9 @@ func Filter(r io.Reader, w io.Writer) ([]Skip, error) {
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			fmt.Fprintf(w, "%s\n", line)
 			continue
+		}
+		if e.Package == "" {
+			e.Package = e.ImportPath
 		}
 		k := key{e.Package, e.Test}
 		switch e.Action {
@@ -65,6 +69,23 @@ func Filter(r io.Reader, w io.Writer) ([]Skip, error) {
 			}
 			delete(out, k)
 		}
+	}
+	// What never ended (go test killed, a stream cut short) is shown, not
+	// lost.
+	var left []key
+	for k, lines := range out {
+		if len(lines) > 0 {
+			left = append(left, k)
+		}
+	}
+	sort.Slice(left, func(i, j int) bool {
+		if left[i].pkg != left[j].pkg {
+			return left[i].pkg < left[j].pkg
+		}
+		return left[i].test < left[j].test
+	})
+	for _, k := range left {
+		fmt.Fprint(w, strings.Join(out[k], ""))
 	}
 	sort.SliceStable(skips, func(i, j int) bool {
 		if skips[i].Package != skips[j].Package {
