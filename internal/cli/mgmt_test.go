@@ -658,8 +658,7 @@ func freeAddr(t *testing.T, ip string) string {
 	return l.Addr().String()
 }
 
-// startStation runs the real `corral mgmt` on data; it skips while the
-// station is not built in this tree.
+// startStation runs the real `corral mgmt` on data.
 func startStation(t *testing.T, bin, data, ip string) (*launch.Proc, string) {
 	t.Helper()
 	listen := freeAddr(t, ip)

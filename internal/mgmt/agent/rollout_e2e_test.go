@@ -6,7 +6,6 @@ package agent
 // by the test, a deliberately broken binary (a script that exits 1) and a
 // good one. The broken rollout must roll node1 back and leave node2
 // untouched; the good one must put the new build on both, installed.
-// It skips while the station or the agent core is not built in this tree.
 
 import (
 	"context"
