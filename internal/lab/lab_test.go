@@ -16,6 +16,12 @@ func TestNeedChild(t *testing.T) {
 	if os.Getenv("LAB_NEED_CHILD") != "1" {
 		t.Skip("the child of TestNeed (runs only as its child)")
 	}
+	if os.Getenv("LAB_NEED_HAVE") == "1" {
+		if !Have(t, Tool(missingTool)) {
+			t.Log("went without the part")
+		}
+		return
+	}
 	Need(t, Tool(missingTool))
 	t.Log("ran past the gate")
 }
@@ -53,6 +59,28 @@ func TestNeed(t *testing.T) {
 func TestNeedPresent(t *testing.T) {
 	t.Setenv(CIEnv, "1")
 	Need(t, Tool("go"), Err("nothing", nil))
+	if !Have(t, Tool("go")) {
+		t.Error("Have(go) is false")
+	}
+}
+
+// Have leaves an optional part out on a laptop and fails under CI.
+func TestHave(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ci, wantFail := range map[string]bool{"": false, "1": true} {
+		cmd := exec.Command(exe, "-test.run", "^TestNeedChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "LAB_NEED_CHILD=1", "LAB_NEED_HAVE=1", CIEnv+"="+ci)
+		out, err := cmd.CombinedOutput()
+		if failed := err != nil; failed != wantFail {
+			t.Errorf("CORRAL_CI=%q: exit error %v, want failure %v:\n%s", ci, err, wantFail, out)
+		}
+		if went := strings.Contains(string(out), "went without the part"); went == wantFail {
+			t.Errorf("CORRAL_CI=%q: went on without the part: %v, want %v:\n%s", ci, went, !wantFail, out)
+		}
+	}
 }
 
 func TestFilter(t *testing.T) {

@@ -110,6 +110,22 @@ func Need(t testing.TB, caps ...Cap) {
 	}
 }
 
+// Have is Need for an optional part of a test: it reports whether every
+// capability is there, logging what is missing; under $CORRAL_CI=1 a
+// missing one fails the test, as Need does.
+func Have(t testing.TB, caps ...Cap) bool {
+	t.Helper()
+	why := missing(caps)
+	if why == "" {
+		return true
+	}
+	if CI() {
+		t.Fatal(why + " ($" + CIEnv + "=1: CI must not leave this part out)")
+	}
+	t.Log(why + ": that part is left out")
+	return false
+}
+
 // Err is a capability a package checks itself (testbed.CheckRoot, a
 // probe of the kernel): missing when err is not nil.
 func Err(what string, err error) Cap {
