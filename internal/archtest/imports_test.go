@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 const module = "github.com/corral-cluster/corral/"
@@ -130,9 +132,7 @@ func violations(table map[string]layer, g map[string][]string) []string {
 }
 
 func TestImportLayering(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command")
-	}
+	lab.Need(t, lab.Tool("go"))
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	table := readTable(t, filepath.Join(root, "docs", "architecture.md"))

@@ -275,16 +275,6 @@ func runTarget(ctx context.Context, cfg MetaConfig, wc MetaWorkerConfig, env []s
 	return rates, bds, nil
 }
 
-// peersSupported says whether `corral meta` can run as one of several
-// members (--peers), and why not.
-func peersSupported(bin string) (bool, string) {
-	out, _ := exec.Command(bin, "meta", "--help").CombinedOutput()
-	if strings.Contains(string(out), "--peers") {
-		return true, ""
-	}
-	return false, "corral meta has no --peers"
-}
-
 // metaCluster is the file system a corral row runs on: its metadata members
 // (comma-separated, as clients take them) and the processes.
 type metaCluster struct {
@@ -517,13 +507,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 		res.Notes = append(res.Notes, "FUSE rows skipped: mounting needs root")
 		fuse = false
 	}
-	peersOK, peersWhy := peersSupported(cfg.Bin)
 	for _, n := range cfg.Members {
-		if n > 1 && !peersOK {
-			logf("%d members: skipped: %s\n", n, peersWhy)
-			res.Notes = append(res.Notes, fmt.Sprintf("%d-member corral rows skipped: %s", n, peersWhy))
-			continue
-		}
 		c, err := startMetaCluster(ctx, cfg.Bin, filepath.Join(scratch, fmt.Sprintf("fs%d", n)), n)
 		if err != nil {
 			return nil, fmt.Errorf("corral with %d metadata members: %w", n, err)
@@ -561,7 +545,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 					return err
 				}
 			}
-			if cfg.Web.Files > 0 && n == maxInts(cfg.Members, peersOK) {
+			if cfg.Web.Files > 0 && n == maxInts(cfg.Members, true) {
 				rows, notes, err := runMetaWeb(ctx, cfg.Bin, scratch, logDir, c, cfg.Web, prof, logf)
 				if err != nil {
 					return err
@@ -576,17 +560,11 @@ func RunMeta(ctx context.Context, cfg MetaConfig) (*MetaResult, error) {
 	}
 	if cfg.Web.Files > 0 && res.WebMembers == 0 && !hasNote(res.Notes, "Zipf web figure skipped") {
 		why := "no corral run (--members)"
-		if !peersOK {
-			why += "; " + peersWhy
-		}
 		res.Notes = append(res.Notes, "Zipf web figure skipped: "+why)
 		logf("web: skipped: %s\n", why)
 	}
-	if cfg.Chaos && (!peersOK || maxInts(cfg.Members, true) < 2) {
-		why := peersWhy
-		if why == "" {
-			why = "no run with more than one member (--members)"
-		}
+	if cfg.Chaos && maxInts(cfg.Members, true) < 2 {
+		why := "no run with more than one member (--members)"
 		res.Notes = append(res.Notes, "chaos skipped: "+why)
 		logf("chaos: skipped: %s\n", why)
 	}

@@ -141,9 +141,7 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (*FailoverResult, erro
 			res.Problems = append(res.Problems, "active-active flow movement: "+err.Error())
 		}
 	}
-	if cfg.ActiveActive && !HABuilt() {
-		res.Skipped = append(res.Skipped, "active-active: internal/ha is not built in this binary (ha.Start returns ErrNotYet)")
-	} else if cfg.ActiveActive {
+	if cfg.ActiveActive {
 		rows, err := failoverAA(ctx, cfg, logf)
 		res.AA = rows
 		if err != nil {
@@ -205,9 +203,7 @@ func failoverEvents(ctx context.Context, cfg FailoverConfig, logf func(string, .
 	}
 	defer hb.Close()
 	var problem error
-	if cfg.Corral && !HABuilt() {
-		skipped = append(skipped, "corral HA: internal/ha is not built in this binary (ha.Start returns ErrNotYet)")
-	} else if cfg.Corral {
+	if cfg.Corral {
 		r, err := corralEvents(ctx, hb, cfg, logf)
 		rows = append(rows, r...)
 		if err != nil {

@@ -89,24 +89,6 @@ type HABed struct {
 	etcd *haEtcd
 }
 
-// HABuilt says whether internal/ha is more than the scaffold, whose Start
-// says "not implemented yet" (by its text: the scaffold's ErrNotYet goes
-// away with it; the real Start refuses an empty configuration otherwise).
-func HABuilt() (built bool) {
-	defer func() {
-		if recover() != nil {
-			built = true
-		}
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n, err := ha.Start(ctx, ha.Config{}, nil)
-	if n != nil {
-		n.Close()
-	}
-	return err == nil || !strings.Contains(err.Error(), "not implemented yet")
-}
-
 // HAHosts are the bed's hosts for n directors.
 func HAHosts(n, nodes int) []string {
 	hosts := []string{"client", "router"}

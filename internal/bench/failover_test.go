@@ -13,6 +13,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/config"
 	"github.com/corral-cluster/corral/internal/ha"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/testbed"
 )
@@ -24,9 +25,7 @@ import (
 // capture must see them as forwarding, one after the other or both at once;
 // the fleet and the open-loop generator run against a server on node1.
 func TestFailoverTools(t *testing.T) {
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for the test bed: ", err)
-	}
+	lab.Need(t, lab.Netns)
 	name := fmt.Sprintf("h4t%d", time.Now().UnixNano()%10000)
 	bed, err := testbed.Up(testbed.NewSpecOn(name, netip.MustParsePrefix("10.84.0.128/25"), []string{"client", "d1", "d2", "node1"}, ""))
 	if err != nil {

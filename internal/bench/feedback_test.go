@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/corral-cluster/corral/internal/testbed"
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // httperf 0.9's output with -v -v (abridged), as the scenario reads it.
@@ -144,13 +145,11 @@ func TestRampCapacity(t *testing.T) {
 // turns on TIME_WAIT reuse: the bench's one-request connections came close
 // to running the client out of ports in test 2 (see clientPorts).
 func TestClientPorts(t *testing.T) {
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for a network namespace: ", err)
-	}
+	lab.Need(t, lab.Netns)
 	const ns = "fb3-ports-test"
 	exec.Command("ip", "netns", "del", ns).Run()
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Skipf("ip netns add: %v: %s", err, out)
+		lab.Need(t, lab.Err("ip netns add", fmt.Errorf("%v: %s", err, out)))
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	wrap := []string{"nsenter", "--net=/run/netns/" + ns, "--"} // as testbed.Bed.Wrap

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/node"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -24,7 +25,7 @@ func serveOn(t *testing.T, addr string, h http.Handler) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
+		lab.Need(t, lab.Err("listen on "+addr, err))
 	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(l)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/clustercfg"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -59,7 +60,7 @@ func newCfgStation(t *testing.T, ip string) *cfgStation {
 		versions: []api.Version{{Version: 1, Author: "admin", Comment: "first", Time: time.Unix(1700000000, 0), YAML: "nodes:\n  - name: web1\n"}}}
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		t.Skipf("cannot listen on %s (loopback /8 not routed here?): %v", ip, err)
+		lab.Need(t, lab.Err("listen on "+ip+" (loopback /8 not routed here?)", err))
 	}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	f.srv.Listener.Close()
@@ -637,9 +638,6 @@ func TestCfgValidate(t *testing.T) {
 	mgmtTestEnv(t)
 	os.WriteFile("bad.yaml", []byte("nodes:\n  - name: web1\n    address: nowhere\n    weight: -5\n"), 0o644)
 	code, out, errs := runMain(t, "cfg", "validate", "bad.yaml")
-	if strings.Contains(errs, "not built yet") {
-		t.Skip("clustercfg.Parse is not built in this tree")
-	}
 	if code != 1 || out != "" || !regexp.MustCompile(`(?m)^bad\.yaml:[34]: nodes\[0\]\.\S+: .+$`).MatchString(errs) {
 		t.Errorf("validate: exit %d %q %q", code, out, errs)
 	}
@@ -654,14 +652,13 @@ func freeAddr(t *testing.T, ip string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", ip, err)
+		lab.Need(t, lab.Err("listen on "+ip, err))
 	}
 	defer l.Close()
 	return l.Addr().String()
 }
 
-// startStation runs the real `corral mgmt` on data; it skips while the
-// station is not built in this tree.
+// startStation runs the real `corral mgmt` on data.
 func startStation(t *testing.T, bin, data, ip string) (*launch.Proc, string) {
 	t.Helper()
 	listen := freeAddr(t, ip)
@@ -670,9 +667,6 @@ func startStation(t *testing.T, bin, data, ip string) (*launch.Proc, string) {
 		"--etcd-client", freeAddr(t, ip), "--etcd-peer", freeAddr(t, ip))
 	if err != nil {
 		b, _ := os.ReadFile(logf)
-		if strings.Contains(string(b), "not built yet") {
-			t.Skip("the station (internal/mgmt) is not built in this tree")
-		}
 		t.Fatalf("corral mgmt: %v\n%s", err, b)
 	}
 	t.Cleanup(func() { p.Stop() })
@@ -724,9 +718,6 @@ func TestMgmtRealStation(t *testing.T) {
 	cur, _, _ := run("cfg", "get")
 	data2 := filepath.Join(t.TempDir(), "mgmt2")
 	out, errs, ok = ctlRun(t, bin, ".", nil, "mgmt", "restore", "s.bak", "--data", data2)
-	if strings.Contains(errs, "not built yet") {
-		t.Skip("mgmt.Restore is not built in this tree")
-	}
 	if !ok || !strings.Contains(out, "corral mgmt --data "+data2) {
 		t.Fatalf("restore: %q %q", out, errs)
 	}

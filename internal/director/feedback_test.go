@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/node"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
@@ -29,9 +30,7 @@ const snmpdBin = "/usr/sbin/snmpd"
 // ends.
 func loopSnmpd(t *testing.T, addr string) {
 	t.Helper()
-	if _, err := os.Stat(snmpdBin); err != nil {
-		t.Skipf("needs net-snmp's snmpd at %s: %v", snmpdBin, err)
-	}
+	lab.Need(t, lab.Tool(snmpdBin))
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "snmpd.conf")
 	if err := os.WriteFile(conf, []byte("rocommunity h7public 127.0.87.0/24\ndontLogTCPWrappersConnects yes\ndisk / 10%\nload 12 10 5\n"), 0o600); err != nil {
@@ -61,7 +60,7 @@ func listenAt(t *testing.T, addr string, h http.Handler) string {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("cannot listen on %s: %v", addr, err)
+		lab.Need(t, lab.Err("listen on "+addr, err))
 	}
 	srv := &http.Server{Handler: h}
 	go srv.Serve(l)

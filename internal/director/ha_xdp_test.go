@@ -2,7 +2,6 @@ package director
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -14,8 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/corral-cluster/corral/internal/config"
-	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/ha"
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // TestHAWiring runs the real XDP plane with an ha block on a veth of its
@@ -23,9 +22,7 @@ import (
 // group gets the VIP set at start and after a reload, a changed ha block is
 // refused, and Close leaves the group.
 func TestHAWiring(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loading and attaching the XDP program (run the tests as root, as CI does)")
-	}
+	lab.Need(t, lab.XDP)
 	name := fmt.Sprintf("cxh%d", os.Getpid()%100000)
 	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
 	if err := netlink.LinkAdd(la); err != nil {
@@ -63,9 +60,6 @@ func TestHAWiring(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := d.Apply(cfg); err != nil {
-		if errors.Is(err, xdp.ErrNotYet) {
-			t.Skipf("the XDP program's HA calls are not in this tree yet: %v", err)
-		}
 		t.Fatal(err)
 	}
 	if started.Name != "d1" || started.Interface != name || len(started.MAC) != 6 || string(started.Key) != "0123456789abcdef0123456789abcdef" ||

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/gosnmp/gosnmp"
 )
 
@@ -21,9 +22,7 @@ const snmpdPath = "/usr/sbin/snmpd"
 // when the test ends, whatever happens.
 func startSnmpd(t *testing.T, port int) string {
 	t.Helper()
-	if _, err := os.Stat(snmpdPath); err != nil {
-		t.Skipf("needs net-snmp's snmpd at %s: %v", snmpdPath, err)
-	}
+	lab.Need(t, lab.Tool(snmpdPath))
 	dir := t.TempDir()
 	addr := fmt.Sprintf("127.0.86.2:%d", port)
 	conf := filepath.Join(dir, "snmpd.conf")

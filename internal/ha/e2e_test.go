@@ -11,24 +11,19 @@ import (
 
 	"github.com/corral-cluster/corral/internal/bench"
 	"github.com/corral-cluster/corral/internal/ha"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
-	"github.com/corral-cluster/corral/internal/testbed"
 )
 
 // The HA group end to end on a test bed (10.83.0.0/24): real directors
 // with XDP on veths, the election in a real etcd, the clients' connections
 // checked one by one, every director's forwarding captured on the wire.
 
-// needHA skips without root, or while internal/ha is the scaffold.
+// needHA: the test bed and XDP.
 func needHA(t *testing.T) {
 	t.Helper()
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for the test bed and XDP: ", err)
-	}
-	if !bench.HABuilt() {
-		t.Skip("internal/ha is not built yet (ha.Start returns ErrNotYet)")
-	}
+	lab.Need(t, lab.Netns, lab.XDP)
 }
 
 func startBed(t *testing.T, mode string, directors int) *bench.HABed {

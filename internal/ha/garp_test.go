@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,12 +50,7 @@ func run(t *testing.T, args ...string) {
 // TestGARPOnVeth sends the announcements on one end of a veth pair in a
 // namespace of its own and reads them back on the other.
 func TestGARPOnVeth(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates a network namespace and a veth pair")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
+	lab.Need(t, lab.Netns)
 	ns := fmt.Sprintf("ha-garp-%d", os.Getpid())
 	run(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })

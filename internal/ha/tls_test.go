@@ -5,11 +5,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/loopsniff"
 	"github.com/corral-cluster/corral/internal/pfs/proto"
 )
@@ -19,9 +19,7 @@ import (
 // with a packet socket sees.
 func sniffLoopback(t *testing.T) *loopsniff.Sniffer {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a packet socket on lo")
-	}
+	lab.Need(t, lab.Root) // a packet socket on lo
 	rng := netip.MustParsePrefix("127.0.81.0/24")
 	s, err := loopsniff.Start(func(src, dst netip.AddrPort) bool { return rng.Contains(src.Addr()) || rng.Contains(dst.Addr()) })
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -239,9 +240,7 @@ func attack(plan attackPlan) attackReport {
 }
 
 func TestAttackerEye(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: the attacker runs as uid nobody (65534)")
-	}
+	lab.Need(t, lab.Root) // the attacker runs as uid nobody (65534)
 	m := startManaged(t, 2)
 	// Only the data directory's own modes may protect it: its parents are
 	// open to all, as a home directory often is.
@@ -552,7 +551,7 @@ func TestAttackerEyeTestbed(t *testing.T) {
 		t.Skip("starts a whole cluster on a test bed")
 	}
 	if err := testbed.CheckRoot(); err != nil {
-		t.Skipf("needs root for the test bed: %v", err)
+		lab.Need(t, lab.Err("the test bed", err))
 	}
 	const name = "atk"
 	spec := testbed.NewSpecOn(name, netip.MustParsePrefix("10.93.0.0/24"), append([]string{"attacker"}, launch.ClusterHosts(2, 2)...), "")

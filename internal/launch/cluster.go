@@ -73,9 +73,6 @@ type Cluster struct {
 
 	// mu guards the Proc fields while Supervise replaces them.
 	mu sync.Mutex
-	// canJoin caches joinable's answers per role kind.
-	joinMu  sync.Mutex
-	canJoin map[string]bool
 }
 
 // StartCluster starts the file system, uploads the sample site (first run
@@ -134,11 +131,6 @@ func startManaged(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	for _, l := range cfg.NodeListen {
 		if strings.HasSuffix(l, ":0") {
 			return nil, fmt.Errorf("node address %s: a managed cluster needs fixed node addresses (its configuration names them)", l)
-		}
-	}
-	for _, kind := range []string{"director", "node"} {
-		if !c.joinable(kind) {
-			return nil, fmt.Errorf("%s %s cannot join a management station (no --station-ca): run up --no-station", cfg.Bin, kind)
 		}
 	}
 	if err := f.prepareSecret(); err != nil {
@@ -202,7 +194,7 @@ func startManaged(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 // to the station (its admin token stays DATA/admin.token, where corral ctl
 // looks).
 func (c *Cluster) startDirector(ctx context.Context) (*Proc, error) {
-	if c.Cfg.Station != nil && c.joinable("director") {
+	if c.Cfg.Station != nil {
 		// The admin address stays the command line's.
 		return c.start(ctx, "director", "director", "--admin", c.Cfg.Admin, "--token-file", filepath.Join(c.Data, "admin.token"))
 	}
@@ -212,7 +204,7 @@ func (c *Cluster) startDirector(ctx context.Context) (*Proc, error) {
 // StartNode (re)starts node i.
 func (c *Cluster) StartNode(ctx context.Context, i int, listen string) (*Proc, error) {
 	name := fmt.Sprintf("node%d", i+1)
-	if c.Cfg.Station != nil && c.joinable("node") {
+	if c.Cfg.Station != nil {
 		// The station's configuration names its docroot, domains and
 		// checks (on the admin port, 9080); the join brings the
 		// read-only credential.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
@@ -33,12 +33,7 @@ func asNobody(t *testing.T, name string, args ...string) (string, error) {
 // record; the peer port 7602): plain http, and TLS without a client
 // certificate. Nothing is read or written, and the station still serves.
 func TestUpEtcdAsNobody(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runs curl as user nobody: run the tests as root")
-	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl: scripts/deps installs it")
-	}
+	lab.Need(t, lab.Root, lab.Tool("curl")) // runs curl as user nobody
 	m := startManaged(t, 1)
 	client, peer := stationNet+".1:7601", stationNet+".1:7602"
 	for _, key := range []string{"/corral/tls/ca", "/corral/ha/key", "/corral/tokens/"} {

@@ -40,9 +40,6 @@ func group(t *testing.T, bin string, n int) *launch.FS {
 	if testing.Short() {
 		t.Skip("starts metadata members and an iod")
 	}
-	if !metaReplicates(t, pfstest.Binary(t)) {
-		t.Skip("corral meta has no --peers yet")
-	}
 	listen := strings.TrimSuffix(strings.Repeat("127.0.0.1:0,", n), ",")
 	fsys, err := launch.StartFS(context.Background(), bin, t.TempDir(), listen, []string{"127.0.0.1:0"})
 	if err != nil {
@@ -724,9 +721,6 @@ func TestMillionFilesRestart(t *testing.T) {
 		pfstest.Binary(t), addr, pfstest.Binary(t))
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
-	}
-	if testing.Short() || !metaReplicates(t, pfstest.Binary(t)) {
-		t.Skip("needs replicated meta")
 	}
 	fsys, err := launch.StartFS(context.Background(), p, t.TempDir(), addr, []string{"127.0.0.1:0"})
 	if err != nil {

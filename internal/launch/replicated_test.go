@@ -23,9 +23,6 @@ func TestLeaderKillUnderLoad(t *testing.T) {
 		t.Skip("starts three metadata members")
 	}
 	bin := pfstest.Binary(t)
-	if !metaReplicates(t, bin) {
-		t.Skip("corral meta has no --peers yet")
-	}
 	fsys, err := launch.StartFS(context.Background(), bin, t.TempDir(), "127.0.0.1:0,127.0.0.1:0,127.0.0.1:0",
 		[]string{"127.0.0.1:0", "127.0.0.1:0"})
 	if err != nil {

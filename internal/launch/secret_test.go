@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -323,12 +324,7 @@ func testCerts(t *testing.T) (certFile, keyFile, caFile string) {
 // TestReadOnlyMount: a mount given the read-only credential reads and
 // refuses changes with EROFS.
 func TestReadOnlyMount(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting needs root (or fusermount3); run the tests as root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	lab.Need(t, lab.FUSE)
 	fsys := pfstest.Start(t, 1)
 	ctx := ctxT(t)
 	full := client.New(fsys.Meta.Addr, client.WithSecurity(proto.Security{Cred: fsys.Cred}))

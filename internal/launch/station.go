@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,7 +111,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // needed) and trust the station's CA.
 func (c *Cluster) joinArgs(role string) []string {
 	kind := RoleKind(role)
-	if role == "mgmt" || !c.joinable(kind) {
+	if role == "mgmt" {
 		return nil
 	}
 	// The director's --token-file is its admin API token's.
@@ -123,24 +122,6 @@ func (c *Cluster) joinArgs(role string) []string {
 	// --join=URL: meta's bare --join means entering a Raft group.
 	return []string{"--join=" + c.StationURL(), tokenFlag, c.TokenFile(kind), "--name", role,
 		"--state", filepath.Join(c.Data, "state", role), "--station-ca", c.StationCA()}
-}
-
-// joinable says whether the binary's role kind can join a station (its
-// --help names --station-ca); one that cannot runs as without a station,
-// on its flags (a metadata server built before meta took its layouts from
-// the station).
-func (c *Cluster) joinable(kind string) bool {
-	c.joinMu.Lock()
-	defer c.joinMu.Unlock()
-	if v, ok := c.canJoin[kind]; ok {
-		return v
-	}
-	if c.canJoin == nil {
-		c.canJoin = map[string]bool{}
-	}
-	out, _ := exec.Command(c.Bin, kind, "--help").CombinedOutput()
-	c.canJoin[kind] = strings.Contains(string(out), "--station-ca")
-	return c.canJoin[kind]
 }
 
 // startStation (re)starts the station: `corral mgmt` on Station.Listen,

@@ -106,10 +106,7 @@ func (m *managedUp) apply(c *clustercfg.Config, base int64, comment string) (int
 // members are the members the cluster has: the director, the nodes, meta
 // and the iod.
 func (m *managedUp) members() []string {
-	out := []string{"director", "iod1"}
-	if roleJoins(m.bin, "meta") {
-		out = append(out, "meta")
-	}
+	out := []string{"director", "iod1", "meta"}
 	for i := range m.nodes {
 		out = append(out, managed.NodeName(i))
 	}
@@ -819,13 +816,6 @@ func TestUpImportAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.stop(t)
-}
-
-// roleJoins says whether the binary's role can join a station (as
-// launch decides).
-func roleJoins(bin, role string) bool {
-	out, _ := exec.Command(bin, role, "--help").CombinedOutput()
-	return strings.Contains(string(out), "--station-ca")
 }
 
 // reapUnder kills what a test's cluster left running: processes whose

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 func TestReadyAddr(t *testing.T) {
@@ -74,8 +76,7 @@ func TestRoleBins(t *testing.T) {
 }
 
 func TestJoinArgs(t *testing.T) {
-	c := &Cluster{FS: &FS{Data: "/d"}, Cfg: ClusterConfig{Station: &StationConfig{Listen: "127.0.0.1:7600"}},
-		canJoin: map[string]bool{"node": true, "director": true, "meta": false}}
+	c := &Cluster{FS: &FS{Data: "/d"}, Cfg: ClusterConfig{Station: &StationConfig{Listen: "127.0.0.1:7600"}}}
 	got := strings.Join(c.joinArgs("node2"), " ")
 	want := "--join=https://127.0.0.1:7600 --token-file /d/state/tokens/node.token --name node2 --state /d/state/node2 --station-ca /d/mgmt/tls/ca.pem"
 	if got != want {
@@ -84,8 +85,8 @@ func TestJoinArgs(t *testing.T) {
 	if got := c.joinArgs("director"); len(got) < 3 || got[1] != "--join-token-file" {
 		t.Errorf("the director's join token goes in --join-token-file: %v", got)
 	}
-	if a := c.joinArgs("meta"); a != nil {
-		t.Errorf("a meta that cannot join gets no join flags: %v", a)
+	if a := c.joinArgs("meta"); len(a) < 2 || a[0] != "--join=https://127.0.0.1:7600" {
+		t.Errorf("meta joins the station too: %v", a)
 	}
 	if a := c.joinArgs("mgmt"); a != nil {
 		t.Errorf("the station joins nothing: %v", a)
@@ -101,9 +102,10 @@ func TestJoinArgs(t *testing.T) {
 // watches (an orphan of a killed up) is ended by the next start; others
 // (the same program elsewhere) are not.
 func TestStopLeftovers(t *testing.T) {
+	lab.Need(t, lab.Tool("sleep"))
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skip("no sleep(1)")
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	c := &Cluster{FS: &FS{Bin: sleep, Data: filepath.Join(dir, "data")}}

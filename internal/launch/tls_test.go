@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/loopsniff"
 	"github.com/corral-cluster/corral/internal/pfs/client"
@@ -31,9 +31,7 @@ type portSniffer struct {
 
 func sniffPorts(t *testing.T) *portSniffer {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a packet socket on lo")
-	}
+	lab.Need(t, lab.Root) // a packet socket on lo
 	s := &portSniffer{ports: map[uint16]bool{}}
 	var err error
 	s.Sniffer, err = loopsniff.Start(func(src, dst netip.AddrPort) bool {

@@ -306,12 +306,9 @@ func TestUpSurvivesKills(t *testing.T) {
 	// The default scheduler, wlc, counts recently closed connections
 	// (issue 12 §1), so a sequential loop spreads over every node and the
 	// killed one has its share of the requests.
-	// Three metadata members once `corral meta` replicates; until then the
-	// single server (the replicated runs need its --id and --peers).
-	members := 1
-	if metaReplicates(t, bin) {
-		members = 3
-	}
+	// Three metadata members: the processes' supervision covers Raft
+	// members too.
+	members := 3
 	// The station's part is TestUpStation's and the others' of
 	// station_test.go; this one is the processes' supervision and
 	// director.conf's life without a station.
@@ -491,13 +488,6 @@ func TestUpSurvivesKills(t *testing.T) {
 		t.Error(err)
 	}
 	u.stop(t)
-}
-
-// metaReplicates reports whether the corral binary's meta runs replicated
-// members (--id, --peers).
-func metaReplicates(t *testing.T, bin string) bool {
-	out, _ := exec.Command(bin, "meta", "--help").CombinedOutput()
-	return strings.Contains(string(out), "--peers")
 }
 
 // metaLoad creates, stats and removes files through the library for a few

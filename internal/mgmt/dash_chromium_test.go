@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/corral-cluster/corral/internal/director"
 	"github.com/corral-cluster/corral/internal/feedback"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
@@ -23,16 +23,6 @@ import (
 // (traded at /v1/login by the page).
 type dashLogin struct {
 	Token, User, Password string
-}
-
-// chromiumPath finds Debian's chromium (scripts/deps installs it).
-func chromiumPath() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
 }
 
 // openDashboard starts a headless Chromium (the test skips without one),
@@ -43,10 +33,8 @@ func chromiumPath() string {
 // each with a context.WithTimeout derived from it.
 func openDashboard(t testing.TB, base string, login dashLogin) context.Context {
 	t.Helper()
-	path := chromiumPath()
-	if path == "" {
-		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
-	}
+	path := lab.ChromiumPath()
+	lab.Need(t, lab.Chromium)
 	var out bytes.Buffer
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
@@ -274,9 +262,7 @@ func comparePage(t testing.TB, p dashPage, st dashStatus) {
 // from the page and sees its weight drop to 0. CORRAL_SCREENSHOT=1 also
 // writes docs/img/dashboard.png after five minutes of simulated history.
 func TestDashChromium(t *testing.T) {
-	if chromiumPath() == "" {
-		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
-	}
+	lab.Need(t, lab.Chromium)
 	f := newFakeSource()
 	f.metrics = fakeMetrics(t)
 	// www's weights come from the station's load feedback.
@@ -347,9 +333,7 @@ func TestDashChromium(t *testing.T) {
 // A read-only user sees the page but the station refuses a drain; the
 // page says so.
 func TestDashChromiumReadOnly(t *testing.T) {
-	if chromiumPath() == "" {
-		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
-	}
+	lab.Need(t, lab.Chromium)
 	f := newFakeSource()
 	_, base := startDash(t, f, func(d *dash) { d.tick = 100 * time.Millisecond })
 	ctx := openDashboard(t, base, dashLogin{Token: dashReadToken})
@@ -374,9 +358,7 @@ func TestDashChromiumReadOnly(t *testing.T) {
 // Strings members and errors bring (names, messages) are shown as text,
 // never parsed as HTML.
 func TestDashChromiumEscapes(t *testing.T) {
-	if chromiumPath() == "" {
-		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
-	}
+	lab.Need(t, lab.Chromium)
 	f := newFakeSource()
 	_, base := startDash(t, f, func(d *dash) { d.tick, d.cacheFor = 100*time.Millisecond, time.Nanosecond })
 	ctx := openDashboard(t, base, dashLogin{Token: dashReadToken})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
@@ -30,9 +31,7 @@ const clusterNet = "127.0.66"
 // report, which the pool on the page shows, has node2 at weight 0) and
 // requests through the VIP go on.
 func TestDashChromiumCluster(t *testing.T) {
-	if chromiumPath() == "" {
-		t.Skip("chromium is not installed (scripts/deps installs it): the dashboard's browser test needs it")
-	}
+	lab.Need(t, lab.Chromium)
 	if testing.Short() {
 		t.Skip("starts a whole cluster")
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/mgmt/api"
 )
 
@@ -237,7 +238,7 @@ func fakeMetrics(t testing.TB) string {
 	var n atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.55.2:0")
 	if err != nil {
-		t.Skipf("cannot listen on 127.0.55.2: %v", err)
+		lab.Need(t, lab.Err("listen on 127.0.55.2", err))
 	}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := uint64(n.Add(1))
@@ -307,7 +308,7 @@ func startDash(t testing.TB, f *fakeSource, tune func(d *dash)) (*dash, string) 
 	})
 	ln, err := net.Listen("tcp", "127.0.55.1:0")
 	if err != nil {
-		t.Skipf("cannot listen on 127.0.55.1 (loopback aliases): %v", err)
+		lab.Need(t, lab.Err("listen on 127.0.55.1 (loopback aliases)", err))
 	}
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()
@@ -852,7 +853,7 @@ func TestDashEventsHTTP2(t *testing.T) {
 	d.routes(mux)
 	ln, err := net.Listen("tcp", "127.0.55.3:0")
 	if err != nil {
-		t.Skipf("cannot listen on 127.0.55.3: %v", err)
+		lab.Need(t, lab.Err("listen on 127.0.55.3", err))
 	}
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Listener.Close()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/qos"
 	"golang.org/x/sys/unix"
 )
@@ -191,7 +192,7 @@ func testWireMark(t *testing.T, listen, dialHost string) {
 	})}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		t.Skipf("listen %s: %v", listen, err)
+		lab.Need(t, lab.Err("listen "+listen, err))
 	}
 	go srv.Serve(ln)
 	defer srv.Close()

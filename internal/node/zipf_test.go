@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
@@ -49,9 +50,7 @@ func TestZipfThroughput(t *testing.T) {
 	if os.Getenv("NODE_ZIPF") == "" {
 		t.Skip("a measurement: NODE_ZIPF=1 runs it")
 	}
-	if _, err := exec.LookPath("wrk"); err != nil {
-		t.Skip("wrk not installed")
-	}
+	lab.Need(t, lab.Tool("wrk"))
 	const files, size = 10000, 4096
 	zs := 1.0
 	if v := os.Getenv("NODE_ZIPF_S"); v != "" {

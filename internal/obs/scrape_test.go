@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/node"
 	"github.com/corral-cluster/corral/internal/pfs/client"
@@ -115,14 +116,8 @@ service www {
 	eventually(t, "http://"+dadmin, `corral_director_qos_admitted_total{class="default",service="www"}`, 1) // qos metrics linted too
 	check("director", "http://"+dadmin)
 
-	if os.Geteuid() == 0 {
-		if _, err := os.Stat("/dev/fuse"); err == nil {
-			check("mount", "http://"+startMount(t, fsys))
-		} else {
-			t.Log("no /dev/fuse: the mount is not scraped")
-		}
-	} else {
-		t.Log("not root: the mount (FUSE) is not scraped; run as root to include it")
+	if lab.Have(t, lab.FUSE) {
+		check("mount", "http://"+startMount(t, fsys))
 	}
 
 	// The counters saw the work done above (the node's: also the request

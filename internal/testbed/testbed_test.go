@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if err := CheckRoot(); err != nil {
-		t.Skip("test bed tests need root: ", err)
-	}
+	lab.Need(t, lab.Netns)
 }
 
 // leftovers lists what of bed name still exists.
@@ -162,9 +161,7 @@ func TestValidate(t *testing.T) {
 // behind it; an unmarked ping in the same run queues.
 func TestPriorityBands(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("ping"); err != nil {
-		t.Skip("needs ping (iputils-ping)")
-	}
+	lab.Need(t, lab.Tool("ping"))
 	name := bedName(t)
 	spec := NewSpecOn(name, netip.MustParsePrefix("10.78.0.0/24"), []string{"a", "b"}, "20mbit")
 	spec.Hosts[0].TopRate = "5mbit"

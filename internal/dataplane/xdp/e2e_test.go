@@ -15,6 +15,7 @@ import (
 
 	"github.com/corral-cluster/corral/internal/dataplane/xdp"
 	"github.com/corral-cluster/corral/internal/director"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 	"github.com/corral-cluster/corral/internal/testbed"
@@ -32,9 +33,7 @@ type drCluster struct {
 
 func startDR(t *testing.T) *drCluster {
 	t.Helper()
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for the test bed and XDP: ", err)
-	}
+	lab.Need(t, lab.Netns, lab.XDP)
 	bin := pfstest.Binary(t)
 	name := fmt.Sprintf("x%d", time.Now().UnixNano()%1000000)
 	hosts := append([]string{"client"}, launch.ClusterHosts(3, 1)...)

@@ -7,15 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // TestGeneratedCurrent regenerates the BPF objects and bindings from gen.go's
 // go:generate lines into a scratch directory and fails when the committed
 // ones differ: the C was changed without `go generate`.
 func TestGeneratedCurrent(t *testing.T) {
-	if _, err := exec.LookPath("clang"); err != nil {
-		t.Skip("clang not installed (scripts/deps installs it): cannot check the generated BPF files")
-	}
+	lab.Need(t, lab.Tool("clang")) // to check the generated BPF files
 	if testing.Short() {
 		t.Skip("regenerating takes a few seconds")
 	}

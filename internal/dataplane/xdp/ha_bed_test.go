@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/testbed"
 )
 
@@ -22,9 +23,7 @@ import (
 // it is closed. The IPv6 advertisement must pass the kernel's checks
 // (checksum, hop limit, option) to make a neighbour entry.
 func TestNeighboursOnTheWire(t *testing.T) {
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for the test bed and XDP: ", err)
-	}
+	lab.Need(t, lab.Netns, lab.XDP)
 	name := fmt.Sprintf("h1n%d", os.Getpid()%10000)
 	bed, err := testbed.Up(testbed.NewSpecOn(name, netip.MustParsePrefix("10.81.0.0/24"), []string{"client", "director"}, ""))
 	if err != nil {

@@ -75,11 +75,6 @@ const (
 	HAActiveActive HAMode = 2
 )
 
-// ErrNotYet was returned by the stubs of this file before the dataplane
-// carried them; nothing returns it any more (kept for callers that test
-// for it).
-var ErrNotYet = errors.New("xdp: not implemented yet")
-
 // MonoNow is CLOCK_MONOTONIC, the clock the program's fence compares
 // against (bpf_ktime_get_ns).
 func MonoNow() time.Duration {

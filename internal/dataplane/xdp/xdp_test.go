@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/corral-cluster/corral/internal/config"
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/sched"
 )
 
@@ -28,9 +29,7 @@ const (
 
 func load(t testing.TB) *Dataplane {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loading BPF programs (run the tests as root, as CI does)")
-	}
+	lab.Need(t, lab.XDP)
 	d, err := Load(Options{ConnTableSize: 4096}, nil)
 	if err != nil {
 		t.Fatal(err)

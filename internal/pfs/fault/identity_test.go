@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // An I/O server started before the metadata server waits for it (it used to
@@ -22,7 +24,7 @@ func TestIODStartsBeforeMeta(t *testing.T) {
 	node := spawn(t, "node", "node", "--listen", "127.0.0.1:0", "--meta", c.metaAddr)
 	var mount *proc
 	mnt := t.TempDir()
-	if canMount() {
+	if lab.Have(t, lab.FUSE) {
 		t.Cleanup(func() { syscall.Unmount(mnt, syscall.MNT_DETACH) }) // runs after the mount's stop
 		mount = spawn(t, "mount", "mount", "--meta", c.metaAddr, mnt)
 	}
@@ -64,19 +66,6 @@ func TestIODStartsBeforeMeta(t *testing.T) {
 			t.Fatalf("read through the mount: %d bytes, %v", len(b), err)
 		}
 	}
-}
-
-// canMount reports whether a FUSE mount can be made here (root, /dev/fuse).
-func canMount() bool {
-	if os.Geteuid() != 0 {
-		return false
-	}
-	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
 }
 
 // An I/O server restarted on an empty data directory at its old address

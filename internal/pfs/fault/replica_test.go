@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/layout"
 )
@@ -487,9 +488,7 @@ func TestLostServerReReplicated(t *testing.T) {
 // library, so from the servers, not the page cache) while it is down, and
 // after it was healed and another one is down.
 func TestReplicasSurviveKillMount(t *testing.T) {
-	if !canMount() {
-		t.Skip("needs root and /dev/fuse to mount")
-	}
+	lab.Need(t, lab.FUSE)
 	for _, r := range []int{2, 3} {
 		t.Run(fmt.Sprintf("replicas%d", r), func(t *testing.T) {
 			c := replicated(t, 4, r)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -35,9 +36,7 @@ const saturationEnv = "CORRAL_SATURATION"
 // about 40 s of writing; CORRAL_SATURATION=5m for a longer one. Subnet
 // 10.94.0.0/24 is this test's alone.
 func TestSaturatedLinksNoStale(t *testing.T) {
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skip("needs root for the test bed: ", err)
-	}
+	lab.Need(t, lab.Netns)
 	if oldBuild() {
 		t.Skip("runs this tree's build only")
 	}

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // objectBytes sums the sizes of the objects in I/O server i's directory.
@@ -72,9 +74,7 @@ func TestFullDisk(t *testing.T) {
 // smallDiskCluster is meta (--reserve 30) and three I/O servers on tmpfs
 // data directories of 64, 64 and 4 MiB; it skips without root.
 func smallDiskCluster(t *testing.T) *cluster {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount small tmpfs data directories")
-	}
+	lab.Need(t, lab.Root) // mounts small tmpfs data directories
 	c := &cluster{t: t, dir: t.TempDir(), metaAddr: freeAddr(t), metaArgs: []string{"--reserve", "30"}, files: map[string][]byte{}}
 	for i, size := range []string{"64m", "64m", "4m"} {
 		dir := c.iodDir(i)
@@ -82,7 +82,7 @@ func smallDiskCluster(t *testing.T) *cluster {
 			t.Fatal(err)
 		}
 		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-			t.Skipf("cannot mount tmpfs: %v", err)
+			lab.Need(t, lab.Err("mount tmpfs", err))
 		}
 		t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 )
 
@@ -17,9 +18,10 @@ import (
 // read back with its checksum, offset and sequence number.
 func TestFioVerify(t *testing.T) {
 	needFUSE(t)
+	lab.Need(t, lab.Tool("fio"))
 	fio, err := exec.LookPath("fio")
 	if err != nil {
-		t.Skip("fio not installed (scripts/deps installs the Debian package fio)")
+		t.Fatal(err)
 	}
 	job, err := filepath.Abs("testdata/overlap.fio")
 	if err != nil {

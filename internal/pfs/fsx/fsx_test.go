@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/fsx"
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +25,7 @@ func TestLocal(t *testing.T) {
 			dir := t.TempDir()
 			r, err := fsx.Run(dir, fsx.Options{Seed: 1, Mode: mode, Ops: localOps, Punch: true})
 			if mode == fsx.Direct && errors.Is(err, unix.EINVAL) {
-				t.Skipf("the temporary directory's file system has no O_DIRECT: %v", err)
+				lab.Need(t, lab.Err("O_DIRECT in the temporary directory", err))
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/fsx"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -28,12 +29,7 @@ const mountOps = 100000
 
 func needFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root (they mount with mount(2)); run as root to include them")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount tests need /dev/fuse: ", err)
-	}
+	lab.Need(t, lab.FUSE)
 }
 
 // mountFS starts a meta and 3 I/O servers and mounts them for the test's

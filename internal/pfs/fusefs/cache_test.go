@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/fusefs"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
@@ -77,9 +78,7 @@ func TestCacheAcrossMounts(t *testing.T) {
 // BenchmarkStat measures stat(2) through FUSE (kernel timeouts 0) with and
 // without the client cache.
 func BenchmarkStat(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	lab.Need(b, lab.FUSE)
 	fsys := pfstest.Start(b, 1)
 	for _, cached := range []bool{false, true} {
 		name := "meta"

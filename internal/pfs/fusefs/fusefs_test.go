@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/client"
 	"github.com/corral-cluster/corral/internal/pfs/fusefs"
@@ -24,12 +25,7 @@ import (
 
 func needFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("FUSE tests need root (they mount with mount(2)); run as root to include them")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("FUSE tests need /dev/fuse: ", err)
-	}
+	lab.Need(t, lab.FUSE)
 }
 
 // mount mounts the file system at a fresh directory for the test's life.
@@ -52,9 +48,7 @@ func mount(t *testing.T, meta string, o fusefs.Options) string {
 
 func run(t *testing.T, dir, name string, args ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s not installed (scripts/test installs it with apt-get)", name)
-	}
+	lab.Need(t, lab.Tool(name))
 	// Change directory in the shell, not in os/exec: a vfork child of this
 	// process must not block on the FUSE server this process runs.
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)...)
