@@ -25,6 +25,7 @@ type fakeStation struct {
 	version int64
 	applies []api.ApplyRequest
 	tokens  []api.TokenRequest
+	users   []api.UserRequest
 }
 
 func (f *fakeStation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -54,6 +55,11 @@ func (f *fakeStation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		json.NewDecoder(r.Body).Decode(&req)
 		f.tokens = append(f.tokens, req)
 		json.NewEncoder(w).Encode(api.Token{ID: "id" + req.Role, Secret: "secret", Role: req.Role})
+	case r.URL.Path == api.RouteUsers && r.Method == http.MethodPost:
+		var req api.UserRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		f.users = append(f.users, req)
+		json.NewEncoder(w).Encode(req.User)
 	default:
 		http.NotFound(w, r)
 	}
@@ -116,8 +122,18 @@ func TestPrepare(t *testing.T) {
 	if f.tokens[0].TTL != time.Hour || f.tokens[0].SingleUse || !f.tokens[0].MultiUse {
 		t.Errorf("token request %+v: want 1 h, multi-use", f.tokens[0])
 	}
-	if st := run(false); st.Applied || len(f.applies) != 1 || st.Version != 1 {
-		t.Fatalf("second start applied something: %+v", st)
+	// The new station's admin gets a password, kept 0600 where the
+	// banner says.
+	if len(f.users) != 1 || f.users[0].Name != "admin" || len(f.users[0].Password) < 20 {
+		t.Fatalf("admin password: users %+v", f.users)
+	}
+	if b, err := os.ReadFile(st.AdminPassword); err != nil || strings.TrimSpace(string(b)) != f.users[0].Password {
+		t.Errorf("admin password file %s: %q, %v", st.AdminPassword, b, err)
+	} else if fi, _ := os.Stat(st.AdminPassword); fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin password file mode %v", fi.Mode())
+	}
+	if st := run(false); st.Applied || len(f.applies) != 1 || st.Version != 1 || len(f.users) != 1 {
+		t.Fatalf("second start applied something or set the password again: %+v, users %d", st, len(f.users))
 	}
 	if st := run(true); !st.Applied || len(f.applies) != 2 || f.applies[1].Base != 1 || st.Version != 2 {
 		t.Fatalf("--reset: %+v, applies %d", st, len(f.applies))
