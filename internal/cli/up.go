@@ -187,12 +187,6 @@ for a director's feedback block (docs/feedback.md).`,
 				if cl.StationURL() != "https://127.0.0.1:7600" {
 					stFlags = " --station " + cl.StationURL()
 				}
-				rel := func(p string) string {
-					if r, err := filepath.Rel(mustAbs("."), p); err == nil && !strings.HasPrefix(r, "..") {
-						return r
-					}
-					return p
-				}
 				login := ""
 				if started.AdminPassword != "" {
 					login = "\n            dashboard login: user admin, password in " + started.AdminPassword
@@ -205,7 +199,7 @@ for a director's feedback block (docs/feedback.md).`,
   %[5]s cfg get%[6]s > cluster.yaml      # the configuration, "# version N" first
   %[5]s cfg apply%[6]s cluster.yaml      # edit, apply: every member applies it live
   %[5]s cfg status%[6]s                  # each member's applied version
-`, cl.StationURL(), started.Version, rel(cl.AdminTokenFile()), rel(cl.StationCA()), self, stFlags, login)
+`, cl.StationURL(), started.Version, mustAbs(cl.AdminTokenFile()), mustAbs(cl.StationCA()), self, stFlags, login)
 				if abs != mustAbs("corral-data") && ccPath == "" {
 					fmt.Printf("  (run them with --token-file %s --ca %s, or from the directory above %s)\n", cl.AdminTokenFile(), cl.StationCA(), abs)
 				}
