@@ -45,6 +45,12 @@ otherwise fusermount3 (Debian package fuse3) is needed.`,
 			if unmount {
 				return forceUnmount(dir)
 			}
+			// statfs too: the kernel may answer a stat of a dead mount
+			// from its cache (attributes are kept a minute), never statfs.
+			var sfs syscall.Statfs_t
+			if err := syscall.Statfs(dir, &sfs); errors.Is(err, syscall.ENOTCONN) {
+				return fmt.Errorf("%s: a dead mount is still there; run 'corral mount --unmount %s' first", dir, dir)
+			}
 			if fi, err := os.Stat(dir); err != nil {
 				if errors.Is(err, syscall.ENOTCONN) {
 					return fmt.Errorf("%s: a dead mount is still there; run 'corral mount --unmount %s' first", dir, dir)
