@@ -79,7 +79,7 @@ var units = []string{"corral-mgmt.service", "corral-meta@.service", "corral-iod@
 // completion for bash and zsh, and a man page per command.
 func TestPackageContents(t *testing.T) {
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		t.Skip("no dpkg-deb to read the package with")
+		skip(t, "no dpkg-deb to read the package with")
 	}
 	deb := buildDeb(t)
 	out, err := exec.Command(corralBin(t), "--version").Output()

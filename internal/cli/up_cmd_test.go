@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/corral-cluster/corral/internal/lab"
 )
 
 // TestUpUserCommand: under go run the binary is a temporary build, gone
@@ -32,9 +34,7 @@ func TestUpUserCommand(t *testing.T) {
 // TestUnmountNotMounted: `corral mount --unmount` of a directory with
 // nothing mounted says so (the kernel's answer is "invalid argument").
 func TestUnmountNotMounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the unmount path without fusermount runs as root")
-	}
+	lab.Need(t, lab.Root) // the unmount path without fusermount
 	dir := t.TempDir()
 	code, _, errs := corral(t, "", "mount", "--unmount", dir)
 	if code == 0 || !strings.Contains(errs, "nothing is mounted") || strings.Contains(errs, "invalid argument") {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corral-cluster/corral/internal/lab"
 	"github.com/corral-cluster/corral/internal/launch"
 	"github.com/corral-cluster/corral/internal/pfs/pfstest"
 	"github.com/corral-cluster/corral/internal/testbed"
@@ -40,12 +40,7 @@ func TestDeployGuide(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster of 7 hosts on a test bed")
 	}
-	if err := testbed.CheckRoot(); err != nil {
-		t.Skipf("needs root for the test bed: %v", err)
-	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl for the client host (scripts/deps installs it)")
-	}
+	lab.Need(t, lab.Netns, lab.Tool("curl"), lab.Tool("setpriv"))
 	g := readGuide(t)
 	units := readUnits(t)
 	hosts := slices.Sorted(func(yield func(string) bool) {
@@ -89,9 +84,6 @@ func TestDeployGuide(t *testing.T) {
 		t.Fatal(err)
 	} else if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("no setpriv (util-linux) to run the units' user and capabilities with")
 	}
 	// Each host's /etc/corral and /var/lib/corral (the package's
 	// postinst makes them 0700).

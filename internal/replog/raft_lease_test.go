@@ -38,34 +38,7 @@ func TestRaftLeaseDeposedLeaderNoStaleRead(t *testing.T) {
 	// Readers on the old leader all along: each success records when the
 	// read began.
 	var committedAt atomic.Int64 // unix ns of the new leader's ack, 0 before
-	var stale atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				began := time.Now().UnixNano()
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				err := old.ReadBarrier(ctx)
-				cancel()
-				if err == nil && old.sm.Applied() < 2 {
-					if at := committedAt.Load(); at != 0 && began > at {
-						stale.Add(1)
-					}
-				}
-				if errors.Is(err, ErrStopped) {
-					return
-				}
-			}
-		}()
-	}
+	stopReaders := staleReaders(old, &committedAt)
 	l.cut.Store(true)
 	nl := c.leader(5 * time.Second)
 	if nl == l {
@@ -87,9 +60,7 @@ func TestRaftLeaseDeposedLeaderNoStaleRead(t *testing.T) {
 	// Read on until the old leader has surely stepped down (CheckQuorum:
 	// within two election timeouts) and then some.
 	time.Sleep(time.Duration(3*electionTicks) * old.cfg.Tick)
-	close(stop)
-	wg.Wait()
-	if n := stale.Load(); n > 0 {
+	if n := stopReaders(); n > 0 {
 		t.Fatalf("the deposed leader answered %d reads that began after the new leader committed, without the change", n)
 	}
 	if old.Status().IsLeader() {
@@ -172,29 +143,7 @@ func TestRaftLeaseEndsOnTransfer(t *testing.T) {
 	deadline = time.Now().Add(10 * time.Second)
 	old.node.TransferLeadership(context.Background(), l.id, to)
 	var committedAt atomic.Int64
-	var stale atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				began := time.Now().UnixNano()
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				err := old.ReadBarrier(ctx)
-				cancel()
-				if at := committedAt.Load(); err == nil && at != 0 && began > at && old.sm.Applied() < 2 {
-					stale.Add(1)
-				}
-			}
-		}()
-	}
+	stopReaders := staleReaders(old, &committedAt)
 	nt := c.ms[to]
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -210,10 +159,46 @@ func TestRaftLeaseEndsOnTransfer(t *testing.T) {
 	}
 	committedAt.Store(time.Now().UnixNano())
 	time.Sleep(old.leaseFor() + 200*time.Millisecond)
-	close(stop)
-	wg.Wait()
-	if n := stale.Load(); n > 0 {
+	if n := stopReaders(); n > 0 {
 		t.Fatalf("the old leader answered %d reads without the change its transfer target committed", n)
+	}
+}
+
+// staleReaders reads on old from 4 goroutines until stopped. A read that
+// began after *committedAt (unix ns, 0 until the new leader committed "v2")
+// and succeeded while old had not applied that command is stale; stop ends
+// the readers and returns how many there were.
+func staleReaders(old *Raft, committedAt *atomic.Int64) (stop func() int64) {
+	var stale atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				began := time.Now().UnixNano()
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				err := old.ReadBarrier(ctx)
+				cancel()
+				if at := committedAt.Load(); err == nil && at != 0 && began > at && old.sm.Applied() < 2 {
+					stale.Add(1)
+				}
+				if errors.Is(err, ErrStopped) {
+					return
+				}
+			}
+		}()
+	}
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		return stale.Load()
 	}
 }
 
